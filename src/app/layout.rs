@@ -1,0 +1,128 @@
+//! Where the reference app's blobs live. One place, so that the writers (the functions) and the
+//! readers (the web page, the tests) agree.
+//!
+//! All in one container (default `hubhost`), names lowercased:
+//! - `windows/{hub}/{yyyy-mm-dd}/{hhmmss}/p{partition}.json` — one [`WindowAggregate`] per
+//!   partition and window: 100,000 homes reporting every minute over 16 partitions write 16 blobs
+//!   a minute, each holding ~6,250 homes, however many batches they arrive in.
+//! - `homes/{hub}/{bucket}.json` — the home directory: which partition a home's events arrive on,
+//!   in 256 buckets by a hash of the home id; rewritten only when a home is new (or moves). A page
+//!   showing one home reads one bucket, then that partition's window blobs.
+//! - `archive/{hub}/{consumergroup}/{yyyy-mm-dd}/{hhmmss}/p{partition}/{block}.json` — raw events
+//!   by enqueued-time window, in blocks of 1,000 sequence numbers.
+//! - `deadletter/{hub}/{consumergroup}/p{partition}/{sequence}.json` — poison events with their
+//!   reason, one blob per event (idempotent by name).
+//!
+//! [`WindowAggregate`]: super::aggregate::WindowAggregate
+
+use chrono::{DateTime, Utc};
+
+pub const DEFAULT_CONTAINER: &str = "hubhost";
+pub const HOME_BUCKETS: u64 = 256;
+pub const ARCHIVE_BLOCK: i64 = 1000;
+
+/// Why a name from a request cannot become part of a blob name.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "{what} '{value}' cannot be used in a blob name: use 1-100 letters, digits, '.', '_', '-' or '$'"
+)]
+pub struct BadName {
+    pub what: &'static str,
+    pub value: String,
+}
+
+/// Lowercases and checks a hub, consumer group or partition id taken from a request, so that it
+/// cannot add path segments or escape a directory.
+pub fn segment(what: &'static str, value: &str) -> Result<String, BadName> {
+    let ok = !value.is_empty()
+        && value.len() <= 100
+        && value != "."
+        && value != ".."
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'$'));
+    if ok {
+        Ok(value.to_ascii_lowercase())
+    } else {
+        Err(BadName {
+            what,
+            value: value.chars().take(100).collect(),
+        })
+    }
+}
+
+fn window_path(start: DateTime<Utc>) -> String {
+    start.format("%Y-%m-%d/%H%M%S").to_string()
+}
+
+pub fn window_blob(hub: &str, window_start: DateTime<Utc>, partition: &str) -> String {
+    format!(
+        "windows/{hub}/{}/p{partition}.json",
+        window_path(window_start)
+    )
+}
+
+pub fn fnv1a(s: &str) -> u64 {
+    let mut hash: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x100000001b3);
+    }
+    hash
+}
+
+pub fn home_bucket(home_id: &str) -> u64 {
+    fnv1a(home_id) % HOME_BUCKETS
+}
+
+pub fn home_directory_blob(hub: &str, bucket: u64) -> String {
+    format!("homes/{hub}/{bucket:03}.json")
+}
+
+pub fn archive_blob(
+    hub: &str,
+    consumer_group: &str,
+    window_start: DateTime<Utc>,
+    partition: &str,
+    block: &str,
+) -> String {
+    format!(
+        "archive/{hub}/{consumer_group}/{}/p{partition}/{block}.json",
+        window_path(window_start)
+    )
+}
+
+pub fn deadletter_blob(hub: &str, consumer_group: &str, partition: &str, id: &str) -> String {
+    format!("deadletter/{hub}/{consumer_group}/p{partition}/{id}.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_requests_cannot_escape() {
+        assert_eq!(segment("hub", "Sensors").unwrap(), "sensors");
+        assert_eq!(segment("consumer group", "$Default").unwrap(), "$default");
+        for bad in ["", ".", "..", "a/b", "a\\b", "x y", "../etc"] {
+            assert!(segment("partition", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn blob_names_follow_the_layout() {
+        let t = DateTime::parse_from_rfc3339("2026-11-22T13:30:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            window_blob("sensors", t, "3"),
+            "windows/sensors/2026-11-22/133000/p3.json"
+        );
+        assert_eq!(home_directory_blob("sensors", 7), "homes/sensors/007.json");
+        assert_eq!(
+            archive_blob("sensors", "archive", t, "3", "0000000012"),
+            "archive/sensors/archive/2026-11-22/133000/p3/0000000012.json"
+        );
+        assert!(home_bucket("home-000001") < HOME_BUCKETS);
+    }
+}

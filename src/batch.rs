@@ -1,0 +1,72 @@
+//! The typed form of one Event Hubs trigger invocation: where the events came from and the
+//! events themselves. The contract decoder produces it from the host's JSON; the reference app
+//! consumes it; the emulated host (later) produces the host's JSON from it.
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+/// Which partition of which event hub and consumer group a batch was read from.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PartitionContext {
+    /// e.g. `myns.servicebus.windows.net`; absent in the legacy v3/v4 extension's context.
+    pub fully_qualified_namespace: Option<String>,
+    pub event_hub_name: Option<String>,
+    pub consumer_group: Option<String>,
+    pub partition_id: String,
+    pub is_checkpointing_after_invocation: Option<bool>,
+}
+
+/// One event, with the service's annotations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    pub body: Bytes,
+    pub sequence_number: Option<i64>,
+    pub offset: Option<String>,
+    pub enqueued_time: Option<DateTime<Utc>>,
+    pub partition_key: Option<String>,
+    /// Application properties set by the producer.
+    pub properties: Map<String, Value>,
+}
+
+/// The host's retry bookkeeping, present when the function has a retry policy.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RetryContext {
+    pub retry_count: i64,
+    pub max_retry_count: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggerBatch {
+    pub function: String,
+    pub partition: PartitionContext,
+    pub events: Vec<EventRecord>,
+    pub retry: Option<RetryContext>,
+}
+
+impl TriggerBatch {
+    /// First and last sequence numbers of the batch, for log lines.
+    pub fn sequence_range(&self) -> Option<(i64, i64)> {
+        let mut seqs = self.events.iter().filter_map(|e| e.sequence_number);
+        let first = seqs.next()?;
+        let (lo, hi) = seqs.fold((first, first), |(lo, hi), s| (lo.min(s), hi.max(s)));
+        Some((lo, hi))
+    }
+
+    /// The event hub name, or `unknown-hub` when the host did not say (old extensions).
+    pub fn hub_name(&self) -> &str {
+        self.partition
+            .event_hub_name
+            .as_deref()
+            .filter(|h| !h.is_empty())
+            .unwrap_or("unknown-hub")
+    }
+
+    pub fn consumer_group(&self) -> &str {
+        self.partition
+            .consumer_group
+            .as_deref()
+            .filter(|c| !c.is_empty())
+            .unwrap_or("$Default")
+    }
+}

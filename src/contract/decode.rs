@@ -1,0 +1,417 @@
+//! Request → [`TriggerBatch`]: every shape the Functions host sends for an `eventHubTrigger`.
+//!
+//! Rules (functions-host-contract.md §1.3, §2.2–2.3):
+//! - `Data.<binding>` is JSON text inside a JSON string. With cardinality `many` the text is an
+//!   array: of strings (dataType `string`), of base64 strings (`binary`) or of the bodies parsed
+//!   as JSON (no dataType). With cardinality `one` it is the body itself, once more
+//!   JSON-encoded (`string`/unset) or base64 (`binary`).
+//! - Metadata values are JSON objects (partition context, `sys`, `RetryContext`) or JSON text
+//!   inside strings (`"[10,11]"`, `"\"k\""`). Any optional key may be missing; a value the
+//!   current extension puts in `SequenceNumberArray` etc. is also looked for in
+//!   `SystemPropertiesArray`, which older extensions send.
+//! - The partition context comes from `TriggerPartitionContext` (current), `PartitionContext`
+//!   (all versions; the legacy v3/v4 one names its fields `EventHubPath`/`ConsumerGroupName`).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use base64::Engine;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::{ContractError, parse_host_time};
+use crate::batch::{EventRecord, PartitionContext, RetryContext, TriggerBatch};
+use crate::function_app::{Cardinality, DataType, EventHubTrigger};
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "Data", alias = "data", borrow, default)]
+    data: Option<HashMap<String, &'a RawValue>>,
+    #[serde(rename = "Metadata", alias = "metadata", borrow, default)]
+    metadata: Option<HashMap<String, &'a RawValue>>,
+}
+
+struct Metadata<'a>(HashMap<String, &'a RawValue>);
+
+impl<'a> Metadata<'a> {
+    /// Exact key first (what the host sends), then case-insensitive (hand-written requests).
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.get(key).copied().or_else(|| {
+            self.0
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                .map(|(_, v)| *v)
+        })
+    }
+
+    /// A value that may be JSON text wrapped in a string (`"[10,11]"`) or plain JSON.
+    fn parse<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ContractError> {
+        let Some(raw) = self.get(key) else {
+            return Ok(None);
+        };
+        let bad = |e: serde_json::Error| ContractError::BadMetadata {
+            key: key.to_string(),
+            problem: e.to_string(),
+        };
+        let text = raw.get();
+        if text == "null" {
+            return Ok(None);
+        }
+        if text.starts_with('"') {
+            let inner: Cow<str> = serde_json::from_str(text).map_err(bad)?;
+            match serde_json::from_str(&inner) {
+                Ok(v) => Ok(Some(v)),
+                // Some values are plain strings that were not JSON-encoded a second time.
+                Err(e) => serde_json::from_value(Value::String(inner.into_owned()))
+                    .map(Some)
+                    .map_err(|_| bad(e)),
+            }
+        } else {
+            serde_json::from_str(text).map(Some).map_err(bad)
+        }
+    }
+
+    /// An array-valued key of a `many` batch, checked against the number of events.
+    fn array<T: DeserializeOwned>(
+        &self,
+        key: &str,
+        binding: &str,
+        events: usize,
+    ) -> Result<Option<Vec<T>>, ContractError> {
+        let Some(values) = self.parse::<Vec<T>>(key)? else {
+            return Ok(None);
+        };
+        if values.len() != events {
+            return Err(ContractError::LengthMismatch {
+                binding: binding.to_string(),
+                key: key.to_string(),
+                events,
+                len: values.len(),
+            });
+        }
+        Ok(Some(values))
+    }
+}
+
+/// A JSON scalar that the host may write as a number or as a string (offsets, sequence numbers).
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum Scalar {
+    Int(i64),
+    Text(String),
+    Float(f64),
+}
+
+impl Scalar {
+    fn as_i64(&self) -> Option<i64> {
+        match self {
+            Scalar::Int(i) => Some(*i),
+            Scalar::Text(s) => s.parse().ok(),
+            Scalar::Float(f) => Some(*f as i64),
+        }
+    }
+    fn into_string(self) -> String {
+        match self {
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Text(s) => s,
+            Scalar::Float(f) => f.to_string(),
+        }
+    }
+}
+
+/// Per-event annotations from whichever metadata keys are present.
+#[derive(Default)]
+struct Annotations {
+    sequence_number: Option<i64>,
+    offset: Option<String>,
+    enqueued_time: Option<Value>,
+    partition_key: Option<String>,
+    properties: Map<String, Value>,
+}
+
+/// Decodes one invocation request for `function`, whose trigger is `trigger`.
+pub fn decode_request(
+    function: &str,
+    trigger: &EventHubTrigger,
+    body: &[u8],
+) -> Result<TriggerBatch, ContractError> {
+    let envelope: Envelope =
+        serde_json::from_slice(body).map_err(|e| ContractError::MalformedJson(e.to_string()))?;
+    let data = envelope.data.ok_or(ContractError::MissingData)?;
+    let metadata = Metadata(envelope.metadata.unwrap_or_default());
+    let binding = trigger.binding_name.as_str();
+    let raw = data
+        .get(binding)
+        .copied()
+        .or_else(|| {
+            data.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(binding))
+                .map(|(_, v)| *v)
+        })
+        .ok_or_else(|| {
+            let mut found: Vec<String> = data.keys().cloned().collect();
+            found.sort();
+            ContractError::MissingBinding {
+                function: function.to_string(),
+                expected: binding.to_string(),
+                found,
+            }
+        })?;
+
+    let bodies = match trigger.cardinality {
+        Cardinality::Many => decode_many(binding, trigger.data_type, raw)?,
+        Cardinality::One => vec![decode_one(binding, trigger.data_type, raw)?],
+    };
+    let annotations = match trigger.cardinality {
+        Cardinality::Many => annotations_many(&metadata, binding, bodies.len())?,
+        Cardinality::One => vec![annotations_one(&metadata)?],
+    };
+    let partition = partition_context(&metadata)?;
+    let retry = metadata
+        .parse::<Value>("RetryContext")?
+        .map(|v| RetryContext {
+            retry_count: v.get("RetryCount").and_then(Value::as_i64).unwrap_or(0),
+            max_retry_count: v.get("MaxRetryCount").and_then(Value::as_i64).unwrap_or(0),
+        });
+
+    let events = bodies
+        .into_iter()
+        .zip(annotations)
+        .map(|(body, a)| EventRecord {
+            body,
+            sequence_number: a.sequence_number,
+            offset: a.offset,
+            enqueued_time: a.enqueued_time.as_ref().and_then(|v| match v {
+                Value::String(s) => parse_host_time(s),
+                _ => None,
+            }),
+            partition_key: a.partition_key,
+            properties: a.properties,
+        })
+        .collect();
+    Ok(TriggerBatch {
+        function: function.to_string(),
+        partition,
+        events,
+        retry,
+    })
+}
+
+/// The JSON text inside `Data.<binding>`: unwraps the host's string encoding, and accepts a
+/// plain JSON value from hand-written requests.
+fn unwrap_string_encoded<'a>(
+    binding: &str,
+    raw: &'a RawValue,
+) -> Result<Cow<'a, str>, ContractError> {
+    let text = raw.get();
+    if text.starts_with('"') {
+        serde_json::from_str::<Cow<str>>(text).map_err(|e| ContractError::BadData {
+            binding: binding.to_string(),
+            problem: e.to_string(),
+        })
+    } else {
+        Ok(Cow::Borrowed(text))
+    }
+}
+
+fn decode_many(
+    binding: &str,
+    data_type: DataType,
+    raw: &RawValue,
+) -> Result<Vec<Bytes>, ContractError> {
+    let text = unwrap_string_encoded(binding, raw)?;
+    // Fast path for the usual shape of dataType string: an array of strings, in one pass.
+    if data_type == DataType::String
+        && let Ok(bodies) = serde_json::from_str::<Vec<String>>(&text)
+    {
+        return Ok(bodies.into_iter().map(Bytes::from).collect());
+    }
+    let elements: Vec<&RawValue> =
+        serde_json::from_str(&text).map_err(|e| ContractError::BadData {
+            binding: binding.to_string(),
+            problem: format!(
+                "expected a JSON array of events (cardinality many), encoded as a string: {e}"
+            ),
+        })?;
+    elements
+        .into_iter()
+        .enumerate()
+        .map(|(index, element)| {
+            let text = element.get();
+            match data_type {
+                DataType::Unset => Ok(Bytes::copy_from_slice(text.as_bytes())),
+                DataType::String => Ok(if text.starts_with('"') {
+                    let s: String =
+                        serde_json::from_str(text).map_err(|e| ContractError::BadData {
+                            binding: binding.to_string(),
+                            problem: format!("element {index}: {e}"),
+                        })?;
+                    Bytes::from(s)
+                } else {
+                    Bytes::copy_from_slice(text.as_bytes())
+                }),
+                DataType::Binary => {
+                    let s: String =
+                        serde_json::from_str(text).map_err(|_| ContractError::InvalidBase64 {
+                            binding: binding.to_string(),
+                            index,
+                        })?;
+                    base64::engine::general_purpose::STANDARD
+                        .decode(s)
+                        .map(Bytes::from)
+                        .map_err(|_| ContractError::InvalidBase64 {
+                            binding: binding.to_string(),
+                            index,
+                        })
+                }
+            }
+        })
+        .collect()
+}
+
+fn decode_one(binding: &str, data_type: DataType, raw: &RawValue) -> Result<Bytes, ContractError> {
+    let once = unwrap_string_encoded(binding, raw)?;
+    match data_type {
+        DataType::Binary => base64::engine::general_purpose::STANDARD
+            .decode(once.as_bytes())
+            .map(Bytes::from)
+            .map_err(|_| ContractError::InvalidBase64 {
+                binding: binding.to_string(),
+                index: 0,
+            }),
+        // string or unset: the body string was JSON-encoded once more.
+        DataType::String | DataType::Unset => Ok(match serde_json::from_str::<String>(&once) {
+            Ok(body) => Bytes::from(body),
+            Err(_) => Bytes::copy_from_slice(once.as_bytes()),
+        }),
+    }
+}
+
+fn annotations_many(
+    meta: &Metadata,
+    binding: &str,
+    n: usize,
+) -> Result<Vec<Annotations>, ContractError> {
+    let seqs = meta.array::<Option<Scalar>>("SequenceNumberArray", binding, n)?;
+    let offsets = match meta.array::<Option<Scalar>>("OffsetStringArray", binding, n)? {
+        Some(o) => Some(o),
+        None => meta.array::<Option<Scalar>>("OffsetArray", binding, n)?,
+    };
+    let times = meta.array::<Option<Value>>("EnqueuedTimeUtcArray", binding, n)?;
+    let keys = meta.array::<Option<String>>("PartitionKeyArray", binding, n)?;
+    let props = meta.array::<Option<Map<String, Value>>>("PropertiesArray", binding, n)?;
+    // Only needed when the current keys are missing (older extensions): parse it lazily.
+    let needs_system = seqs.is_none() || offsets.is_none() || times.is_none() || keys.is_none();
+    let system = if needs_system {
+        meta.array::<Option<Map<String, Value>>>("SystemPropertiesArray", binding, n)?
+    } else {
+        None
+    };
+    let pick = |v: &Option<Vec<Option<Scalar>>>, i: usize| v.as_ref().and_then(|v| v[i].clone());
+    Ok((0..n)
+        .map(|i| {
+            let sys = system.as_ref().and_then(|s| s[i].as_ref());
+            let mut a = Annotations {
+                sequence_number: pick(&seqs, i).and_then(|s| s.as_i64()),
+                offset: pick(&offsets, i).map(Scalar::into_string),
+                enqueued_time: times.as_ref().and_then(|t| t[i].clone()),
+                partition_key: keys.as_ref().and_then(|k| k[i].clone()),
+                properties: props
+                    .as_ref()
+                    .and_then(|p| p[i].clone())
+                    .unwrap_or_default(),
+            };
+            if let Some(sys) = sys {
+                fill_from_system_properties(&mut a, sys);
+            }
+            a
+        })
+        .collect())
+}
+
+fn annotations_one(meta: &Metadata) -> Result<Annotations, ContractError> {
+    let mut a = Annotations {
+        sequence_number: meta
+            .parse::<Scalar>("SequenceNumber")?
+            .and_then(|s| s.as_i64()),
+        offset: match meta.parse::<Scalar>("OffsetString")? {
+            Some(o) => Some(o.into_string()),
+            None => meta.parse::<Scalar>("Offset")?.map(Scalar::into_string),
+        },
+        enqueued_time: meta.parse::<Value>("EnqueuedTimeUtc")?,
+        partition_key: meta.parse::<String>("PartitionKey")?,
+        properties: meta
+            .parse::<Map<String, Value>>("Properties")?
+            .unwrap_or_default(),
+    };
+    if let Some(sys) = meta.parse::<Map<String, Value>>("SystemProperties")? {
+        fill_from_system_properties(&mut a, &sys);
+    }
+    Ok(a)
+}
+
+/// Fills what is still missing from the system properties dictionary (AMQP annotations plus
+/// the keys the extension adds).
+fn fill_from_system_properties(a: &mut Annotations, sys: &Map<String, Value>) {
+    let get = |keys: &[&str]| {
+        keys.iter()
+            .find_map(|k| sys.get(*k).filter(|v| !v.is_null()))
+    };
+    if a.sequence_number.is_none() {
+        a.sequence_number =
+            get(&["SequenceNumber", "x-opt-sequence-number"]).and_then(|v| match v {
+                Value::Number(n) => n.as_i64(),
+                Value::String(s) => s.parse().ok(),
+                _ => None,
+            });
+    }
+    if a.offset.is_none() {
+        a.offset = get(&["OffsetString", "Offset", "x-opt-offset"]).map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+    if a.enqueued_time.is_none() {
+        a.enqueued_time = get(&["EnqueuedTimeUtc", "x-opt-enqueued-time"]).cloned();
+    }
+    if a.partition_key.is_none() {
+        a.partition_key = get(&["PartitionKey", "x-opt-partition-key"])
+            .and_then(Value::as_str)
+            .map(str::to_string);
+    }
+}
+
+fn partition_context(meta: &Metadata) -> Result<PartitionContext, ContractError> {
+    let context = match meta.parse::<Map<String, Value>>("TriggerPartitionContext")? {
+        Some(c) => Some(c),
+        None => meta.parse::<Map<String, Value>>("PartitionContext")?,
+    };
+    let context = context.ok_or(ContractError::MissingPartitionContext)?;
+    let text = |keys: &[&str]| {
+        keys.iter().find_map(|k| {
+            context
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(k))
+                .and_then(|(_, v)| match v {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                })
+        })
+    };
+    let partition_id = text(&["PartitionId"])
+        .filter(|p| !p.is_empty())
+        .ok_or(ContractError::MissingPartitionContext)?;
+    Ok(PartitionContext {
+        fully_qualified_namespace: text(&["FullyQualifiedNamespace"]),
+        event_hub_name: text(&["EventHubName", "EventHubPath"]),
+        consumer_group: text(&["ConsumerGroup", "ConsumerGroupName"]),
+        partition_id,
+        is_checkpointing_after_invocation: context
+            .get("IsCheckpointingAfterInvocation")
+            .and_then(Value::as_bool),
+    })
+}

@@ -1,0 +1,269 @@
+//! [`TriggerBatch`]-like parts → the exact request the Functions host sends to a custom handler.
+//!
+//! This is the host's side of the contract (functions-host-contract.md §1.3 value rules, §2.3
+//! keys, §2.4 example), so that hubhost's demo, tests, benchmark and emulated host invoke a
+//! handler exactly as `func start` and Azure do. Three metadata flavours: the current v5/v6
+//! extension (bundle v4), early v5 (no `TriggerPartitionContext`/`OffsetString*`) and the legacy
+//! v3/v4 extension (`PartitionContext` of EventProcessorHost).
+
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+
+use super::{dotnet_datetime, dotnet_datetime_offset, dotnet_utc_now};
+use crate::batch::{EventRecord, PartitionContext, RetryContext};
+use crate::function_app::{Cardinality, DataType, EventHubTrigger};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetadataFlavor {
+    /// Event Hubs extension 6.x, what extension bundle `[4.*, 5.0.0)` gives today.
+    Current,
+    /// Early 5.x releases.
+    EarlyV5,
+    /// The legacy 3.x/4.x extension (EventProcessorHost).
+    LegacyV4,
+}
+
+pub struct HostInvocation<'a> {
+    pub function: &'a str,
+    pub trigger: &'a EventHubTrigger,
+    pub partition: &'a PartitionContext,
+    pub events: &'a [EventRecord],
+    /// Present when the function has a retry policy (the host then sends it on every attempt).
+    pub retry: Option<&'a RetryContext>,
+    pub flavor: MetadataFlavor,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum EncodeError {
+    #[error(
+        "event {index} is not JSON, and the trigger has cardinality many without dataType: the host fails to bind such a batch (set dataType to string or binary)"
+    )]
+    BodyNotJson { index: usize },
+    #[error("a cardinality-one invocation carries exactly one event, not {0}")]
+    NotOneEvent(usize),
+}
+
+/// Rule 4 of the host's value conversion: strings, numbers and arrays become JSON text in a string.
+fn as_json_text(v: &Value) -> Value {
+    Value::String(v.to_string())
+}
+
+fn offset_as_long(offset: Option<&str>) -> i64 {
+    offset.and_then(|o| o.parse().ok()).unwrap_or(-1)
+}
+
+fn system_properties(e: &EventRecord, flavor: MetadataFlavor) -> Value {
+    let mut m = Map::new();
+    if let Some(seq) = e.sequence_number {
+        m.insert("x-opt-sequence-number".into(), json!(seq));
+        m.insert("SequenceNumber".into(), json!(seq));
+    }
+    let offset = e.offset.as_deref();
+    m.insert("x-opt-offset".into(), json!(offset_as_long(offset)));
+    m.insert("Offset".into(), json!(offset_as_long(offset)));
+    if flavor == MetadataFlavor::Current {
+        m.insert("OffsetString".into(), json!(offset));
+    }
+    if let Some(t) = &e.enqueued_time {
+        m.insert(
+            "x-opt-enqueued-time".into(),
+            json!(dotnet_datetime_offset(t)),
+        );
+        m.insert("EnqueuedTimeUtc".into(), json!(dotnet_datetime(t)));
+    }
+    if let Some(k) = &e.partition_key {
+        m.insert("x-opt-partition-key".into(), json!(k));
+    }
+    m.insert("PartitionKey".into(), json!(e.partition_key));
+    Value::Object(m)
+}
+
+fn partition_context(inv: &HostInvocation) -> Value {
+    let p = inv.partition;
+    match inv.flavor {
+        MetadataFlavor::Current => json!({
+            "IsCheckpointingAfterInvocation": p.is_checkpointing_after_invocation.unwrap_or(true),
+            "FullyQualifiedNamespace": p.fully_qualified_namespace,
+            "EventHubName": p.event_hub_name,
+            "ConsumerGroup": p.consumer_group,
+            "PartitionId": p.partition_id,
+        }),
+        MetadataFlavor::EarlyV5 => json!({
+            "FullyQualifiedNamespace": p.fully_qualified_namespace,
+            "EventHubName": p.event_hub_name,
+            "ConsumerGroup": p.consumer_group,
+            "PartitionId": p.partition_id,
+        }),
+        MetadataFlavor::LegacyV4 => {
+            let last = inv.events.last();
+            json!({
+                "CancellationToken": {"IsCancellationRequested": false, "CanBeCanceled": true, "WaitHandle": {"Handle": {"value": 1}, "SafeWaitHandle": {"IsInvalid": false, "IsClosed": false}}},
+                "ConsumerGroupName": p.consumer_group,
+                "EventHubPath": p.event_hub_name,
+                "PartitionId": p.partition_id,
+                "Owner": "00000000-0000-0000-0000-000000000000",
+                "RuntimeInformation": {
+                    "PartitionId": p.partition_id,
+                    "LastSequenceNumber": last.and_then(|e| e.sequence_number).unwrap_or(0),
+                    "LastEnqueuedTimeUtc": last.and_then(|e| e.enqueued_time.as_ref()).map(dotnet_datetime).unwrap_or_else(|| "0001-01-01T00:00:00".into()),
+                    "LastEnqueuedOffset": last.and_then(|e| e.offset.clone()),
+                    "RetrievalTime": "0001-01-01T00:00:00"
+                }
+            })
+        }
+    }
+}
+
+fn body_text(e: &EventRecord) -> String {
+    String::from_utf8_lossy(&e.body).into_owned()
+}
+
+fn base64_body(e: &EventRecord) -> String {
+    base64::engine::general_purpose::STANDARD.encode(&e.body)
+}
+
+/// Builds the request body the host POSTs to `/{function}`.
+pub fn encode_request(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
+    let trigger = inv.trigger;
+    let events = inv.events;
+    let mut metadata = Map::new();
+    // Binding data the host derives from a JSON object body; it wins over every other key.
+    let mut from_body = Map::new();
+    let data_value = match trigger.cardinality {
+        Cardinality::Many => {
+            let array: Vec<Value> = match trigger.data_type {
+                DataType::String => events.iter().map(|e| Value::String(body_text(e))).collect(),
+                DataType::Binary => events
+                    .iter()
+                    .map(|e| Value::String(base64_body(e)))
+                    .collect(),
+                DataType::Unset => events
+                    .iter()
+                    .enumerate()
+                    .map(|(index, e)| {
+                        serde_json::from_slice(&e.body)
+                            .map_err(|_| EncodeError::BodyNotJson { index })
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
+            let seqs: Vec<Value> = events.iter().map(|e| json!(e.sequence_number)).collect();
+            let offsets: Vec<Value> = events.iter().map(|e| json!(e.offset)).collect();
+            let times: Vec<Value> = events
+                .iter()
+                .map(|e| json!(e.enqueued_time.as_ref().map(dotnet_datetime)))
+                .collect();
+            let keys: Vec<Value> = events.iter().map(|e| json!(e.partition_key)).collect();
+            let props: Vec<Value> = events
+                .iter()
+                .map(|e| Value::Object(e.properties.clone()))
+                .collect();
+            let system: Vec<Value> = events
+                .iter()
+                .map(|e| system_properties(e, inv.flavor))
+                .collect();
+            metadata.insert(
+                "PartitionKeyArray".into(),
+                as_json_text(&Value::Array(keys)),
+            );
+            metadata.insert(
+                "OffsetArray".into(),
+                as_json_text(&Value::Array(offsets.clone())),
+            );
+            if inv.flavor == MetadataFlavor::Current {
+                metadata.insert(
+                    "OffsetStringArray".into(),
+                    as_json_text(&Value::Array(offsets)),
+                );
+            }
+            metadata.insert(
+                "SequenceNumberArray".into(),
+                as_json_text(&Value::Array(seqs)),
+            );
+            metadata.insert(
+                "EnqueuedTimeUtcArray".into(),
+                as_json_text(&Value::Array(times)),
+            );
+            metadata.insert("PropertiesArray".into(), as_json_text(&Value::Array(props)));
+            metadata.insert(
+                "SystemPropertiesArray".into(),
+                as_json_text(&Value::Array(system)),
+            );
+            as_json_text(&Value::Array(array))
+        }
+        Cardinality::One => {
+            let [e] = events else {
+                return Err(EncodeError::NotOneEvent(events.len()));
+            };
+            // The host omits null values (here: no partition key).
+            if let Some(k) = &e.partition_key {
+                metadata.insert("PartitionKey".into(), as_json_text(&json!(k)));
+            }
+            metadata.insert("Offset".into(), as_json_text(&json!(e.offset)));
+            if inv.flavor == MetadataFlavor::Current {
+                metadata.insert("OffsetString".into(), as_json_text(&json!(e.offset)));
+            }
+            if let Some(seq) = e.sequence_number {
+                metadata.insert("SequenceNumber".into(), as_json_text(&json!(seq)));
+            }
+            if let Some(t) = &e.enqueued_time {
+                // DateTime values go through DateTime.Parse(ToString()): sub-second precision is lost.
+                let whole_seconds = t.format("%Y-%m-%dT%H:%M:%S").to_string();
+                metadata.insert(
+                    "EnqueuedTimeUtc".into(),
+                    as_json_text(&json!(whole_seconds)),
+                );
+            }
+            metadata.insert("Properties".into(), Value::Object(e.properties.clone()));
+            metadata.insert("SystemProperties".into(), system_properties(e, inv.flavor));
+            match trigger.data_type {
+                DataType::Binary => Value::String(base64_body(e)),
+                DataType::String | DataType::Unset => {
+                    let body = body_text(e);
+                    // The host copies a JSON object body's top-level non-array properties into
+                    // the binding data, overwriting same-named keys (Utility.ApplyBindingData).
+                    if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(&body) {
+                        for (k, v) in fields {
+                            match v {
+                                Value::Array(_) | Value::Null => {}
+                                Value::Object(_) => {
+                                    from_body.insert(k, v);
+                                }
+                                other => {
+                                    from_body.insert(k, as_json_text(&other));
+                                }
+                            }
+                        }
+                    }
+                    as_json_text(&Value::String(body))
+                }
+            }
+        }
+    };
+
+    let context = partition_context(inv);
+    if inv.flavor == MetadataFlavor::Current {
+        metadata.insert("TriggerPartitionContext".into(), context.clone());
+    }
+    metadata.insert("PartitionContext".into(), context);
+    if let Some(r) = inv.retry {
+        metadata.insert(
+            "RetryContext".into(),
+            json!({"RetryCount": r.retry_count, "MaxRetryCount": r.max_retry_count, "Exception": null}),
+        );
+    }
+    metadata.insert(
+        "sys".into(),
+        json!({
+            "MethodName": inv.function,
+            "UtcNow": dotnet_utc_now(&inv.now),
+            "RandGuid": uuid::Uuid::new_v4().to_string(),
+        }),
+    );
+    metadata.extend(from_body);
+    let mut data = Map::new();
+    data.insert(trigger.binding_name.clone(), data_value);
+    let request = json!({"Data": data, "Metadata": metadata});
+    Ok(serde_json::to_vec(&request).expect("a JSON value always serializes"))
+}

@@ -1,0 +1,194 @@
+//! The Azure Functions host ⇄ custom handler contract for Event Hubs triggers.
+//!
+//! The host POSTs `{"Data": {...}, "Metadata": {...}}` to `/{FunctionName}` and expects
+//! `{"Outputs":…,"Logs":[…],"ReturnValue":…}` back (reference: functions-host-contract.md §1–2).
+//! Its encoding is peculiar: a batch arrives as a JSON *string* holding a JSON array, numbers and
+//! strings in Metadata arrive as JSON text inside strings, binary as base64.
+//! - [`decode`] turns any shape the host sends (current, early v5 and legacy v3/v4 extensions,
+//!   cardinality one/many, dataType string/binary/unset) into a typed [`crate::batch::TriggerBatch`];
+//! - [`encode`] builds, byte for byte, the request the host would send for a batch — used by the
+//!   demo, the tests, the benchmark and the emulated host;
+//! - [`response`] is the answer.
+
+pub mod decode;
+pub mod encode;
+pub mod response;
+
+use chrono::{DateTime, NaiveDateTime, SecondsFormat, Timelike, Utc};
+
+/// Why a request cannot be decoded. Each message names the offending part of the request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ContractError {
+    #[error("the request body is not valid JSON: {0}")]
+    MalformedJson(String),
+    #[error("the request has no \"Data\" object")]
+    MissingData,
+    #[error(
+        "\"Data\" has no binding named '{expected}' (function {function} declares it in function.json); found: {found:?}"
+    )]
+    MissingBinding {
+        function: String,
+        expected: String,
+        found: Vec<String>,
+    },
+    #[error("Data.{binding} is not what the trigger's function.json promises: {problem}")]
+    BadData { binding: String, problem: String },
+    #[error("Data.{binding}[{index}] is not valid base64 (the trigger has dataType binary)")]
+    InvalidBase64 { binding: String, index: usize },
+    #[error(
+        "the batch's metadata arrays disagree: Data.{binding} has {events} events but Metadata.{key} has {len}"
+    )]
+    LengthMismatch {
+        binding: String,
+        key: String,
+        events: usize,
+        len: usize,
+    },
+    #[error("Metadata.{key} is malformed: {problem}")]
+    BadMetadata { key: String, problem: String },
+    #[error(
+        "Metadata has no TriggerPartitionContext or PartitionContext with a PartitionId: cannot tell which partition the batch came from"
+    )]
+    MissingPartitionContext,
+}
+
+impl ContractError {
+    /// A stable, machine-readable code for the JSON error body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ContractError::MalformedJson(_) => "malformed_json",
+            ContractError::MissingData => "missing_data",
+            ContractError::MissingBinding { .. } => "missing_binding",
+            ContractError::BadData { .. } => "bad_data",
+            ContractError::InvalidBase64 { .. } => "invalid_base64",
+            ContractError::LengthMismatch { .. } => "metadata_length_mismatch",
+            ContractError::BadMetadata { .. } => "bad_metadata",
+            ContractError::MissingPartitionContext => "missing_partition_context",
+        }
+    }
+}
+
+/// Formats like Newtonsoft.Json formats a .NET `DateTime` of kind Unspecified
+/// (`yyyy-MM-ddTHH:mm:ss.FFFFFFF`: up to 7 fraction digits, trailing zeros dropped, no zone).
+pub fn dotnet_datetime(t: &DateTime<Utc>) -> String {
+    let base = t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    let ticks = t.nanosecond() % 1_000_000_000 / 100;
+    if ticks == 0 {
+        base
+    } else {
+        let frac = format!("{ticks:07}");
+        format!("{base}.{}", frac.trim_end_matches('0'))
+    }
+}
+
+/// Like [`dotnet_datetime`] for a `DateTimeOffset` at UTC (`…+00:00`).
+pub fn dotnet_datetime_offset(t: &DateTime<Utc>) -> String {
+    format!("{}+00:00", dotnet_datetime(t))
+}
+
+/// Parses the date forms the host and the extensions emit: RFC 3339, ISO without a zone
+/// (taken as UTC, as the extension's `EnqueuedTimeUtc` is), and .NET's invariant
+/// `M/d/yyyy h:mm:ss tt`.
+pub fn parse_host_time(s: &str) -> Option<DateTime<Utc>> {
+    let s = s.trim();
+    if let Some(t) = parse_iso_fast(s) {
+        return Some(t);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t.with_timezone(&Utc));
+    }
+    for format in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%m/%d/%Y %I:%M:%S %p",
+    ] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(s, format) {
+            return Some(t.and_utc());
+        }
+    }
+    None
+}
+
+/// The common case without chrono's general parser: `yyyy-MM-ddTHH:mm:ss[.f…]` followed by
+/// nothing, `Z` or `+00:00` (every batch carries one such date per event).
+fn parse_iso_fast(s: &str) -> Option<DateTime<Utc>> {
+    let b = s.as_bytes();
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<u32> {
+        b[r].iter().try_fold(0u32, |acc, &c| {
+            c.is_ascii_digit().then(|| acc * 10 + u32::from(c - b'0'))
+        })
+    };
+    let date = chrono::NaiveDate::from_ymd_opt(num(0..4)? as i32, num(5..7)?, num(8..10)?)?;
+    let mut nanos = 0u32;
+    let mut i = 19;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let mut scale = 100_000_000u32;
+        while let Some(&c) = b.get(i).filter(|c| c.is_ascii_digit()) {
+            nanos += u32::from(c - b'0') * scale;
+            scale /= 10;
+            i += 1;
+        }
+    }
+    match &s[i..] {
+        "" | "Z" | "+00:00" => {}
+        _ => return None,
+    }
+    let time =
+        chrono::NaiveTime::from_hms_nano_opt(num(11..13)?, num(14..16)?, num(17..19)?, nanos)?;
+    Some(date.and_time(time).and_utc())
+}
+
+/// `UtcNow` in `sys`: seven fraction digits and a `Z`, as .NET's round-trip format writes it.
+pub fn dotnet_utc_now(t: &DateTime<Utc>) -> String {
+    let s = t.to_rfc3339_opts(SecondsFormat::Nanos, true);
+    // chrono writes 9 digits; .NET writes 7.
+    match s.rfind('.') {
+        Some(dot) => format!("{}Z", &s[..dot + 8]),
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn dotnet_dates_trim_trailing_zeros() {
+        let t = Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap();
+        assert_eq!(dotnet_datetime(&t), "2024-05-01T12:00:00");
+        let t = t + chrono::Duration::milliseconds(120);
+        assert_eq!(dotnet_datetime(&t), "2024-05-01T12:00:00.12");
+        assert_eq!(dotnet_datetime_offset(&t), "2024-05-01T12:00:00.12+00:00");
+        assert_eq!(dotnet_utc_now(&t), "2024-05-01T12:00:00.1200000Z");
+    }
+
+    #[test]
+    fn host_times_parse_in_every_form() {
+        let want = Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap()
+            + chrono::Duration::milliseconds(123);
+        for s in [
+            "2024-05-01T12:00:00.123",
+            "2024-05-01T12:00:00.123Z",
+            "2024-05-01T12:00:00.123+00:00",
+            "2024-05-01T14:00:00.123+02:00",
+        ] {
+            assert_eq!(parse_host_time(s), Some(want), "{s}");
+        }
+        assert_eq!(
+            parse_host_time("5/1/2024 12:00:00 PM"),
+            Some(Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap())
+        );
+        assert_eq!(parse_host_time("yesterday"), None);
+    }
+}

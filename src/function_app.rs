@@ -1,0 +1,342 @@
+//! The function app on disk: `host.json` and one folder per function with its `function.json`,
+//! discovered the way the Functions host does (folders beside host.json in the script root).
+//!
+//! The custom handler reads it to learn each trigger's binding name, cardinality and data type —
+//! it cannot tell a `string` batch from a `binary` one by looking at the request — and the
+//! emulated host (later) reads it to know what to invoke.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cardinality {
+    One,
+    Many,
+}
+
+/// The trigger binding's `dataType`: it decides how the host encodes event bodies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataType {
+    /// No `dataType`: with cardinality many the host JSON-parses every body.
+    Unset,
+    String,
+    Binary,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventHubTrigger {
+    pub binding_name: String,
+    pub event_hub_name: String,
+    pub consumer_group: String,
+    pub cardinality: Cardinality,
+    pub data_type: DataType,
+    /// Name of the app setting with the Event Hubs connection.
+    pub connection: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetryStrategy {
+    FixedDelay {
+        delay: Duration,
+    },
+    ExponentialBackoff {
+        minimum: Duration,
+        maximum: Duration,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    pub strategy: RetryStrategy,
+    /// -1 means forever.
+    pub max_retry_count: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Trigger {
+    EventHub(EventHubTrigger),
+    Http { binding_name: String },
+    Other { kind: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionSpec {
+    pub name: String,
+    pub trigger: Trigger,
+    pub retry: Option<RetryPolicy>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FunctionApp {
+    pub root: PathBuf,
+    pub host_json: Value,
+    pub functions: Vec<FunctionSpec>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionAppError {
+    #[error("{0} has no host.json: point --app at the function app folder (the script root)")]
+    NoHostJson(PathBuf),
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid JSON: {source}")]
+    BadJson {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{path}: {problem}")]
+    Invalid { path: PathBuf, problem: String },
+}
+
+impl FunctionApp {
+    /// Loads host.json and every `*/function.json` beside it. Honours host.json's `functions`
+    /// list, which restricts the functions the host loads.
+    pub fn load(root: &Path) -> Result<Self, FunctionAppError> {
+        let host_path = root.join("host.json");
+        if !host_path.is_file() {
+            return Err(FunctionAppError::NoHostJson(root.to_path_buf()));
+        }
+        let host_json = read_json(&host_path)?;
+        let only: Option<Vec<String>> =
+            host_json
+                .get("functions")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                });
+        let mut functions = Vec::new();
+        let entries = std::fs::read_dir(root).map_err(|source| FunctionAppError::Io {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        let mut dirs: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("function.json").is_file())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            let name = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string();
+            if only
+                .as_ref()
+                .is_some_and(|o| !o.iter().any(|f| f.eq_ignore_ascii_case(&name)))
+            {
+                continue;
+            }
+            let path = dir.join("function.json");
+            let json = read_json(&path)?;
+            functions.push(FunctionSpec::from_json(&name, &json).map_err(|problem| {
+                FunctionAppError::Invalid {
+                    path: path.clone(),
+                    problem,
+                }
+            })?);
+        }
+        Ok(FunctionApp {
+            root: root.to_path_buf(),
+            host_json,
+            functions,
+        })
+    }
+
+    /// Function names are case-insensitive in Azure Functions.
+    pub fn function(&self, name: &str) -> Option<&FunctionSpec> {
+        self.functions
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(name))
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value, FunctionAppError> {
+    let text = std::fs::read_to_string(path).map_err(|source| FunctionAppError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| FunctionAppError::BadJson {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl FunctionSpec {
+    pub fn from_json(name: &str, json: &Value) -> Result<Self, String> {
+        let bindings = json
+            .get("bindings")
+            .and_then(Value::as_array)
+            .ok_or("function.json has no \"bindings\" array")?;
+        let trigger_binding = bindings
+            .iter()
+            .find(|b| {
+                b.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.to_ascii_lowercase().ends_with("trigger"))
+            })
+            .ok_or("function.json has no trigger binding")?;
+        let text = |key: &str| {
+            trigger_binding
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let kind = text("type").unwrap_or_default();
+        let binding_name = text("name").ok_or("the trigger binding has no \"name\"")?;
+        let trigger = match kind.to_ascii_lowercase().as_str() {
+            "eventhubtrigger" => {
+                let cardinality = match text("cardinality").as_deref() {
+                    None | Some("one") => Cardinality::One,
+                    Some("many") => Cardinality::Many,
+                    Some(other) => return Err(format!("unknown cardinality \"{other}\"")),
+                };
+                let data_type = match text("dataType").as_deref() {
+                    None => DataType::Unset,
+                    Some("string") => DataType::String,
+                    Some("binary") => DataType::Binary,
+                    Some(other) => {
+                        return Err(format!(
+                            "dataType \"{other}\" is not supported for eventHubTrigger (use string or binary)"
+                        ));
+                    }
+                };
+                Trigger::EventHub(EventHubTrigger {
+                    binding_name,
+                    event_hub_name: text("eventHubName")
+                        .or_else(|| text("path"))
+                        .ok_or("the eventHubTrigger binding has no \"eventHubName\"")?,
+                    consumer_group: text("consumerGroup").unwrap_or_else(|| "$Default".into()),
+                    cardinality,
+                    data_type,
+                    connection: text("connection"),
+                })
+            }
+            "httptrigger" => Trigger::Http { binding_name },
+            _ => Trigger::Other { kind },
+        };
+        let retry = json.get("retry").map(parse_retry).transpose()?;
+        Ok(FunctionSpec {
+            name: name.to_string(),
+            trigger,
+            retry,
+        })
+    }
+
+    pub fn event_hub_trigger(&self) -> Option<&EventHubTrigger> {
+        match &self.trigger {
+            Trigger::EventHub(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+fn parse_retry(json: &Value) -> Result<RetryPolicy, String> {
+    let text = |key: &str| json.get(key).and_then(Value::as_str);
+    let span = |key: &str| -> Result<Duration, String> {
+        let v = text(key).ok_or(format!("retry policy needs \"{key}\""))?;
+        parse_timespan(v).ok_or(format!(
+            "retry \"{key}\" is not a time span like 00:00:05: {v}"
+        ))
+    };
+    let max_retry_count = json
+        .get("maxRetryCount")
+        .and_then(Value::as_i64)
+        .ok_or("retry policy needs an integer \"maxRetryCount\"")?;
+    let strategy = match text("strategy") {
+        Some(s) if s.eq_ignore_ascii_case("fixedDelay") => RetryStrategy::FixedDelay {
+            delay: span("delayInterval")?,
+        },
+        Some(s) if s.eq_ignore_ascii_case("exponentialBackoff") => {
+            RetryStrategy::ExponentialBackoff {
+                minimum: span("minimumInterval")?,
+                maximum: span("maximumInterval")?,
+            }
+        }
+        other => return Err(format!("unknown retry strategy {other:?}")),
+    };
+    Ok(RetryPolicy {
+        strategy,
+        max_retry_count,
+    })
+}
+
+/// Parses a .NET `TimeSpan` as host.json and function.json write it: `[d.]hh:mm:ss[.fffffff]`.
+pub fn parse_timespan(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (days, rest) = match s.split_once('.') {
+        Some((d, r)) if !d.contains(':') => (d.parse::<u64>().ok()?, r),
+        _ => (0, s),
+    };
+    let mut parts = rest.split(':');
+    let hours: u64 = parts.next()?.parse().ok()?;
+    let minutes: u64 = parts.next()?.parse().ok()?;
+    let seconds: f64 = parts.next()?.parse().ok()?;
+    if parts.next().is_some() || minutes >= 60 || !(0.0..60.0).contains(&seconds) {
+        return None;
+    }
+    Some(
+        Duration::from_secs((days * 24 + hours) * 3600 + minutes * 60)
+            + Duration::from_secs_f64(seconds),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn timespans_parse_like_dotnet() {
+        assert_eq!(parse_timespan("00:00:05"), Some(Duration::from_secs(5)));
+        assert_eq!(
+            parse_timespan("01:02:03.5"),
+            Some(Duration::from_millis(3_723_500))
+        );
+        assert_eq!(
+            parse_timespan("1.00:00:00"),
+            Some(Duration::from_secs(86_400))
+        );
+        assert_eq!(parse_timespan("00:61:00"), None);
+        assert_eq!(parse_timespan("five"), None);
+    }
+
+    #[test]
+    fn event_hub_trigger_defaults_follow_the_host() {
+        let spec = FunctionSpec::from_json(
+            "F",
+            &json!({"bindings":[{"type":"eventHubTrigger","name":"ev","direction":"in","eventHubName":"h"}]}),
+        )
+        .unwrap();
+        let t = spec.event_hub_trigger().unwrap();
+        assert_eq!(t.cardinality, Cardinality::One);
+        assert_eq!(t.data_type, DataType::Unset);
+        assert_eq!(t.consumer_group, "$Default");
+    }
+
+    #[test]
+    fn retry_policies_parse() {
+        let spec = FunctionSpec::from_json(
+            "F",
+            &json!({"bindings":[{"type":"eventHubTrigger","name":"ev","direction":"in","eventHubName":"h","cardinality":"many","dataType":"string"}],
+                    "retry":{"strategy":"exponentialBackoff","maxRetryCount":5,"minimumInterval":"00:00:01","maximumInterval":"00:00:30"}}),
+        )
+        .unwrap();
+        assert_eq!(spec.retry.unwrap().max_retry_count, 5);
+        assert!(
+            FunctionSpec::from_json(
+                "F",
+                &json!({"bindings":[{"type":"eventHubTrigger","name":"ev","eventHubName":"h","dataType":"stream"}]})
+            )
+            .is_err()
+        );
+    }
+}

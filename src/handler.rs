@@ -1,0 +1,334 @@
+//! `hubhost serve`: the custom handler the Functions host starts and calls.
+//!
+//! - `GET /` answers the host's start-up probe (any answer means "ready").
+//! - `POST /{FunctionName}` takes one invocation: decode (contract) → process (app) → answer.
+//!
+//! Failure policy, in the order a request meets it:
+//! - body over the limit → 413; unknown function → 404; undecodable request → 400: a JSON error
+//!   naming the problem, nothing processed;
+//! - storage unreachable → 500 `storage_unavailable`, so that the host's retry policy retries the
+//!   whole batch (processing is idempotent, so nothing is lost and nothing double counted);
+//! - a panic while processing → 500 `handler_panic`; the process stays up.
+//! Request bodies and connection strings are never logged.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+
+use crate::app::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION, App, AppError, AppFunction};
+use crate::contract::ContractError;
+use crate::contract::decode::decode_request;
+use crate::contract::response::InvocationResponse;
+use crate::function_app::{
+    Cardinality, DataType, EventHubTrigger, FunctionApp, FunctionSpec, Trigger,
+};
+use crate::storage::{SharedStore, StorageLocation, StoreError};
+
+pub const DEFAULT_MAX_BODY_BYTES: usize = 128 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct HandlerConfig {
+    pub listen: SocketAddr,
+    /// The function app folder (script root). `None`: the built-in definitions of the app's
+    /// two functions, identical to `function_app/`.
+    pub app_root: Option<PathBuf>,
+    pub storage: StorageLocation,
+    pub container: String,
+    pub window_seconds: u32,
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    FunctionApp(#[from] crate::function_app::FunctionAppError),
+    #[error("cannot open storage: {0}")]
+    Storage(#[from] StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server failed: {0}")]
+    Server(std::io::Error),
+}
+
+struct Registered {
+    spec: FunctionSpec,
+    trigger: EventHubTrigger,
+    logic: AppFunction,
+}
+
+pub struct HandlerState {
+    functions: Vec<Registered>,
+    app: Arc<App>,
+    max_body_bytes: usize,
+    /// Fault injection for tests and drills: a batch with an event of this home panics.
+    panic_home: Option<String>,
+}
+
+/// The two functions as `function_app/*/function.json` declares them.
+pub fn builtin_functions() -> Vec<FunctionSpec> {
+    let trigger = |consumer_group: &str| {
+        Trigger::EventHub(EventHubTrigger {
+            binding_name: "events".into(),
+            event_hub_name: "sensors".into(),
+            consumer_group: consumer_group.into(),
+            cardinality: Cardinality::Many,
+            data_type: DataType::String,
+            connection: Some("EventHubConnection".into()),
+        })
+    };
+    vec![
+        FunctionSpec {
+            name: AGGREGATOR_FUNCTION.into(),
+            trigger: trigger("$Default"),
+            retry: None,
+        },
+        FunctionSpec {
+            name: ARCHIVE_FUNCTION.into(),
+            trigger: trigger("archive"),
+            retry: None,
+        },
+    ]
+}
+
+impl HandlerState {
+    pub async fn new(config: &HandlerConfig) -> Result<Self, ServeError> {
+        let specs = match &config.app_root {
+            Some(root) => FunctionApp::load(root)?.functions,
+            None => builtin_functions(),
+        };
+        let mut functions = Vec::new();
+        for spec in specs {
+            let (Some(trigger), Some(logic)) = (
+                spec.event_hub_trigger().cloned(),
+                AppFunction::for_name(&spec.name),
+            ) else {
+                tracing::warn!(function = %spec.name, "function.json declares a function hubhost does not implement; requests for it get 404");
+                continue;
+            };
+            functions.push(Registered {
+                spec,
+                trigger,
+                logic,
+            });
+        }
+        let store: SharedStore = config.storage.open()?;
+        store.ensure_container(&config.container).await?;
+        tracing::info!(storage = %store.describe(), container = %config.container, "storage ready");
+        Ok(HandlerState {
+            functions,
+            app: Arc::new(App::new(store, &config.container, config.window_seconds)),
+            max_body_bytes: config.max_body_bytes,
+            panic_home: std::env::var("HUBHOST_FAULT_PANIC_HOME")
+                .ok()
+                .filter(|h| !h.is_empty()),
+        })
+    }
+
+    fn function(&self, name: &str) -> Option<&Registered> {
+        self.functions
+            .iter()
+            .find(|f| f.spec.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn function_names(&self) -> Vec<String> {
+        self.functions.iter().map(|f| f.spec.name.clone()).collect()
+    }
+}
+
+pub fn router(state: Arc<HandlerState>) -> Router {
+    Router::new()
+        .route("/", get(probe))
+        .route("/{function}", post(invoke))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Runs the handler until `shutdown` resolves.
+pub async fn serve(
+    config: HandlerConfig,
+    on_listening: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let state = Arc::new(HandlerState::new(&config).await?);
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(ServeError::Server)?;
+    tracing::info!(%addr, functions = ?state.function_names(), "custom handler listening");
+    on_listening(addr);
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(ServeError::Server)
+}
+
+fn reply(status: StatusCode, body: &InvocationResponse) -> Response {
+    let bytes = serde_json::to_vec(body).expect("responses serialize");
+    (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    reply(status, &InvocationResponse::error(code, message))
+}
+
+async fn probe(State(state): State<Arc<HandlerState>>) -> Response {
+    let body = json!({"status": "ready", "functions": state.function_names()});
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route: the host calls GET / and POST /{FunctionName}",
+    )
+}
+
+enum Failure {
+    Contract(ContractError),
+    App(AppError),
+}
+
+async fn invoke(
+    State(state): State<Arc<HandlerState>>,
+    Path(function): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let invocation_id = headers
+        .get("x-azure-functions-invocationid")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    let Some(registered) = state.function(&function) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "unknown_function",
+            format!(
+                "no function named '{}' (this handler serves: {})",
+                function.chars().take(100).collect::<String>(),
+                state.function_names().join(", ")
+            ),
+        );
+    };
+    let declared_len = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!(
+                "the request body is over the {} byte limit (--max-body-bytes)",
+                state.max_body_bytes
+            ),
+        )
+    };
+    if declared_len.is_some_and(|n| n > state.max_body_bytes) {
+        return too_large();
+    }
+    let bytes = match axum::body::to_bytes(body, state.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => {
+            let over = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return if over {
+                too_large()
+            } else {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "unreadable_body",
+                    format!("cannot read the request body: {e}"),
+                )
+            };
+        }
+    };
+
+    let name = registered.spec.name.clone();
+    let trigger = registered.trigger.clone();
+    let logic = registered.logic;
+    let app = state.app.clone();
+    let panic_home = state.panic_home.clone();
+    // Decoding and processing run in their own task: a panic there fails this invocation only.
+    let task = tokio::spawn(async move {
+        let batch = decode_request(&name, &trigger, &bytes).map_err(Failure::Contract)?;
+        if let Some(home) = &panic_home
+            && batch
+                .events
+                .iter()
+                .any(|e| e.body.windows(home.len()).any(|w| w == home.as_bytes()))
+        {
+            panic!("fault injection: HUBHOST_FAULT_PANIC_HOME matched an event");
+        }
+        let report = app.process(logic, &batch).await.map_err(Failure::App)?;
+        Ok::<_, Failure>((
+            batch.partition.partition_id.clone(),
+            batch.sequence_range(),
+            report,
+        ))
+    });
+    let function = registered.spec.name.as_str();
+    match task.await {
+        Ok(Ok((partition, range, report))) => {
+            let seqs = range
+                .map(|(a, b)| format!("{a}..={b}"))
+                .unwrap_or_else(|| "-".into());
+            tracing::info!(
+                function, partition = %partition, sequence_numbers = %seqs, events = report.events,
+                applied = report.applied, replayed = report.replayed, dead_lettered = report.dead_lettered,
+                elapsed_ms = started.elapsed().as_millis() as u64, invocation_id = %invocation_id,
+                "batch processed"
+            );
+            let log = format!(
+                "{function}: partition {partition}, sequence numbers {seqs}: {} events, {} applied, {} replayed, {} dead-lettered",
+                report.events, report.applied, report.replayed, report.dead_lettered
+            );
+            let value = serde_json::to_value(&report).expect("reports serialize");
+            reply(StatusCode::OK, &InvocationResponse::ok(vec![log], value))
+        }
+        Ok(Err(Failure::Contract(e))) => {
+            tracing::warn!(function, invocation_id = %invocation_id, code = e.code(), "bad request: {e}");
+            error(StatusCode::BAD_REQUEST, e.code(), e.to_string())
+        }
+        Ok(Err(Failure::App(e))) => {
+            let (status, code) = match &e {
+                AppError::BadName(_) => (StatusCode::BAD_REQUEST, "invalid_name"),
+                AppError::Storage(s) if s.is_transient() => {
+                    (StatusCode::INTERNAL_SERVER_ERROR, "storage_unavailable")
+                }
+                AppError::Storage(_) => (StatusCode::INTERNAL_SERVER_ERROR, "storage_error"),
+                AppError::CorruptState { .. } => {
+                    (StatusCode::INTERNAL_SERVER_ERROR, "corrupt_state")
+                }
+                AppError::Contention { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "contention"),
+            };
+            tracing::error!(function, invocation_id = %invocation_id, code, "invocation failed: {e}");
+            error(status, code, e.to_string())
+        }
+        Err(join) => {
+            tracing::error!(function, invocation_id = %invocation_id, "invocation panicked: {join}");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "handler_panic",
+                "processing this batch panicked; the handler is still running and the host may retry",
+            )
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Calls a custom handler the way the Functions host does (functions-host-contract.md §1.2–1.4):
+//! poll `GET /` every 25 ms until anything answers, then `POST /{FunctionName}` with the host's
+//! headers and JSON body. Used by the demo, the benchmark and the tests; the emulated host will
+//! build on it.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The host version we present ourselves as (a 2024 Functions v4 host).
+pub const HOST_VERSION: &str = "4.1037.0.0";
+
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    #[error("the custom handler at {0} did not start within {1:?}")]
+    NotReady(String, Duration),
+    #[error("calling the custom handler failed: {0}")]
+    Transport(String),
+    #[error("the custom handler answered {status} with a body that is not JSON")]
+    NotJson { status: u16 },
+}
+
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Invocation {
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+#[derive(Clone)]
+pub struct Invoker {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Invoker {
+    /// `base` is like `http://127.0.0.1:7071`.
+    pub fn new(base: &str) -> Self {
+        Invoker {
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()
+                .expect("HTTP client builds"),
+            base: base.trim_end_matches('/').to_string(),
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), InvokeError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            // Any HTTP answer means ready; only a refused connection means "keep waiting".
+            if self
+                .http
+                .get(format!("{}/", self.base))
+                .send()
+                .await
+                .is_ok()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(InvokeError::NotReady(self.base.clone(), timeout));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn invoke(&self, function: &str, body: Vec<u8>) -> Result<Invocation, InvokeError> {
+        let resp = self
+            .http
+            .post(format!("{}/{function}", self.base))
+            .header("Content-Type", "application/json; charset=utf-8")
+            .header("X-Azure-Functions-HostVersion", HOST_VERSION)
+            .header(
+                "X-Azure-Functions-InvocationId",
+                uuid::Uuid::new_v4().to_string(),
+            )
+            .header("User-Agent", format!("Azure-Functions-Host/{HOST_VERSION}"))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| InvokeError::Transport(e.without_url().to_string()))?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| InvokeError::Transport(e.without_url().to_string()))?;
+        let body = serde_json::from_slice(&bytes).map_err(|_| InvokeError::NotJson { status })?;
+        Ok(Invocation { status, body })
+    }
+}

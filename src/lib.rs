@@ -1,0 +1,14 @@
+//! hubhost: Azure Event Hubs consumers as an Azure Functions custom handler, with a local
+//! emulation mode. See ARCHITECTURE.md for the map of the code.
+
+pub mod app;
+pub mod batch;
+pub mod bench;
+pub mod contract;
+pub mod demo;
+pub mod fleet;
+pub mod function_app;
+pub mod handler;
+pub mod invoker;
+pub mod settings;
+pub mod storage;

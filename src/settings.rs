@@ -1,0 +1,88 @@
+//! Where settings come from: command-line flags first, then environment variables — which is
+//! how the Functions host hands app settings (local.settings.json `Values`, or the function
+//! app's configuration in Azure) to a custom handler.
+
+use crate::storage::StorageLocation;
+use crate::storage::connection::ConnectionStringError;
+
+/// The app setting that names the storage connection setting to use (default below).
+pub const STORAGE_SETTING_VAR: &str = "HUBHOST_STORAGE_SETTING";
+pub const DEFAULT_STORAGE_SETTING: &str = "AzureWebJobsStorage";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("the storage given by {source_name} is not usable: {error}")]
+    Storage {
+        source_name: String,
+        error: ConnectionStringError,
+    },
+}
+
+/// The storage for the app's data:
+/// 1. `--storage` / `HUBHOST_STORAGE` (a connection string, a directory, or `memory:`);
+/// 2. the app setting named by `HUBHOST_STORAGE_SETTING` (default `AzureWebJobsStorage`);
+/// 3. the local directory `hubhost-data` (the embedded default).
+pub fn resolve_storage(
+    flag: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<StorageLocation, SettingsError> {
+    let parse = |value: &str, source_name: &str| {
+        StorageLocation::parse(value).map_err(|error| SettingsError::Storage {
+            source_name: source_name.to_string(),
+            error,
+        })
+    };
+    if let Some(value) = flag.map(str::to_string).filter(|v| !v.trim().is_empty()) {
+        return parse(&value, "--storage / HUBHOST_STORAGE");
+    }
+    let setting = env(STORAGE_SETTING_VAR).unwrap_or_else(|| DEFAULT_STORAGE_SETTING.to_string());
+    if let Some(value) = env(&setting).filter(|v| !v.trim().is_empty()) {
+        return parse(&value, &format!("app setting {setting}"));
+    }
+    Ok(StorageLocation::Directory(crate::demo::default_data_dir()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn flag_wins_then_named_setting_then_local_directory() {
+        let env = env_of(&[
+            ("AzureWebJobsStorage", "UseDevelopmentStorage=true"),
+            ("Mine", "/tmp/x"),
+        ]);
+        assert!(
+            matches!(resolve_storage(Some("/data"), &env).unwrap(), StorageLocation::Directory(d) if d.ends_with("data"))
+        );
+        assert!(matches!(
+            resolve_storage(None, &env).unwrap(),
+            StorageLocation::Azure(_)
+        ));
+        let env = env_of(&[("HUBHOST_STORAGE_SETTING", "Mine"), ("Mine", "/tmp/x")]);
+        assert!(
+            matches!(resolve_storage(None, &env).unwrap(), StorageLocation::Directory(d) if d.ends_with("x"))
+        );
+        let env = env_of(&[]);
+        assert!(
+            matches!(resolve_storage(None, &env).unwrap(), StorageLocation::Directory(d) if d.ends_with("hubhost-data"))
+        );
+    }
+
+    #[test]
+    fn a_bad_connection_string_is_a_clear_error_without_the_secret() {
+        let env = env_of(&[("AzureWebJobsStorage", "AccountName=a;AccountKey=not*base64")]);
+        let message = resolve_storage(None, &env).unwrap_err().to_string();
+        assert!(message.contains("AzureWebJobsStorage"), "{message}");
+        assert!(!message.contains("not*base64"), "{message}");
+    }
+}

@@ -1,0 +1,178 @@
+//! Azure Storage connection strings, as users write them in `AzureWebJobsStorage`.
+//!
+//! Supports `UseDevelopmentStorage=true` (Azurite's well-known account), account-key strings
+//! (`AccountName=…;AccountKey=…`, with `DefaultEndpointsProtocol`, `EndpointSuffix` or an explicit
+//! `BlobEndpoint`) and SAS strings (`BlobEndpoint=…;SharedAccessSignature=…`). The key and the
+//! SAS are secrets: `Debug` shows neither, and nothing here formats them into a message.
+
+use std::fmt;
+
+/// Azurite's fixed development account (public, documented by Microsoft).
+pub const DEV_ACCOUNT: &str = "devstoreaccount1";
+pub const DEV_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+pub const DEV_BLOB_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
+
+#[derive(Clone, PartialEq)]
+pub enum Credential {
+    SharedKey {
+        account: String,
+        key: String,
+    },
+    /// A SAS token (query string without the leading `?`).
+    Sas(String),
+}
+
+#[derive(Clone, PartialEq)]
+pub struct StorageConnection {
+    /// Blob service endpoint without a trailing slash, e.g. `https://acct.blob.core.windows.net`
+    /// or `http://127.0.0.1:10000/devstoreaccount1`.
+    pub blob_endpoint: String,
+    pub credential: Credential,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConnectionStringError {
+    #[error(
+        "the storage connection string has no credential: give AccountName and AccountKey, \
+         or SharedAccessSignature, or use UseDevelopmentStorage=true"
+    )]
+    NoCredential,
+    #[error(
+        "the storage connection string has no blob endpoint: give BlobEndpoint, or AccountName \
+         (with optional EndpointSuffix and DefaultEndpointsProtocol)"
+    )]
+    NoEndpoint,
+    #[error(
+        "the storage connection string has a part without '=' (parts are Key=Value, separated by ';')"
+    )]
+    Malformed,
+    #[error("the AccountKey in the storage connection string is not valid base64")]
+    BadKey,
+}
+
+impl StorageConnection {
+    pub fn development() -> Self {
+        StorageConnection {
+            blob_endpoint: DEV_BLOB_ENDPOINT.to_string(),
+            credential: Credential::SharedKey {
+                account: DEV_ACCOUNT.to_string(),
+                key: DEV_KEY.to_string(),
+            },
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, ConnectionStringError> {
+        use base64::Engine;
+        let mut parts: Vec<(String, String)> = Vec::new();
+        for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or(ConnectionStringError::Malformed)?;
+            parts.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+        let get = |key: &str| parts.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+
+        if get("usedevelopmentstorage").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            let mut conn = StorageConnection::development();
+            if let Some(proxy) = get("developmentstorageproxyuri") {
+                let proxy = proxy.trim_end_matches('/');
+                conn.blob_endpoint = format!("{proxy}:10000/{DEV_ACCOUNT}");
+            }
+            return Ok(conn);
+        }
+
+        let account = get("accountname");
+        let endpoint = match get("blobendpoint") {
+            Some(e) => e.trim_end_matches('/').to_string(),
+            None => {
+                let account = account.clone().ok_or(ConnectionStringError::NoEndpoint)?;
+                let protocol = get("defaultendpointsprotocol").unwrap_or_else(|| "https".into());
+                let suffix = get("endpointsuffix").unwrap_or_else(|| "core.windows.net".into());
+                format!("{protocol}://{account}.blob.{suffix}")
+            }
+        };
+        let credential = if let (Some(account), Some(key)) = (account, get("accountkey")) {
+            base64::engine::general_purpose::STANDARD
+                .decode(&key)
+                .map_err(|_| ConnectionStringError::BadKey)?;
+            Credential::SharedKey { account, key }
+        } else if let Some(sas) = get("sharedaccesssignature") {
+            Credential::Sas(sas.trim_start_matches('?').to_string())
+        } else {
+            return Err(ConnectionStringError::NoCredential);
+        };
+        Ok(StorageConnection {
+            blob_endpoint: endpoint,
+            credential,
+        })
+    }
+}
+
+impl fmt::Debug for StorageConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let auth = match &self.credential {
+            Credential::SharedKey { account, .. } => format!("shared key of account {account}"),
+            Credential::Sas(_) => "SAS".to_string(),
+        };
+        write!(f, "Azure Blob Storage at {} ({auth})", self.blob_endpoint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn development_storage_points_at_azurite() {
+        let c = StorageConnection::parse("UseDevelopmentStorage=true").unwrap();
+        assert_eq!(c.blob_endpoint, "http://127.0.0.1:10000/devstoreaccount1");
+        assert!(
+            matches!(c.credential, Credential::SharedKey { ref account, .. } if account == DEV_ACCOUNT)
+        );
+    }
+
+    #[test]
+    fn account_key_strings_build_the_public_endpoint() {
+        let c = StorageConnection::parse(
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5;EndpointSuffix=core.windows.net",
+        )
+        .unwrap();
+        assert_eq!(c.blob_endpoint, "https://acct.blob.core.windows.net");
+    }
+
+    #[test]
+    fn explicit_blob_endpoint_wins() {
+        let c = StorageConnection::parse(&format!(
+            "DefaultEndpointsProtocol=http;AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1/;"
+        ))
+        .unwrap();
+        assert_eq!(c.blob_endpoint, DEV_BLOB_ENDPOINT);
+    }
+
+    #[test]
+    fn sas_strings_are_accepted() {
+        let c = StorageConnection::parse(
+            "BlobEndpoint=https://acct.blob.core.windows.net;SharedAccessSignature=?sv=2022&sig=abc",
+        )
+        .unwrap();
+        assert!(matches!(c.credential, Credential::Sas(ref s) if s == "sv=2022&sig=abc"));
+    }
+
+    #[test]
+    fn errors_name_the_problem_and_debug_hides_secrets() {
+        assert_eq!(
+            StorageConnection::parse("AccountName=acct").unwrap_err(),
+            ConnectionStringError::NoCredential
+        );
+        assert_eq!(
+            StorageConnection::parse("AccountName=a;AccountKey=***").unwrap_err(),
+            ConnectionStringError::BadKey
+        );
+        let c =
+            StorageConnection::parse(&format!("AccountName=acct;AccountKey={DEV_KEY}")).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains(DEV_KEY), "{shown}");
+        assert!(shown.contains("acct"));
+    }
+}

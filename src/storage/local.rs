@@ -1,0 +1,505 @@
+//! The local-directory blob store: the embedded default, no account needed.
+//!
+//! A blob `name` in `container` is the file `{root}/{container}/{name}`, so the directory tree
+//! mirrors the blob layout. Each file starts with a one-line magic, then one line of JSON
+//! (ETag, last-modified time, metadata), then the content. Several processes may share a
+//! directory safely:
+//! - every write goes to a temporary file that is renamed over the blob, so a reader (or a
+//!   restart after `kill -9`) sees the old or the new version, never a torn one;
+//! - conditional writes hold an exclusive OS file lock (one of 256 lock files per container,
+//!   chosen by a hash of the blob name) between checking the ETag and renaming.
+//!
+//! Renames survive a process crash; with `fsync` on they also survive a power cut, at a cost.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Blob, BlobProperties, BlobStore, Condition, ETag, Metadata, StoreError, WriteOutcome,
+    validate_blob_name, validate_container_name, validate_metadata,
+};
+
+const MAGIC: &[u8] = b"hubhost-blob 1\n";
+const LOCK_SHARDS: u64 = 256;
+/// Temporary files older than this are leftovers of a crashed writer and are removed at open.
+const STALE_TMP_AGE: Duration = Duration::from_secs(3600);
+/// Temporary files are written beside their blob under this prefix, which no blob name can have.
+const TMP_PREFIX: &str = ".hubhost-tmp-";
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    etag: String,
+    #[serde(rename = "lastModified")]
+    last_modified: DateTime<Utc>,
+    metadata: Metadata,
+}
+
+#[derive(Clone)]
+pub struct LocalDirStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    root: PathBuf,
+    fsync: bool,
+    /// Open lock files, one per (container, shard), each with the in-process mutex that must
+    /// be held with it: `flock` does not exclude threads that share one open file.
+    locks: Mutex<HashMap<(String, u64), Arc<ShardLock>>>,
+}
+
+struct ShardLock {
+    threads: Mutex<()>,
+    file: File,
+}
+
+impl LocalDirStore {
+    /// Opens (and creates) a store rooted at `root`. Honours `HUBHOST_FSYNC=1` for durability
+    /// against power loss.
+    pub fn open(root: &Path) -> Result<Self, StoreError> {
+        let fsync = std::env::var("HUBHOST_FSYNC").is_ok_and(|v| v == "1" || v == "true");
+        Self::open_with(root, fsync)
+    }
+
+    pub fn open_with(root: &Path, fsync: bool) -> Result<Self, StoreError> {
+        let store = LocalDirStore {
+            inner: Arc::new(Inner {
+                root: root.to_path_buf(),
+                fsync,
+                locks: Mutex::new(HashMap::new()),
+            }),
+        };
+        fs::create_dir_all(root).map_err(|e| io_error(root, e))?;
+        Ok(store)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("local store task failed: {e}")))?
+    }
+}
+
+/// Removes a temporary file left by a writer that crashed (an hour old: no live writer).
+fn remove_if_stale(path: &Path) {
+    let old = fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .is_some_and(|age| age > STALE_TMP_AGE);
+    if old {
+        let _ = fs::remove_file(path);
+    }
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> StoreError {
+    StoreError::Unavailable(format!("{}: {e}", path.display()))
+}
+
+fn new_etag() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    let random = uuid::Uuid::new_v4().as_u128() as u32;
+    format!("0x{nanos:016X}{random:08X}")
+}
+
+fn fnv1a(s: &str) -> u64 {
+    let mut hash: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x100000001b3);
+    }
+    hash
+}
+
+impl Inner {
+    fn container_dir(&self, container: &str) -> Result<PathBuf, StoreError> {
+        validate_container_name(container)?;
+        Ok(self.root.join(container))
+    }
+
+    fn blob_path(&self, container: &str, name: &str) -> Result<PathBuf, StoreError> {
+        validate_blob_name(name)?;
+        Ok(self.container_dir(container)?.join(name))
+    }
+
+    /// Runs `f` holding the exclusive lock that guards `name`'s check-then-write sequences,
+    /// against other threads and other processes.
+    fn locked<T>(
+        &self,
+        container: &str,
+        name: &str,
+        f: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let shard = fnv1a(name) % LOCK_SHARDS;
+        let lock = {
+            let mut locks = self.locks.lock().expect("lock table");
+            match locks.get(&(container.to_string(), shard)) {
+                Some(l) => l.clone(),
+                None => {
+                    let dir = self.root.join(".hubhost").join("locks").join(container);
+                    fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+                    let path = dir.join(format!("{shard:02x}.lock"));
+                    let file = OpenOptions::new()
+                        .create(true)
+                        .truncate(false)
+                        .write(true)
+                        .open(&path)
+                        .map_err(|e| io_error(&path, e))?;
+                    let l = Arc::new(ShardLock {
+                        threads: Mutex::new(()),
+                        file,
+                    });
+                    locks.insert((container.to_string(), shard), l.clone());
+                    l
+                }
+            }
+        };
+        let _thread = lock.threads.lock().unwrap_or_else(|e| e.into_inner());
+        lock.file.lock().map_err(|e| {
+            StoreError::Unavailable(format!("locking for '{container}/{name}': {e}"))
+        })?;
+        let result = f();
+        let _ = lock.file.unlock();
+        result
+    }
+
+    fn read_header(
+        &self,
+        container: &str,
+        name: &str,
+        path: &Path,
+    ) -> Result<Option<(Header, u64)>, StoreError> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if is_absent(&e) => return Ok(None),
+            Err(e) => return Err(io_error(path, e)),
+        };
+        let len = file.metadata().map_err(|e| io_error(path, e))?.len();
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
+            return Ok(None);
+        }
+        let mut reader = BufReader::new(file);
+        let mut magic = vec![0u8; MAGIC.len()];
+        let corrupt = |reason: &str| StoreError::Corrupt {
+            container: container.to_string(),
+            name: name.to_string(),
+            reason: reason.to_string(),
+        };
+        if reader.read_exact(&mut magic).is_err() || magic != MAGIC {
+            return Err(corrupt("not a hubhost blob file (bad first line)"));
+        }
+        let mut line = Vec::new();
+        reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| io_error(path, e))?;
+        let header: Header =
+            serde_json::from_slice(&line).map_err(|e| corrupt(&format!("bad header line: {e}")))?;
+        let body_len = len.saturating_sub((MAGIC.len() + line.len()) as u64);
+        Ok(Some((header, body_len)))
+    }
+
+    fn read(&self, container: &str, name: &str) -> Result<Option<Blob>, StoreError> {
+        let path = self.blob_path(container, name)?;
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if is_absent(&e) || path.is_dir() => return Ok(None),
+            Err(e) => return Err(io_error(&path, e)),
+        };
+        let corrupt = |reason: String| StoreError::Corrupt {
+            container: container.to_string(),
+            name: name.to_string(),
+            reason,
+        };
+        let rest = bytes
+            .strip_prefix(MAGIC)
+            .ok_or_else(|| corrupt("not a hubhost blob file (bad first line)".into()))?;
+        let newline = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| corrupt("header line is not terminated".into()))?;
+        let header: Header = serde_json::from_slice(&rest[..newline])
+            .map_err(|e| corrupt(format!("bad header line: {e}")))?;
+        let data = Bytes::copy_from_slice(&rest[newline + 1..]);
+        Ok(Some(Blob {
+            properties: BlobProperties {
+                name: name.to_string(),
+                etag: ETag::new(header.etag),
+                last_modified: header.last_modified,
+                metadata: header.metadata,
+                size: data.len() as u64,
+            },
+            data,
+        }))
+    }
+
+    fn check(
+        &self,
+        container: &str,
+        name: &str,
+        current: Option<&str>,
+        condition: &Condition,
+    ) -> Result<(), StoreError> {
+        let (container, name) = (container.to_string(), name.to_string());
+        match (condition, current) {
+            (Condition::Always, _) => Ok(()),
+            (Condition::IfNotExists, None) => Ok(()),
+            (Condition::IfNotExists, Some(_)) => Err(StoreError::AlreadyExists { container, name }),
+            (Condition::IfMatch(want), Some(have)) if want.as_str() == have => Ok(()),
+            (Condition::IfMatch(_), _) => Err(StoreError::ConditionNotMet { container, name }),
+        }
+    }
+
+    fn write(
+        &self,
+        container: &str,
+        name: &str,
+        path: &Path,
+        data: &[u8],
+        metadata: &Metadata,
+    ) -> Result<WriteOutcome, StoreError> {
+        let header = Header {
+            etag: new_etag(),
+            last_modified: Utc::now(),
+            metadata: metadata.clone(),
+        };
+        // Beside the target: a rename within one directory is atomic and does not serialise
+        // all writers on one shared temporary directory.
+        let parent = path.parent().unwrap_or(&self.root);
+        let tmp = parent.join(format!("{TMP_PREFIX}{}", uuid::Uuid::new_v4().simple()));
+        let result = (|| {
+            fs::create_dir_all(parent)?;
+            let mut file = File::create(&tmp)?;
+            let mut head = Vec::with_capacity(MAGIC.len() + 128);
+            head.extend_from_slice(MAGIC);
+            serde_json::to_writer(&mut head, &header)?;
+            head.push(b'\n');
+            file.write_all(&head)?;
+            file.write_all(data)?;
+            if self.fsync {
+                file.sync_all()?;
+            }
+            drop(file);
+            fs::rename(&tmp, path)
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(match e.kind() {
+                std::io::ErrorKind::NotADirectory | std::io::ErrorKind::IsADirectory => {
+                    StoreError::InvalidName {
+                        name: format!("{container}/{name}"),
+                        reason: "the name collides with another blob's path in the local directory"
+                            .to_string(),
+                    }
+                }
+                _ => io_error(path, e),
+            });
+        }
+        if self.fsync
+            && let Some(parent) = path.parent()
+            && let Ok(dir) = File::open(parent)
+        {
+            let _ = dir.sync_all();
+        }
+        Ok(WriteOutcome {
+            etag: ETag::new(header.etag),
+            last_modified: header.last_modified,
+        })
+    }
+
+    fn list_dir(
+        &self,
+        container: &str,
+        base: &Path,
+        dir: &Path,
+        prefix: &str,
+        out: &mut Vec<BlobProperties>,
+    ) -> Result<(), StoreError> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if is_absent(&e) => return Ok(()),
+            Err(e) => return Err(io_error(dir, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(dir, e))?;
+            let path = entry.path();
+            let Some(rel) = path
+                .strip_prefix(base)
+                .ok()
+                .and_then(|p| p.to_str())
+                .map(|s| s.replace(std::path::MAIN_SEPARATOR, "/"))
+            else {
+                continue;
+            };
+            let file_type = entry.file_type().map_err(|e| io_error(&path, e))?;
+            if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+                remove_if_stale(&path);
+                continue;
+            }
+            if file_type.is_dir() {
+                // Descend only where names under this folder can still match the prefix.
+                let as_prefix = format!("{rel}/");
+                if as_prefix.starts_with(prefix) || prefix.starts_with(&as_prefix) {
+                    self.list_dir(container, base, &path, prefix, out)?;
+                }
+            } else if rel.starts_with(prefix)
+                && let Some((header, size)) = self.read_header(container, &rel, &path)?
+            {
+                out.push(BlobProperties {
+                    name: rel,
+                    etag: ETag::new(header.etag),
+                    last_modified: header.last_modified,
+                    metadata: header.metadata,
+                    size,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_absent(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
+}
+
+#[async_trait]
+impl BlobStore for LocalDirStore {
+    fn describe(&self) -> String {
+        format!("local directory {}", self.inner.root.display())
+    }
+
+    async fn ensure_container(&self, container: &str) -> Result<(), StoreError> {
+        let container = container.to_string();
+        self.blocking(move |s| {
+            let dir = s.container_dir(&container)?;
+            fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))
+        })
+        .await
+    }
+
+    async fn get(&self, container: &str, name: &str) -> Result<Option<Blob>, StoreError> {
+        let (container, name) = (container.to_string(), name.to_string());
+        self.blocking(move |s| s.read(&container, &name)).await
+    }
+
+    async fn put(
+        &self,
+        container: &str,
+        name: &str,
+        data: Bytes,
+        metadata: &Metadata,
+        condition: &Condition,
+    ) -> Result<WriteOutcome, StoreError> {
+        validate_metadata(metadata)?;
+        let (container, name) = (container.to_string(), name.to_string());
+        let (metadata, condition) = (metadata.clone(), condition.clone());
+        self.blocking(move |s| {
+            let path = s.blob_path(&container, &name)?;
+            // Unconditional writes lock too, so that they cannot slip between another
+            // writer's ETag check and its rename.
+            s.locked(&container, &name, || {
+                if condition != Condition::Always {
+                    let current = match s.read_header(&container, &name, &path) {
+                        Ok(h) => h.map(|(h, _)| h.etag),
+                        // A corrupt file exists: it can only be replaced unconditionally.
+                        Err(StoreError::Corrupt { .. }) => Some(String::new()),
+                        Err(e) => return Err(e),
+                    };
+                    s.check(&container, &name, current.as_deref(), &condition)?;
+                }
+                s.write(&container, &name, &path, &data, &metadata)
+            })
+        })
+        .await
+    }
+
+    async fn set_metadata(
+        &self,
+        container: &str,
+        name: &str,
+        metadata: &Metadata,
+        condition: &Condition,
+    ) -> Result<WriteOutcome, StoreError> {
+        validate_metadata(metadata)?;
+        let (container, name) = (container.to_string(), name.to_string());
+        let (metadata, condition) = (metadata.clone(), condition.clone());
+        self.blocking(move |s| {
+            let path = s.blob_path(&container, &name)?;
+            s.locked(&container, &name, || {
+                let Some(blob) = s.read(&container, &name)? else {
+                    return Err(StoreError::NotFound {
+                        container: container.clone(),
+                        name: name.clone(),
+                    });
+                };
+                s.check(
+                    &container,
+                    &name,
+                    Some(blob.properties.etag.as_str()),
+                    &condition,
+                )?;
+                s.write(&container, &name, &path, &blob.data, &metadata)
+            })
+        })
+        .await
+    }
+
+    async fn list(&self, container: &str, prefix: &str) -> Result<Vec<BlobProperties>, StoreError> {
+        let (container, prefix) = (container.to_string(), prefix.to_string());
+        self.blocking(move |s| {
+            let base = s.container_dir(&container)?;
+            if prefix.split('/').any(|seg| seg == "..") || prefix.contains('\\') {
+                return Err(StoreError::InvalidName {
+                    name: prefix,
+                    reason: "a listing prefix cannot contain '..' segments or backslashes"
+                        .to_string(),
+                });
+            }
+            // Start at the deepest folder the prefix fully names.
+            let start = match prefix.rfind('/') {
+                Some(i) => base.join(&prefix[..i]),
+                None => base.clone(),
+            };
+            let mut out = Vec::new();
+            s.list_dir(&container, &base, &start, &prefix, &mut out)?;
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn delete(&self, container: &str, name: &str) -> Result<(), StoreError> {
+        let (container, name) = (container.to_string(), name.to_string());
+        self.blocking(move |s| {
+            let path = s.blob_path(&container, &name)?;
+            s.locked(&container, &name, || match fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if is_absent(&e) => Ok(()),
+                Err(e) => Err(io_error(&path, e)),
+            })
+        })
+        .await
+    }
+}
