@@ -295,7 +295,7 @@ fn annotations_many(
     binding: &str,
     n: usize,
 ) -> Result<Vec<Annotations>, ContractError> {
-    let seqs = meta.array::<Option<Scalar>>("SequenceNumberArray", binding, n)?;
+    let seqs = meta.array::<Option<i64>>("SequenceNumberArray", binding, n)?;
     let offsets = match meta.array::<Option<Scalar>>("OffsetStringArray", binding, n)? {
         Some(o) => Some(o),
         None => meta.array::<Option<Scalar>>("OffsetArray", binding, n)?,
@@ -315,7 +315,7 @@ fn annotations_many(
         .map(|i| {
             let sys = system.as_ref().and_then(|s| s[i].as_ref());
             let mut a = Annotations {
-                sequence_number: pick(&seqs, i).and_then(|s| s.as_i64()),
+                sequence_number: seqs.as_ref().and_then(|s| s[i]),
                 offset: pick(&offsets, i).map(Scalar::into_string),
                 enqueued_time: times.as_ref().and_then(|t| t[i].clone()),
                 partition_key: keys.as_ref().and_then(|k| k[i].clone()),

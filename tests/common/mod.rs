@@ -1,0 +1,205 @@
+//! Helpers shared by the integration tests: real `hubhost serve` processes and a real Azurite.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not start listening on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// A `hubhost serve` child process, killed on drop. Its stderr goes to a file.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let log = dir.path().join("stderr.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+        cmd.args(["serve", "--port", &port.to_string()])
+            .args(args)
+            .env_remove("AzureWebJobsStorage")
+            .env_remove("HUBHOST_STORAGE")
+            .env_remove("FUNCTIONS_APP_ROOT_PATH")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("hubhost binary starts");
+        let mut server = Server {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("hubhost serve exited with {status}: {}", server.stderr());
+            }
+            assert!(Instant::now() < deadline, "hubhost serve did not start");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub async fn post(&self, function: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/{function}", self.url()))
+            .header("Content-Type", "application/json; charset=utf-8")
+            .body(body)
+            .send()
+            .await
+            .expect("request reaches the handler");
+        let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let bytes = resp.bytes().await.unwrap();
+        assert!(
+            content_type.starts_with("application/json"),
+            "status {status}: content type {content_type:?}, body {:?}",
+            String::from_utf8_lossy(&bytes)
+        );
+        (
+            status,
+            serde_json::from_slice(&bytes).expect("the handler always answers JSON"),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where the test command installed Azurite (scripts/test.sh), or HUBHOST_AZURITE_BIN.
+pub fn azurite_bin() -> PathBuf {
+    if let Ok(bin) = std::env::var("HUBHOST_AZURITE_BIN") {
+        return PathBuf::from(bin);
+    }
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/node_modules/.bin/azurite-blob");
+    assert!(
+        bin.exists(),
+        "Azurite is not installed at {}: run scripts/test.sh (it installs it), or set HUBHOST_AZURITE_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A real Azurite blob service on a free port, killed on drop.
+pub struct Azurite {
+    child: Child,
+    pub port: u16,
+    pub location: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Azurite {
+    pub fn start() -> Azurite {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().to_path_buf();
+        let mut a = Azurite::start_at(&location, free_port());
+        a._dir = Some(dir);
+        a
+    }
+
+    /// Starts Azurite keeping its data in `location`, so that a restart keeps the blobs.
+    pub fn start_at(location: &Path, port: u16) -> Azurite {
+        let child = Command::new(azurite_bin())
+            .args([
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                &port.to_string(),
+                "--location",
+                location.to_str().unwrap(),
+                "--silent",
+                "--disableTelemetry",
+                "--skipApiVersionCheck",
+                "--loose",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("azurite starts");
+        wait_for_port(port, "Azurite");
+        Azurite {
+            child,
+            port,
+            location: location.to_path_buf(),
+            _dir: None,
+        }
+    }
+
+    pub fn connection_string(&self) -> String {
+        format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};BlobEndpoint=http://127.0.0.1:{}/devstoreaccount1;",
+            hubhost::storage::connection::DEV_KEY,
+            self.port
+        )
+    }
+
+    /// Stops Azurite gracefully (SIGTERM), so that it saves its data: unlike Azure, Azurite
+    /// keeps blob metadata in memory and persists it on an interval, so SIGKILL would lose
+    /// acknowledged writes.
+    pub fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
