@@ -9,6 +9,7 @@
 //! - storage unreachable → 500 `storage_unavailable`, so that the host's retry policy retries the
 //!   whole batch (processing is idempotent, so nothing is lost and nothing double counted);
 //! - a panic while processing → 500 `handler_panic`; the process stays up.
+//!
 //! Request bodies and connection strings are never logged.
 
 use std::net::SocketAddr;

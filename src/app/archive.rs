@@ -83,6 +83,9 @@ pub struct ArchiveChunk {
     pub events: BTreeMap<i64, ArchivedEvent>,
 }
 
+/// A chunk blob's window start and block name.
+type ChunkKey = (DateTime<Utc>, String);
+
 pub struct Archiver {
     window_seconds: u32,
     chunks: VersionedDocs<ArchiveChunk>,
@@ -101,8 +104,7 @@ impl Archiver {
         let group = layout::segment("consumer group", batch.consumer_group())?;
         let partition = layout::segment("partition id", &batch.partition.partition_id)?;
         let received = Utc::now();
-        let mut chunks: BTreeMap<(DateTime<Utc>, String), Vec<(i64, &EventRecord)>> =
-            BTreeMap::new();
+        let mut chunks: BTreeMap<ChunkKey, Vec<(i64, &EventRecord)>> = BTreeMap::new();
         let unsequenced = format!("noseq-{}", uuid::Uuid::new_v4().simple());
         for (i, e) in batch.events.iter().enumerate() {
             let window = window_start(e.enqueued_time.unwrap_or(received), self.window_seconds);

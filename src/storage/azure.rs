@@ -225,8 +225,11 @@ impl AzureBlobStore {
         for (k, v) in &headers {
             builder = builder.header(k, v);
         }
-        if !req.body.is_empty() || req.method == Method::PUT {
-            builder = builder.body(req.body.clone());
+        if req.method == Method::PUT {
+            // hyper omits Content-Length for an empty body; Azure's PUTs require it.
+            builder = builder
+                .header("Content-Length", req.body.len().to_string())
+                .body(req.body.clone());
         }
         builder.send().await.map_err(|e| {
             // Never let a URL (which may carry a SAS) into a message.
@@ -252,7 +255,14 @@ impl AzureBlobStore {
             .unwrap_or("")
             .to_string();
         let body = resp.text().await.unwrap_or_default();
-        let message = xml_element(&body, "Message").unwrap_or_else(|| status.to_string());
+        let message = xml_element(&body, "Message").unwrap_or_else(|| {
+            let body: String = body.chars().take(300).collect();
+            if body.trim().is_empty() {
+                status.to_string()
+            } else {
+                body
+            }
+        });
         let (c, n) = (container.to_string(), name.unwrap_or("").to_string());
         match (status.as_u16(), code.as_str()) {
             (412, _) => StoreError::ConditionNotMet {

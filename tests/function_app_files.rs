@@ -1,0 +1,136 @@
+//! The function app as `func start` and Azure load it: host.json and every function.json are
+//! valid against the official schemas (SchemaStore, kept in schemas/), the host's discovery finds
+//! the functions, and `hubhost serve --app function_app` serves exactly them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use hubhost::function_app::{Cardinality, DataType, FunctionApp};
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Validates like the editors that consume these schemas do. SchemaStore's function.json schema
+/// says draft-04 but uses `const` (draft-06) in its `sqlBinding` branch; a strict draft-04
+/// validator ignores `const`, so that branch then matches every binding and the `oneOf` rejects
+/// any eventHubTrigger. Neither schema uses a draft-04 construct that draft 7 reads differently
+/// (no boolean exclusiveMinimum/Maximum, no `id`-based references).
+fn errors(schema: &str, instance: &Value) -> Vec<String> {
+    let schema = json(&repo().join("schemas").join(schema));
+    let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft7)
+        .build(&schema)
+        .expect("the schema compiles");
+    validator
+        .iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect()
+}
+
+#[test]
+fn host_json_is_valid_and_configures_the_custom_handler() {
+    let host = json(&repo().join("host.json"));
+    assert_eq!(errors("host.schema.json", &host), Vec::<String>::new());
+    assert_eq!(host["version"], "2.0");
+    assert_eq!(host["extensionBundle"]["version"], "[4.*, 5.0.0)");
+    assert_eq!(
+        host["customHandler"]["description"]["defaultExecutablePath"],
+        "hubhost"
+    );
+    assert_eq!(
+        host["customHandler"]["description"]["arguments"][0],
+        "serve"
+    );
+    assert!(host["extensions"]["eventHubs"]["maxEventBatchSize"].is_u64());
+    // The script root's host.json is the same file.
+    assert_eq!(json(&repo().join("function_app/host.json")), host);
+}
+
+#[test]
+fn every_function_json_is_valid() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(repo().join("function_app")).unwrap() {
+        let path = entry.unwrap().path().join("function.json");
+        if path.exists() {
+            assert_eq!(
+                errors("function.schema.json", &json(&path)),
+                Vec::<String>::new(),
+                "{}",
+                path.display()
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 2);
+}
+
+/// The validation is real: a wrong binding fails it.
+#[test]
+fn the_schema_rejects_a_broken_function_json() {
+    let broken = serde_json::json!({"bindings": [{"type": "eventHubTrigger", "name": "events", "direction": "in", "cardinality": "several"}]});
+    assert!(!errors("function.schema.json", &broken).is_empty());
+    let broken_host = serde_json::json!({"version": "2.0", "functionTimeout": "forever"});
+    assert!(!errors("host.schema.json", &broken_host).is_empty());
+}
+
+#[test]
+fn the_host_discovers_both_functions_on_their_consumer_groups() {
+    let app = FunctionApp::load(&repo().join("function_app")).unwrap();
+    let names: Vec<&str> = app.functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["RawArchive", "SensorAggregator"]);
+    for (name, group) in [("SensorAggregator", "$Default"), ("RawArchive", "archive")] {
+        let f = app.function(name).unwrap();
+        let t = f.event_hub_trigger().unwrap();
+        assert_eq!(
+            (t.cardinality, t.data_type),
+            (Cardinality::Many, DataType::String)
+        );
+        assert_eq!(t.consumer_group, group);
+        assert_eq!(t.binding_name, "events");
+        assert!(f.retry.as_ref().is_some_and(|r| r.max_retry_count > 0));
+    }
+    let settings = json(&repo().join("local.settings.json.example"));
+    assert_eq!(settings["Values"]["FUNCTIONS_WORKER_RUNTIME"], "custom");
+    for f in &app.functions {
+        let connection = f.event_hub_trigger().unwrap().connection.clone().unwrap();
+        assert!(
+            settings["Values"][&connection].is_string(),
+            "local.settings.json.example defines {connection}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn serve_loads_the_function_app_folder() {
+    let data = tempfile::tempdir().unwrap();
+    let app = repo().join("function_app");
+    let server = common::Server::start(
+        &["--storage", data.path().to_str().unwrap()],
+        &[("FUNCTIONS_APP_ROOT_PATH", app.to_str().unwrap())],
+    );
+    let probe: Value = serde_json::from_slice(
+        &reqwest::get(format!("{}/", server.url()))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let mut functions: Vec<&str> = probe["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    functions.sort();
+    assert_eq!(functions, ["RawArchive", "SensorAggregator"]);
+}

@@ -1,0 +1,299 @@
+//! One conformance suite, three backends: memory, a local directory, and Azure Blob Storage
+//! (a real Azurite). They must agree on ETags, conditional writes, metadata and listings.
+
+mod common;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hubhost::storage::{Condition, ETag, Metadata, SharedStore, StorageLocation, StoreError};
+
+const C: &str = "conformance";
+
+fn meta(pairs: &[(&str, &str)]) -> Metadata {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+async fn conformance(store: SharedStore) {
+    store.ensure_container(C).await.unwrap();
+    store.ensure_container(C).await.unwrap(); // idempotent
+    let name = "ns.servicebus.windows.net/hub/$default/ownership/0";
+    assert!(store.get(C, name).await.unwrap().is_none());
+
+    // Create-only: exactly once.
+    let created = store
+        .put(
+            C,
+            name,
+            Bytes::new(),
+            &meta(&[("ownerid", "a")]),
+            &Condition::IfNotExists,
+        )
+        .await
+        .unwrap();
+    let again = store
+        .put(
+            C,
+            name,
+            Bytes::new(),
+            &meta(&[("ownerid", "b")]),
+            &Condition::IfNotExists,
+        )
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::AlreadyExists { .. })),
+        "{again:?}"
+    );
+
+    // Replace-if-unchanged: the current ETag wins, a stale one loses.
+    let replaced = store
+        .put(
+            C,
+            name,
+            Bytes::from_static(b"v2"),
+            &meta(&[("ownerid", "b")]),
+            &Condition::IfMatch(created.etag.clone()),
+        )
+        .await
+        .unwrap();
+    assert_ne!(replaced.etag, created.etag);
+    let stale = store
+        .put(
+            C,
+            name,
+            Bytes::from_static(b"v3"),
+            &Metadata::new(),
+            &Condition::IfMatch(created.etag.clone()),
+        )
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::ConditionNotMet { .. })),
+        "{stale:?}"
+    );
+    let blob = store.get(C, name).await.unwrap().unwrap();
+    assert_eq!(&blob.data[..], b"v2");
+    assert_eq!(blob.properties.etag, replaced.etag);
+    assert_eq!(blob.properties.metadata, meta(&[("ownerid", "b")]));
+
+    // Metadata-only updates keep the content and change the ETag.
+    let stale_meta = store
+        .set_metadata(
+            C,
+            name,
+            &meta(&[("ownerid", "c")]),
+            &Condition::IfMatch(created.etag.clone()),
+        )
+        .await;
+    assert!(
+        matches!(stale_meta, Err(StoreError::ConditionNotMet { .. })),
+        "{stale_meta:?}"
+    );
+    let updated = store
+        .set_metadata(
+            C,
+            name,
+            &meta(&[("ownerid", "c")]),
+            &Condition::IfMatch(replaced.etag.clone()),
+        )
+        .await
+        .unwrap();
+    assert_ne!(updated.etag, replaced.etag);
+    let blob = store.get(C, name).await.unwrap().unwrap();
+    assert_eq!(
+        (&blob.data[..], blob.properties.metadata["ownerid"].as_str()),
+        (&b"v2"[..], "c")
+    );
+    let missing = store
+        .set_metadata(C, "no/such/blob", &Metadata::new(), &Condition::Always)
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound { .. })),
+        "{missing:?}"
+    );
+    let missing = store
+        .put(
+            C,
+            "no/such/blob",
+            Bytes::new(),
+            &Metadata::new(),
+            &Condition::IfMatch(ETag::new("0x1")),
+        )
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::ConditionNotMet { .. })),
+        "{missing:?}"
+    );
+
+    // Listings: by prefix, in name order, with metadata and the current ETag.
+    for p in ["1", "10", "2"] {
+        store
+            .put(
+                C,
+                &format!("ns.servicebus.windows.net/hub/$default/checkpoint/{p}"),
+                Bytes::new(),
+                &meta(&[("offset", p), ("sequencenumber", "7")]),
+                &Condition::Always,
+            )
+            .await
+            .unwrap();
+    }
+    store
+        .put(
+            C,
+            "other/blob",
+            Bytes::from_static(b"x"),
+            &Metadata::new(),
+            &Condition::Always,
+        )
+        .await
+        .unwrap();
+    let listed = store
+        .list(C, "ns.servicebus.windows.net/hub/$default/checkpoint/")
+        .await
+        .unwrap();
+    let names: Vec<&str> = listed
+        .iter()
+        .map(|b| b.name.rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(names, ["1", "10", "2"]);
+    assert_eq!(
+        listed[1].metadata,
+        meta(&[("offset", "10"), ("sequencenumber", "7")])
+    );
+    let owned = store
+        .list(C, "ns.servicebus.windows.net/hub/$default/own")
+        .await
+        .unwrap();
+    assert_eq!(owned.len(), 1);
+    assert_eq!(owned[0].etag, updated.etag);
+    assert_eq!(store.list(C, "").await.unwrap().len(), 5);
+
+    // Delete, also of what is not there.
+    store.delete(C, "other/blob").await.unwrap();
+    store.delete(C, "other/blob").await.unwrap();
+    assert!(store.get(C, "other/blob").await.unwrap().is_none());
+
+    // Names that would escape a directory are refused everywhere.
+    for bad in ["../escape", "a/../../b", "a//b"] {
+        let r = store
+            .put(C, bad, Bytes::new(), &Metadata::new(), &Condition::Always)
+            .await;
+        assert!(
+            matches!(r, Err(StoreError::InvalidName { .. })),
+            "{bad}: {r:?}"
+        );
+    }
+}
+
+/// Many writers incrementing one counter with read-modify-write under ETags: no lost update.
+async fn racing_writers(store: SharedStore) {
+    store.ensure_container(C).await.unwrap();
+    let name = "race/counter";
+    let writers = 6;
+    let increments = 8;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..writers {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let mut lost = 0;
+            for _ in 0..increments {
+                loop {
+                    let current = store.get(C, name).await.unwrap();
+                    let (value, condition) = match &current {
+                        Some(b) => (
+                            std::str::from_utf8(&b.data)
+                                .unwrap()
+                                .parse::<u64>()
+                                .unwrap(),
+                            Condition::IfMatch(b.properties.etag.clone()),
+                        ),
+                        None => (0, Condition::IfNotExists),
+                    };
+                    match store
+                        .put(
+                            C,
+                            name,
+                            Bytes::from((value + 1).to_string()),
+                            &Metadata::new(),
+                            &condition,
+                        )
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(
+                            StoreError::ConditionNotMet { .. } | StoreError::AlreadyExists { .. },
+                        ) => lost += 1,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            lost
+        });
+    }
+    let mut lost_races = 0;
+    while let Some(r) = tasks.join_next().await {
+        lost_races += r.unwrap();
+    }
+    let blob = store.get(C, name).await.unwrap().unwrap();
+    assert_eq!(
+        std::str::from_utf8(&blob.data).unwrap(),
+        (writers * increments).to_string()
+    );
+    eprintln!("{}: {lost_races} lost races, all retried", store.describe());
+}
+
+#[tokio::test]
+async fn memory_store_conforms() {
+    let store: SharedStore = Arc::new(hubhost::storage::memory::MemoryStore::default());
+    conformance(store.clone()).await;
+    racing_writers(store).await;
+}
+
+#[tokio::test]
+async fn local_directory_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StorageLocation::Directory(dir.path().to_path_buf())
+        .open()
+        .unwrap();
+    conformance(store.clone()).await;
+    racing_writers(store).await;
+    // The blob layout is the directory layout.
+    assert!(
+        dir.path()
+            .join(C)
+            .join("ns.servicebus.windows.net/hub/$default/checkpoint/10")
+            .is_file()
+    );
+}
+
+#[tokio::test]
+async fn azure_store_conforms_against_azurite() {
+    let azurite = common::Azurite::start();
+    let store = StorageLocation::parse(&azurite.connection_string())
+        .unwrap()
+        .open()
+        .unwrap();
+    conformance(store.clone()).await;
+    racing_writers(store).await;
+}
+
+/// `UseDevelopmentStorage=true` means Azurite's default endpoint; a wrong key is refused with a
+/// clear, permanent error (not retried as if storage were down).
+#[tokio::test]
+async fn azure_auth_failures_are_permanent_errors() {
+    let azurite = common::Azurite::start();
+    let wrong = azurite.connection_string().replace(
+        hubhost::storage::connection::DEV_KEY,
+        "d3Jvbmcga2V5IHdyb25nIGtleSB3cm9uZyBrZXkgd3Jvbmcga2V5IHdyb25nIGtleQ==",
+    );
+    let store = StorageLocation::parse(&wrong).unwrap().open().unwrap();
+    let err = store.ensure_container(C).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Rejected { status: 403, .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+}
