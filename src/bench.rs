@@ -71,7 +71,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
     let mut all = Vec::new();
     println!(
-        "handler benchmark: {} partitions, {} homes, {} events per run, loopback HTTP, 2 functions' worth of work on 1",
+        "handler benchmark: {} partitions, {} homes, {} events per run, loopback HTTP, function SensorAggregator",
         opts.partitions, opts.homes, opts.events
     );
     println!(

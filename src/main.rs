@@ -108,9 +108,9 @@ enum BenchCommand {
     },
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -122,7 +122,12 @@ fn init_logging(format: LogFormat) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // The demo and benchmarks print their own progress; the handler's per-batch lines would drown it.
+    let default_level = match cli.command {
+        Command::Serve { .. } => "info",
+        _ => "warn",
+    };
+    init_logging(cli.log_format, default_level);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result: Result<(), String> = runtime.block_on(async move {
         match cli.command {

@@ -68,6 +68,7 @@ pub struct SensorState {
     pub state: String,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub value: Option<f64>,
+    #[serde(with = "millis_time")]
     pub ts: DateTime<Utc>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub seq: Option<i64>,
@@ -78,6 +79,7 @@ pub struct Alarm {
     pub kind: AlarmKind,
     #[serde(rename = "sensorId")]
     pub sensor_id: String,
+    #[serde(with = "millis_time")]
     pub ts: DateTime<Utc>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub seq: Option<i64>,
@@ -117,6 +119,37 @@ pub struct WindowAggregate {
 pub struct FoldOutcome {
     pub applied: u64,
     pub replayed: u64,
+}
+
+/// Reading times as `yyyy-mm-ddThh:mm:ss.mmmZ`, written without chrono's general formatter:
+/// every aggregate write serializes one per sensor of every home in the window.
+mod millis_time {
+    use chrono::{DateTime, Datelike, Timelike, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut v: u32| {
+            for i in (at..at + width).rev() {
+                buf[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, 4, t.year().clamp(0, 9999) as u32);
+        put(5, 2, t.month());
+        put(8, 2, t.day());
+        put(11, 2, t.hour());
+        put(14, 2, t.minute());
+        put(17, 2, t.second());
+        put(20, 3, t.timestamp_subsec_millis().min(999));
+        s.serialize_str(std::str::from_utf8(&buf).expect("ASCII"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(d)?;
+        crate::contract::parse_host_time(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("not a time: {text}")))
+    }
 }
 
 /// The start of the window `t` falls in.
@@ -312,6 +345,24 @@ mod tests {
         let mut agg = WindowAggregate::new("sensors", "0", window_start(late.time, 60), 60);
         agg.fold(&[(1, 2)], &[(Some(1), &late), (Some(2), &early)]);
         assert_eq!(agg.homes["h1"].sensors["door"].state, "open");
+    }
+
+    #[test]
+    fn reading_times_round_trip_at_millisecond_precision() {
+        let r = reading("h1", "door", "door", "open", 7);
+        let state = SensorState {
+            kind: r.kind,
+            state: "open".into(),
+            value: None,
+            ts: r.time,
+            seq: Some(1),
+        };
+        let json = serde_json::to_string(&state).unwrap();
+        assert!(
+            json.contains(r#""ts":"2026-11-22T13:30:07.000Z""#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<SensorState>(&json).unwrap(), state);
     }
 
     #[test]
