@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Node's npm for
-# Azurite; Azurite itself into .tools/), then runs every test. The tests start their own
+# Azurite; Azurite itself into .tools/; a Python virtualenv with the official Azure SDK
+# packages into .tools/venv), then runs every test. The tests start their own
 # services (Azurite, hubhost processes) on free loopback ports and stop them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,18 @@ if [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
   echo "== installing azurite@${AZURITE_VERSION} into .tools/"
   mkdir -p .tools
   npm install --prefix .tools --no-audit --no-fund --loglevel=error "azurite@${AZURITE_VERSION}" >/dev/null
+fi
+
+# The official Python SDK packages, as independent peers in the interop tests.
+PY_PACKAGES=("azure-eventhub==5.15.1" "azure-eventhub-checkpointstoreblob==1.2.0")
+if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.eventhub.extensions.checkpointstoreblob" 2>/dev/null; then
+  echo "== installing ${PY_PACKAGES[*]} into .tools/venv"
+  if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv --help >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+  fi
+  rm -rf .tools/venv
+  python3 -m venv .tools/venv
+  .tools/venv/bin/pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi
 
 echo "== cargo test"

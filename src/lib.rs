@@ -4,6 +4,7 @@
 pub mod app;
 pub mod batch;
 pub mod bench;
+pub mod checkpoint;
 pub mod contract;
 pub mod demo;
 pub mod fleet;

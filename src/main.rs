@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use hubhost::handler::{self, HandlerConfig};
-use hubhost::{bench, demo, settings};
+use hubhost::{bench, checkpoint, demo, settings};
 
 #[derive(Parser)]
 #[command(
@@ -82,10 +82,89 @@ enum Command {
         #[arg(long)]
         keep_serving: bool,
     },
+    /// Inspect, reset and migrate checkpoints and ownership (the Functions host's blob format).
+    Checkpoints {
+        #[command(subcommand)]
+        action: CheckpointsCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
+    },
+}
+
+/// Which checkpoint store and consumer group a `checkpoints` command works on.
+#[derive(clap::Args)]
+struct ScopeArgs {
+    /// Storage: a connection string or a directory
+    /// [default: HUBHOST_STORAGE, else the AzureWebJobsStorage setting, else ./hubhost-data].
+    #[arg(long, env = "HUBHOST_STORAGE", hide_env_values = true)]
+    storage: Option<String>,
+    /// Blob container of the checkpoint store.
+    #[arg(long, default_value = hubhost::checkpoint::DEFAULT_CONTAINER)]
+    container: String,
+    /// Fully qualified Event Hubs namespace, e.g. myns.servicebus.windows.net
+    /// [default: the Endpoint of the EventHubConnection setting].
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Event hub name.
+    #[arg(long, env = "EventHubName")]
+    hub: String,
+    #[arg(long, default_value = "$Default")]
+    consumer_group: String,
+    /// Machine-readable output (JSON on stdout).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum CheckpointsCommand {
+    /// Every partition's owner and checkpoint (current format, else legacy).
+    List {
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Move partitions' checkpoints: `--to start` (the oldest retained event).
+    Reset {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// `start`, `end`, or an RFC 3339 enqueued time.
+        #[arg(long)]
+        to: String,
+        /// Partitions to reset (comma-separated) [default: every partition the store knows].
+        #[arg(long, value_delimiter = ',')]
+        partitions: Vec<String>,
+        /// Reset partitions 0..N-1 (for a hub whose partitions the store does not know yet).
+        #[arg(long, conflicts_with = "partitions")]
+        partition_count: Option<u32>,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Write current-format checkpoints from legacy (extension v3/v4) ones; legacy blobs stay.
+    Migrate {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Show what would be written without writing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Claim one partition (for tests and repairs): prints whether the claim won.
+    #[command(hide = true)]
+    Claim {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        #[arg(long)]
+        partition: String,
+        #[arg(long)]
+        owner: String,
+        /// The ETag the claim presents; none claims a partition without an ownership blob.
+        #[arg(long)]
+        etag: Option<String>,
+        /// Wait until this Unix time (milliseconds) before claiming, to line up racing claims.
+        #[arg(long)]
+        at_unix_ms: Option<i64>,
     },
 }
 
@@ -105,6 +184,19 @@ enum BenchCommand {
         /// Storage for the handler (default: a fresh temporary directory per run).
         #[arg(long)]
         storage: Option<String>,
+    },
+    /// Claims/s and checkpoint updates/s per storage backend, and storage operations per minute;
+    /// baseline: plain blob writes on the same backend.
+    Checkpoints {
+        /// Storages to measure (repeat): directories, connection strings (e.g. Azurite's), `memory:`
+        /// [default: a fresh temporary directory].
+        #[arg(long)]
+        storage: Vec<String>,
+        /// Duration of each timed phase.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 16)]
+        partitions: u32,
     },
 }
 
@@ -182,6 +274,30 @@ fn main() -> ExitCode {
                 .await
                 .map_err(|e| e.to_string())
             }
+            Command::Checkpoints { action } => checkpoints_command(action).await,
+            Command::Bench {
+                which:
+                    BenchCommand::Checkpoints {
+                        storage,
+                        seconds,
+                        partitions,
+                    },
+            } => {
+                let temp = tempdir_for_bench().map_err(|e| e.to_string())?;
+                let storages = if storage.is_empty() {
+                    vec![temp.to_string_lossy().into_owned()]
+                } else {
+                    storage
+                };
+                let result = bench::checkpoints::run(bench::checkpoints::CheckpointBenchOptions {
+                    storages,
+                    seconds,
+                    partitions,
+                })
+                .await;
+                let _ = std::fs::remove_dir_all(&temp);
+                result.map(|_| ()).map_err(|e| e.to_string())
+            }
             Command::Bench {
                 which:
                     BenchCommand::Handler {
@@ -209,6 +325,246 @@ fn main() -> ExitCode {
             eprintln!("hubhost: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+async fn open_scope(
+    scope: &ScopeArgs,
+) -> Result<(checkpoint::CheckpointStore, checkpoint::ConsumerGroupKey), String> {
+    let env = |k: &str| std::env::var(k).ok();
+    let location =
+        settings::resolve_storage(scope.storage.as_deref(), env).map_err(|e| e.to_string())?;
+    let blobs = location.open().map_err(|e| e.to_string())?;
+    let namespace = match &scope.namespace {
+        Some(ns) => ns.clone(),
+        None => settings::eventhub_namespace(env).ok_or(
+            "name the Event Hubs namespace with --namespace (e.g. myns.servicebus.windows.net), \
+             or set EventHubConnection to the hub's connection string",
+        )?,
+    };
+    let key = checkpoint::ConsumerGroupKey::new(namespace, &scope.hub, &scope.consumer_group)
+        .map_err(|e| e.to_string())?;
+    Ok((
+        checkpoint::CheckpointStore::new(blobs, &scope.container),
+        key,
+    ))
+}
+
+fn print_json(value: &impl serde::Serialize) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("serializable")
+    );
+}
+
+async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
+    use checkpoint::admin;
+    let fmt_err = |e: checkpoint::CheckpointError| e.to_string();
+    match action {
+        CheckpointsCommand::List { scope } => {
+            let (store, key) = open_scope(&scope).await?;
+            let rows = admin::status(&store, &key).await.map_err(fmt_err)?;
+            if scope.json {
+                print_json(&rows);
+            } else {
+                println!("{key} in {}", store.describe());
+                if rows.is_empty() {
+                    println!("no ownership or checkpoint yet");
+                }
+                let dash = || "-".to_string();
+                for r in &rows {
+                    println!(
+                        "partition {:>3}  owner {:<38} offset {:>14}  seq {:>10}  at {:<20} {}{}",
+                        r.partition_id,
+                        r.owner_id.clone().unwrap_or_else(dash),
+                        r.offset.clone().unwrap_or_else(dash),
+                        r.sequence_number
+                            .map(|s| s.to_string())
+                            .unwrap_or_else(dash),
+                        r.last_modified
+                            .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+                            .unwrap_or_else(dash),
+                        r.source.unwrap_or("no checkpoint"),
+                        r.problem
+                            .as_ref()
+                            .map(|p| format!("\n    problem: {p}"))
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+            Ok(())
+        }
+        CheckpointsCommand::Reset {
+            scope,
+            to,
+            partitions,
+            partition_count,
+            yes,
+        } => {
+            if to != "start" {
+                return Err(format!(
+                    "--to {to}: resetting to the end or to an enqueued time needs each partition's \
+                     position in the event hub, and hubhost cannot query an event hub yet; \
+                     use --to start, or set initialOffsetOptions in host.json and reset --to start"
+                ));
+            }
+            let (store, key) = open_scope(&scope).await?;
+            let selection = if !partitions.is_empty() {
+                admin::PartitionSelection::Named(partitions)
+            } else if let Some(n) = partition_count {
+                admin::PartitionSelection::Count(n)
+            } else {
+                admin::PartitionSelection::Known
+            };
+            let ids = admin::select_partitions(&store, &key, selection)
+                .await
+                .map_err(fmt_err)?;
+            if ids.is_empty() {
+                return Err(
+                    "the store knows no partition of this consumer group: name them with \
+                     --partitions or --partition-count"
+                        .into(),
+                );
+            }
+            let ownerships = store.list_ownership(&key).await.map_err(fmt_err)?;
+            let active = admin::active_owners(
+                &ownerships,
+                &ids,
+                chrono::Utc::now(),
+                std::time::Duration::from_secs(120),
+            );
+            if !active.is_empty() {
+                eprintln!(
+                    "warning: {} of these partitions are owned by a running consumer; stop it \
+                     first, or its next checkpoint will overwrite the reset",
+                    active.len()
+                );
+            }
+            if !yes {
+                confirm(&format!(
+                    "Reset partitions {} of {key} to the start of the event hub?",
+                    ids.join(",")
+                ))?;
+            }
+            let written = admin::reset_to_start(&store, &key, &ids)
+                .await
+                .map_err(fmt_err)?;
+            if scope.json {
+                print_json(
+                    &written
+                        .iter()
+                        .map(|c| {
+                            serde_json::json!({"partitionId": c.partition_id, "offset": c.offset, "sequenceNumber": c.sequence_number})
+                        })
+                        .collect::<Vec<_>>(),
+                );
+            } else {
+                println!("reset {} partitions of {key} to the start", written.len());
+            }
+            Ok(())
+        }
+        CheckpointsCommand::Migrate { scope, dry_run } => {
+            let (store, key) = open_scope(&scope).await?;
+            store.ensure_container().await.map_err(fmt_err)?;
+            let report = admin::migrate(&store, &key, dry_run)
+                .await
+                .map_err(fmt_err)?;
+            if scope.json {
+                print_json(&report);
+            } else {
+                for s in &report.steps {
+                    println!(
+                        "partition {:>3}  offset {:>14}  seq {:>10}  {}",
+                        s.partition_id,
+                        s.offset,
+                        s.sequence_number,
+                        if dry_run && s.action == "migrated" {
+                            "would migrate"
+                        } else {
+                            s.action
+                        }
+                    );
+                }
+                for p in &report.problems {
+                    println!("problem: {p}");
+                }
+                let migrated = report
+                    .steps
+                    .iter()
+                    .filter(|s| s.action == "migrated")
+                    .count();
+                println!(
+                    "{migrated} legacy checkpoints {}, {} kept (a current checkpoint exists), {} unreadable",
+                    if dry_run { "to migrate" } else { "migrated" },
+                    report.steps.len() - migrated,
+                    report.problems.len()
+                );
+            }
+            Ok(())
+        }
+        CheckpointsCommand::Claim {
+            scope,
+            partition,
+            owner,
+            etag,
+            at_unix_ms,
+        } => {
+            let (store, key) = open_scope(&scope).await?;
+            store.ensure_container().await.map_err(fmt_err)?;
+            if let Some(at) = at_unix_ms {
+                let wait = at - chrono::Utc::now().timestamp_millis();
+                if wait > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(wait as u64)).await;
+                }
+            }
+            let claim = checkpoint::OwnershipClaim {
+                partition_id: partition,
+                owner_id: owner,
+                etag: etag.map(hubhost::storage::ETag::new),
+            };
+            let won = store
+                .claim_ownership(&key, std::slice::from_ref(&claim))
+                .await
+                .map_err(fmt_err)?;
+            print_json(&serde_json::json!({
+                "won": !won.is_empty(),
+                "etag": won.first().map(|o| o.etag.to_string()),
+            }));
+            Ok(())
+        }
+    }
+}
+
+/// A fresh directory under the system's temporary directory.
+fn tempdir_for_bench() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "hubhost-bench-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_millis()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Asks on the terminal; refuses when nobody can answer (stdin is not a terminal).
+fn confirm(question: &str) -> Result<(), String> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return Err(format!(
+            "{question} Refusing without confirmation: pass --yes"
+        ));
+    }
+    print!("{question} [y/N] ");
+    std::io::stdout().flush().ok();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| e.to_string())?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        Err("not confirmed; nothing changed".into())
     }
 }
 

@@ -42,6 +42,25 @@ pub fn resolve_storage(
     Ok(StorageLocation::Directory(crate::demo::default_data_dir()))
 }
 
+/// The app setting holding the Event Hubs connection string (function.json `connection`).
+pub const EVENTHUB_CONNECTION_SETTING: &str = "EventHubConnection";
+
+/// The fully qualified namespace of the Event Hubs connection setting: the host of its
+/// `Endpoint=sb://…/`. Only the host is taken; the key never leaves this function.
+pub fn eventhub_namespace(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let conn = env(EVENTHUB_CONNECTION_SETTING)?;
+    let endpoint = conn.split(';').find_map(|part| {
+        let (k, v) = part.split_once('=')?;
+        k.trim().eq_ignore_ascii_case("Endpoint").then(|| v.trim())
+    })?;
+    let host = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest)
+        .split(['/', ':'])
+        .next()?;
+    (!host.is_empty()).then(|| host.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +103,23 @@ mod tests {
         let message = resolve_storage(None, &env).unwrap_err().to_string();
         assert!(message.contains("AzureWebJobsStorage"), "{message}");
         assert!(!message.contains("not*base64"), "{message}");
+    }
+
+    #[test]
+    fn the_namespace_is_the_host_of_the_eventhub_endpoint() {
+        let env = env_of(&[(
+            "EventHubConnection",
+            "Endpoint=sb://MyNs.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=secret",
+        )]);
+        assert_eq!(
+            eventhub_namespace(&env).as_deref(),
+            Some("MyNs.servicebus.windows.net")
+        );
+        let env = env_of(&[(
+            "EventHubConnection",
+            "Endpoint=sb://localhost:5672;UseDevelopmentEmulator=true",
+        )]);
+        assert_eq!(eventhub_namespace(&env).as_deref(), Some("localhost"));
+        assert_eq!(eventhub_namespace(env_of(&[])), None);
     }
 }

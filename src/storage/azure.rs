@@ -4,7 +4,7 @@
 //! strings (Shared Key) — see `../shared/reference/dependencies-and-local-services.md` §2. Six
 //! operations are all we need: create container, put blob, get blob, set metadata, list with
 //! metadata, delete. Requests are signed with Shared Key (or carry a SAS). Transient failures
-//! (connection errors, timeouts, 500/502/503/504) are retried with exponential backoff before
+//! (connection errors, timeouts, throttling 429, 500/502/503/504) are retried with exponential backoff before
 //! they surface as [`StoreError::Unavailable`].
 //!
 //! Secrets: the account key only feeds the HMAC; a SAS is only appended to request URLs, and
@@ -175,7 +175,8 @@ impl AzureBlobStore {
             let retry = match &outcome {
                 Ok(resp) => matches!(
                     resp.status(),
-                    StatusCode::INTERNAL_SERVER_ERROR
+                    StatusCode::TOO_MANY_REQUESTS
+                        | StatusCode::INTERNAL_SERVER_ERROR
                         | StatusCode::BAD_GATEWAY
                         | StatusCode::SERVICE_UNAVAILABLE
                         | StatusCode::GATEWAY_TIMEOUT

@@ -9,6 +9,7 @@
 
 pub mod azure;
 pub mod connection;
+pub mod counting;
 pub mod local;
 pub mod memory;
 

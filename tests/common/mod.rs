@@ -203,3 +203,58 @@ impl Drop for Azurite {
         let _ = self.child.wait();
     }
 }
+
+/// The Python that has the official Azure SDK packages (scripts/test.sh makes the virtualenv),
+/// or HUBHOST_PYTHON.
+pub fn python() -> PathBuf {
+    if let Ok(bin) = std::env::var("HUBHOST_PYTHON") {
+        return PathBuf::from(bin);
+    }
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/venv/bin/python");
+    assert!(
+        bin.exists(),
+        "the Python virtualenv is not at {}: run scripts/test.sh (it creates it), or set HUBHOST_PYTHON",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs a Python script from tests/python with arguments; returns its stdout parsed as JSON.
+pub fn python_json(script: &str, args: &[&str]) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let out = Command::new(python())
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{script} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Runs the hubhost binary to completion; returns (exit code, stdout, stderr).
+pub fn hubhost(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("HUBHOST_STORAGE")
+        .env_remove("AzureWebJobsStorage")
+        .stdin(Stdio::null())
+        .output()
+        .expect("hubhost runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

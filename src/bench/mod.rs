@@ -1,0 +1,12 @@
+//! Benchmarks, each printing its figures beside a baseline measured in the same run (these
+//! machines are shared and noisy, so ratios mean more than absolute numbers).
+//!
+//! - `handler`: the custom handler end to end over loopback HTTP; baseline: a plain JSON parse.
+//! - `checkpoints`: claims and checkpoint updates per backend; baseline: a plain blob write;
+//!   plus the storage operations one instance makes per minute.
+
+pub mod checkpoints;
+pub mod handler;
+
+pub use checkpoints::checkpoint_bench_key;
+pub use handler::{BenchError, BenchOptions, RunFigures, run};

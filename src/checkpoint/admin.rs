@@ -1,0 +1,246 @@
+//! What `hubhost checkpoints list|reset|migrate` do, as library functions that return reports
+//! (the CLI in `main.rs` only parses flags, confirms, and prints).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{
+    Checkpoint, CheckpointError, CheckpointStore, ConsumerGroupKey, LegacyCheckpoint,
+    PartitionOwnership,
+};
+
+/// One partition as `checkpoints list` shows it. The first five fields are the documented
+/// machine interface; the rest say where the values come from.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionStatus {
+    pub partition_id: String,
+    /// The current owner; `None` if never owned or relinquished.
+    pub owner_id: Option<String>,
+    pub offset: Option<String>,
+    pub sequence_number: Option<i64>,
+    /// When the checkpoint was written.
+    pub last_modified: Option<DateTime<Utc>>,
+    /// When the owner last renewed its claim.
+    pub ownership_last_modified: Option<DateTime<Utc>>,
+    /// `checkpoint` (current format), `legacy` (v3/v4 blob, no current checkpoint), or `None`.
+    pub source: Option<&'static str>,
+    /// Why this partition's checkpoint cannot be used, if it cannot.
+    pub problem: Option<String>,
+}
+
+impl PartitionStatus {
+    fn new(partition_id: &str) -> Self {
+        PartitionStatus {
+            partition_id: partition_id.to_string(),
+            owner_id: None,
+            offset: None,
+            sequence_number: None,
+            last_modified: None,
+            ownership_last_modified: None,
+            source: None,
+            problem: None,
+        }
+    }
+}
+
+/// Ownership, checkpoint and legacy checkpoint of every partition that has any of them.
+pub async fn status(
+    store: &CheckpointStore,
+    key: &ConsumerGroupKey,
+) -> Result<Vec<PartitionStatus>, CheckpointError> {
+    let ownerships = store.list_ownership(key).await?;
+    let checkpoints = store.list_checkpoints(key).await?;
+    let legacy = store.list_legacy(key).await?;
+    let mut rows: Vec<PartitionStatus> = Vec::new();
+    fn row<'a>(rows: &'a mut Vec<PartitionStatus>, id: &str) -> &'a mut PartitionStatus {
+        match rows.iter().position(|r| r.partition_id == id) {
+            Some(i) => &mut rows[i],
+            None => {
+                rows.push(PartitionStatus::new(id));
+                rows.last_mut().expect("just pushed")
+            }
+        }
+    }
+    for o in &ownerships {
+        let r = row(&mut rows, &o.partition_id);
+        r.owner_id = Some(o.owner_id.clone()).filter(|s| !s.is_empty());
+        r.ownership_last_modified = Some(o.last_modified);
+    }
+    for lg in &legacy.items {
+        let r = row(&mut rows, &lg.partition_id);
+        r.offset = Some(lg.offset.clone());
+        r.sequence_number = Some(lg.sequence_number);
+        r.source = Some("legacy");
+    }
+    for cp in &checkpoints.items {
+        let r = row(&mut rows, &cp.partition_id);
+        r.offset = cp.offset.clone();
+        r.sequence_number = cp.sequence_number;
+        r.last_modified = cp.last_modified;
+        r.source = Some("checkpoint");
+    }
+    for problem in checkpoints.problems.iter().chain(&legacy.problems) {
+        let (CheckpointError::BadCheckpoint { blob, .. }
+        | CheckpointError::BadLegacyCheckpoint { blob, .. }) = problem
+        else {
+            continue;
+        };
+        let id = super::names::partition_of(blob).to_string();
+        let r = row(&mut rows, &id);
+        // A bad current checkpoint blocks its partition even if a legacy one exists.
+        if matches!(problem, CheckpointError::BadCheckpoint { .. }) || r.source.is_none() {
+            r.problem = Some(problem.to_string());
+        }
+    }
+    rows.sort_by(|a, b| partition_order(&a.partition_id, &b.partition_id));
+    Ok(rows)
+}
+
+/// Numeric partition ids in numeric order (2 before 10), others after, by name.
+pub fn partition_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        _ => a.cmp(b),
+    }
+}
+
+/// Which partitions a reset applies to: those named, or `0..count`, or every partition the
+/// store knows (has an ownership, a checkpoint or a legacy checkpoint).
+pub enum PartitionSelection {
+    Named(Vec<String>),
+    Count(u32),
+    Known,
+}
+
+pub async fn select_partitions(
+    store: &CheckpointStore,
+    key: &ConsumerGroupKey,
+    selection: PartitionSelection,
+) -> Result<Vec<String>, CheckpointError> {
+    let mut ids = match selection {
+        PartitionSelection::Named(ids) => ids,
+        PartitionSelection::Count(n) => (0..n).map(|i| i.to_string()).collect(),
+        PartitionSelection::Known => status(store, key)
+            .await?
+            .into_iter()
+            .map(|r| r.partition_id)
+            .collect(),
+    };
+    for id in &ids {
+        super::names::validate_part("partition id", id)?;
+    }
+    ids.sort_by(|a, b| partition_order(a, b));
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Moves the partitions back to the start of their retained events: writes the "before the
+/// first event" checkpoint (offset -1), which the Functions host, the SDKs and hubhost all
+/// read as "start from the beginning".
+pub async fn reset_to_start(
+    store: &CheckpointStore,
+    key: &ConsumerGroupKey,
+    partitions: &[String],
+) -> Result<Vec<Checkpoint>, CheckpointError> {
+    store.ensure_container().await?;
+    let mut written = Vec::new();
+    for id in partitions {
+        let cp = Checkpoint::at_start(id.clone());
+        store.update_checkpoint(key, &cp).await?;
+        written.push(cp);
+    }
+    Ok(written)
+}
+
+/// What `migrate` did for one legacy checkpoint.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationStep {
+    pub partition_id: String,
+    pub offset: String,
+    pub sequence_number: i64,
+    /// `migrated`, or `kept` when a current checkpoint already existed (it is newer: the
+    /// current format is the one being written).
+    pub action: &'static str,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct MigrationReport {
+    pub steps: Vec<MigrationStep>,
+    /// Legacy blobs that could not be read, with the reason.
+    pub problems: Vec<String>,
+}
+
+/// Writes a current checkpoint from each legacy one, for partitions that have no current
+/// checkpoint yet. Legacy blobs are neither changed nor deleted.
+pub async fn migrate(
+    store: &CheckpointStore,
+    key: &ConsumerGroupKey,
+    dry_run: bool,
+) -> Result<MigrationReport, CheckpointError> {
+    let legacy = store.list_legacy(key).await?;
+    let current = store.list_checkpoints(key).await?;
+    let has_current = |id: &str| {
+        current.items.iter().any(|c| c.partition_id == id)
+            || current.problems.iter().any(|p| {
+                matches!(p, CheckpointError::BadCheckpoint { blob, .. } if super::names::partition_of(blob) == id)
+            })
+    };
+    let mut report = MigrationReport {
+        problems: legacy.problems.iter().map(|p| p.to_string()).collect(),
+        ..Default::default()
+    };
+    let mut items: Vec<&LegacyCheckpoint> = legacy.items.iter().collect();
+    items.sort_by(|a, b| partition_order(&a.partition_id, &b.partition_id));
+    for lg in items {
+        let action = if has_current(&lg.partition_id) {
+            "kept"
+        } else {
+            if !dry_run {
+                let cp = Checkpoint::new(
+                    lg.partition_id.clone(),
+                    Some(lg.offset.clone()),
+                    lg.sequence_number,
+                );
+                store.update_checkpoint(key, &cp).await?;
+            }
+            "migrated"
+        };
+        report.steps.push(MigrationStep {
+            partition_id: lg.partition_id.clone(),
+            offset: lg.offset.clone(),
+            sequence_number: lg.sequence_number,
+            action,
+        });
+    }
+    Ok(report)
+}
+
+/// Owner ids holding an unexpired claim on one of `partitions` — a reset under a running
+/// consumer is overwritten by its next checkpoint, so the CLI warns about them.
+pub fn active_owners<'a>(
+    ownerships: &'a [PartitionOwnership],
+    partitions: &[String],
+    now: DateTime<Utc>,
+    expiry: std::time::Duration,
+) -> Vec<&'a PartitionOwnership> {
+    ownerships
+        .iter()
+        .filter(|o| partitions.contains(&o.partition_id) && o.is_active(now, expiry))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_sort_numerically() {
+        let mut ids = vec!["10", "2", "b", "0", "a"];
+        ids.sort_by(|a, b| partition_order(a, b));
+        assert_eq!(ids, ["0", "2", "10", "a", "b"]);
+    }
+}

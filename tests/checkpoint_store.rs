@@ -1,0 +1,569 @@
+//! The checkpoint store's conformance suite, run on all three backends (memory, a local
+//! directory, Azurite): claims, renewals, races, relinquishing, checkpoints, legacy blobs, bad
+//! state and bad names — then racing claims from several OS processes (`kill -9`-safe local
+//! directory, Azurite) with exactly one winner per round.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::Utc;
+use hubhost::checkpoint::admin;
+use hubhost::checkpoint::{
+    Checkpoint, CheckpointError, CheckpointStore, ConsumerGroupKey, InitialPosition,
+    OwnershipClaim, PositionSource, StartPosition,
+};
+use hubhost::storage::{Condition, Metadata, SharedStore, StorageLocation};
+
+const CONTAINER: &str = "azure-webjobs-eventhub";
+const LEGACY_SAMPLE: &str = include_str!("data/legacy_eph_checkpoint_blob_body.json");
+
+fn key() -> ConsumerGroupKey {
+    ConsumerGroupKey::new("MyNs.servicebus.windows.net", "Sensors", "$Default").unwrap()
+}
+
+fn claim(p: &str, owner: &str, etag: Option<&hubhost::storage::ETag>) -> OwnershipClaim {
+    OwnershipClaim {
+        partition_id: p.into(),
+        owner_id: owner.into(),
+        etag: etag.cloned(),
+    }
+}
+
+fn meta(pairs: &[(&str, &str)]) -> Metadata {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+async fn put_raw(blobs: &SharedStore, name: &str, body: &[u8], metadata: Metadata) {
+    blobs
+        .put(
+            CONTAINER,
+            name,
+            Bytes::copy_from_slice(body),
+            &metadata,
+            &Condition::Always,
+        )
+        .await
+        .unwrap();
+}
+
+async fn conformance(blobs: SharedStore) {
+    let store = CheckpointStore::new(blobs.clone(), CONTAINER);
+    store.ensure_container().await.unwrap();
+    let key = key();
+    assert!(store.list_ownership(&key).await.unwrap().is_empty());
+    assert!(store.list_checkpoints(&key).await.unwrap().items.is_empty());
+
+    // New claims: created once; a second creator of the same partition loses.
+    let before = Utc::now() - chrono::Duration::seconds(2);
+    let claims: Vec<_> = (0..4).map(|p| claim(&p.to_string(), "a", None)).collect();
+    let won = store.claim_ownership(&key, &claims).await.unwrap();
+    assert_eq!(won.len(), 4);
+    let lost = store
+        .claim_ownership(&key, &[claim("0", "b", None)])
+        .await
+        .unwrap();
+    assert!(lost.is_empty());
+
+    // Listing returns owner, ETag and last-modified time as written.
+    let listed = store.list_ownership(&key).await.unwrap();
+    assert_eq!(listed.len(), 4);
+    for o in &listed {
+        let w = won
+            .iter()
+            .find(|w| w.partition_id == o.partition_id)
+            .unwrap();
+        assert_eq!((o.owner_id.as_str(), &o.etag), ("a", &w.etag));
+        assert!(
+            o.last_modified >= before
+                && o.last_modified <= Utc::now() + chrono::Duration::seconds(2)
+        );
+        assert!(o.is_active(Utc::now(), Duration::from_secs(120)));
+        assert!(!o.is_active(
+            Utc::now() + chrono::Duration::seconds(130),
+            Duration::from_secs(120)
+        ));
+    }
+
+    // The exact blobs: lowercased names, zero bytes, metadata `ownerid`.
+    let raw = blobs
+        .get(
+            CONTAINER,
+            "myns.servicebus.windows.net/sensors/$default/ownership/2",
+        )
+        .await
+        .unwrap()
+        .expect("ownership blob under the lowercased name");
+    assert_eq!(raw.data.len(), 0);
+    assert_eq!(raw.properties.metadata, meta(&[("ownerid", "a")]));
+
+    // Renewal with the current ETag wins and changes the ETag; the old ETag is then stale.
+    let p0 = &won[0];
+    let renewed = store
+        .claim_ownership(&key, &[claim(&p0.partition_id, "a", Some(&p0.etag))])
+        .await
+        .unwrap();
+    assert_eq!(renewed.len(), 1);
+    assert_ne!(renewed[0].etag, p0.etag);
+    let stale = store
+        .claim_ownership(&key, &[claim(&p0.partition_id, "thief", Some(&p0.etag))])
+        .await
+        .unwrap();
+    assert!(stale.is_empty());
+
+    // Racing claimants with the same ETag: exactly one wins.
+    let p1 = listed
+        .iter()
+        .find(|o| o.partition_id == "1")
+        .unwrap()
+        .clone();
+    let mut racers = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let (store, key, etag) = (store.clone(), key.clone(), p1.etag.clone());
+        racers.spawn(async move {
+            let owner = format!("racer-{i}");
+            let won = store
+                .claim_ownership(&key, &[claim("1", &owner, Some(&etag))])
+                .await
+                .unwrap();
+            (!won.is_empty()).then_some(owner)
+        });
+    }
+    let mut winners = Vec::new();
+    while let Some(r) = racers.join_next().await {
+        winners.extend(r.unwrap());
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    let now: BTreeMap<_, _> = store
+        .list_ownership(&key)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.partition_id.clone(), o))
+        .collect();
+    assert_eq!(now["1"].owner_id, winners[0]);
+
+    // Relinquish under the current ETag clears the owner; with a stale one it does nothing.
+    assert!(store.relinquish(&key, &now["3"]).await.unwrap());
+    assert!(!store.relinquish(&key, &now["3"]).await.unwrap());
+    let p3 = store
+        .list_ownership(&key)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|o| o.partition_id == "3")
+        .unwrap();
+    assert_eq!(p3.owner_id, "");
+    assert!(!p3.is_active(Utc::now(), Duration::from_secs(120)));
+    // …and a relinquished partition is claimable with its ETag.
+    let taken = store
+        .claim_ownership(&key, &[claim("3", "b", Some(&p3.etag))])
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+
+    // Checkpoints: create, overwrite, read back exactly; the blob is zero bytes with metadata.
+    store
+        .update_checkpoint(&key, &Checkpoint::new("0", Some("100".into()), 10))
+        .await
+        .unwrap();
+    store
+        .update_checkpoint(&key, &Checkpoint::new("0", Some("250".into()), 25))
+        .await
+        .unwrap();
+    store
+        .update_checkpoint(
+            &key,
+            &Checkpoint {
+                partition_id: "1".into(),
+                offset: None,
+                sequence_number: Some(7),
+                last_modified: None,
+            },
+        )
+        .await
+        .unwrap();
+    let cp0 = store.get_checkpoint(&key, "0").await.unwrap().unwrap();
+    assert_eq!(
+        (cp0.offset.as_deref(), cp0.sequence_number),
+        (Some("250"), Some(25))
+    );
+    let raw = blobs
+        .get(
+            CONTAINER,
+            "myns.servicebus.windows.net/sensors/$default/checkpoint/1",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw.data.len(), 0);
+    assert_eq!(
+        raw.properties.metadata,
+        meta(&[("offset", ""), ("sequencenumber", "7")])
+    );
+    let listing = store.list_checkpoints(&key).await.unwrap();
+    assert_eq!(listing.items.len(), 2);
+    assert!(listing.problems.is_empty());
+    assert!(matches!(
+        store
+            .update_checkpoint(
+                &key,
+                &Checkpoint {
+                    partition_id: "2".into(),
+                    offset: None,
+                    sequence_number: None,
+                    last_modified: None
+                }
+            )
+            .await,
+        Err(CheckpointError::EmptyCheckpoint { .. })
+    ));
+
+    // Start positions: current checkpoint (offset preferred), else sequence number.
+    assert_eq!(
+        store
+            .start_position(&key, "0", InitialPosition::Latest)
+            .await
+            .unwrap(),
+        (
+            StartPosition::AfterOffset("250".into()),
+            PositionSource::Checkpoint
+        )
+    );
+    assert_eq!(
+        store
+            .start_position(&key, "1", InitialPosition::Latest)
+            .await
+            .unwrap()
+            .0,
+        StartPosition::AfterSequenceNumber(7)
+    );
+
+    // Bad state: non-numeric or missing metadata is reported with the blob's name, never
+    // silently turned into "no checkpoint".
+    let bad7 = "myns.servicebus.windows.net/sensors/$default/checkpoint/7";
+    put_raw(
+        &blobs,
+        bad7,
+        b"",
+        meta(&[("offset", "12"), ("sequencenumber", "abc")]),
+    )
+    .await;
+    let bad8 = "myns.servicebus.windows.net/sensors/$default/checkpoint/8";
+    put_raw(&blobs, bad8, b"", meta(&[])).await;
+    let listing = store.list_checkpoints(&key).await.unwrap();
+    assert_eq!(listing.items.len(), 2);
+    let problems: Vec<String> = listing.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains(bad7) && p.contains("\"abc\" is not a number"))
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains(bad8) && p.contains("neither"))
+    );
+    let err = store
+        .start_position(&key, "7", InitialPosition::Earliest)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, CheckpointError::BadCheckpoint { .. }),
+        "{err}"
+    );
+
+    // Legacy: with no current checkpoint, the v3/v4 JSON blob decides the start position.
+    let legacy_name = "myns.servicebus.windows.net/sensors/$Default/0";
+    put_raw(
+        &blobs,
+        legacy_name,
+        LEGACY_SAMPLE.as_bytes(),
+        Metadata::new(),
+    )
+    .await;
+    let p9 = "myns.servicebus.windows.net/sensors/$Default/9";
+    put_raw(
+        &blobs,
+        p9,
+        LEGACY_SAMPLE.replace("\"0\"", "\"9\"").as_bytes(),
+        Metadata::new(),
+    )
+    .await;
+    let p10 = "myns.servicebus.windows.net/sensors/$Default/10";
+    put_raw(&blobs, p10, b"<lease/>", Metadata::new()).await;
+    assert_eq!(
+        store
+            .start_position(&key, "9", InitialPosition::Latest)
+            .await
+            .unwrap(),
+        (
+            StartPosition::AfterOffset("8591964920".into()),
+            PositionSource::LegacyCheckpoint
+        )
+    );
+    let err = store
+        .start_position(&key, "10", InitialPosition::Latest)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(p10) && err.contains("not a legacy lease JSON"),
+        "{err}"
+    );
+    assert_eq!(
+        store
+            .start_position(&key, "11", InitialPosition::Latest)
+            .await
+            .unwrap(),
+        (StartPosition::Latest, PositionSource::Initial)
+    );
+    let legacy = store.list_legacy(&key).await.unwrap();
+    let ids: Vec<_> = legacy
+        .items
+        .iter()
+        .map(|l| l.partition_id.as_str())
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.contains(&"0") && ids.contains(&"9"));
+    assert_eq!(legacy.problems.len(), 1);
+
+    // Migration writes current checkpoints where none exist and leaves legacy blobs alone.
+    let before_legacy = blobs.get(CONTAINER, p9).await.unwrap().unwrap();
+    let report = admin::migrate(&store, &key, false).await.unwrap();
+    let actions: BTreeMap<_, _> = report
+        .steps
+        .iter()
+        .map(|s| (s.partition_id.as_str(), s.action))
+        .collect();
+    assert_eq!(actions["0"], "kept"); // partition 0 already had a current checkpoint
+    assert_eq!(actions["9"], "migrated");
+    assert_eq!(report.problems.len(), 1);
+    let cp9 = store.get_checkpoint(&key, "9").await.unwrap().unwrap();
+    assert_eq!(
+        (cp9.offset.as_deref(), cp9.sequence_number),
+        (Some("8591964920"), Some(960180))
+    );
+    let after_legacy = blobs.get(CONTAINER, p9).await.unwrap().unwrap();
+    assert_eq!(after_legacy.data, before_legacy.data);
+    assert_eq!(after_legacy.properties.etag, before_legacy.properties.etag);
+    assert_eq!(
+        store
+            .get_checkpoint(&key, "0")
+            .await
+            .unwrap()
+            .unwrap()
+            .offset
+            .as_deref(),
+        Some("250"),
+        "migration must not overwrite a current checkpoint"
+    );
+
+    // Names that would escape the store are refused before anything is written.
+    let count = blobs.list(CONTAINER, "").await.unwrap().len();
+    for bad in ["..", "../../etc", "a\\b", ""] {
+        assert!(matches!(
+            store.claim_ownership(&key, &[claim(bad, "a", None)]).await,
+            Err(CheckpointError::InvalidName { .. })
+        ));
+        assert!(matches!(
+            store
+                .update_checkpoint(&key, &Checkpoint::new(bad, None, 1))
+                .await,
+            Err(CheckpointError::InvalidName { .. })
+        ));
+    }
+    assert_eq!(blobs.list(CONTAINER, "").await.unwrap().len(), count);
+
+    // Another consumer group of the same hub is independent.
+    let other = ConsumerGroupKey::new("MyNs.servicebus.windows.net", "Sensors", "archive").unwrap();
+    assert!(store.list_ownership(&other).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_checkpoints(&other)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn memory_backend_conforms() {
+    conformance(StorageLocation::Memory.open().unwrap()).await;
+}
+
+#[tokio::test]
+async fn local_directory_backend_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance(
+        StorageLocation::Directory(dir.path().into())
+            .open()
+            .unwrap(),
+    )
+    .await;
+    // The directory mirrors the blob layout.
+    assert!(
+        dir.path()
+            .join(
+                "azure-webjobs-eventhub/myns.servicebus.windows.net/sensors/$default/checkpoint/0"
+            )
+            .exists()
+    );
+}
+
+#[tokio::test]
+async fn azure_backend_conforms_against_azurite() {
+    let azurite = common::Azurite::start();
+    conformance(
+        StorageLocation::parse(&azurite.connection_string())
+            .unwrap()
+            .open()
+            .unwrap(),
+    )
+    .await;
+}
+
+/// Rounds of claims on one partition by several `hubhost` processes released at the same
+/// instant, all presenting the ETag of the previous round: exactly one wins each round, and
+/// the store names that winner.
+fn racing_processes(storage: &str) {
+    let scope = [
+        "--storage",
+        storage,
+        "--namespace",
+        "race.servicebus.windows.net",
+        "--hub",
+        "sensors",
+    ];
+    let blobs = StorageLocation::parse(storage).unwrap().open().unwrap();
+    let store = CheckpointStore::new(blobs, CONTAINER);
+    let key = ConsumerGroupKey::new("race.servicebus.windows.net", "sensors", "$Default").unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(store.ensure_container()).unwrap();
+    for round in 0..4 {
+        let etag = rt
+            .block_on(store.list_ownership(&key))
+            .unwrap()
+            .first()
+            .map(|o| o.etag.to_string());
+        let at = (Utc::now().timestamp_millis() + 700).to_string();
+        let children: Vec<_> = (0..6)
+            .map(|i| {
+                let owner = format!("round{round}-proc{i}");
+                let mut args: Vec<String> = ["checkpoints", "claim"]
+                    .iter()
+                    .chain(scope.iter())
+                    .map(|s| s.to_string())
+                    .collect();
+                args.extend(
+                    ["--partition", "0", "--owner", &owner, "--at-unix-ms", &at].map(String::from),
+                );
+                if let Some(e) = &etag {
+                    args.extend(["--etag".to_string(), e.clone()]);
+                }
+                let child = std::process::Command::new(env!("CARGO_BIN_EXE_hubhost"))
+                    .args(&args)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                (owner, child)
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for (owner, child) in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            if v["won"] == true {
+                winners.push(owner);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let owners = rt.block_on(store.list_ownership(&key)).unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].owner_id, winners[0], "round {round}");
+    }
+}
+
+#[test]
+fn racing_processes_on_a_local_directory_have_one_winner_per_round() {
+    let dir = tempfile::tempdir().unwrap();
+    racing_processes(dir.path().to_str().unwrap());
+}
+
+#[test]
+fn racing_processes_on_azurite_have_one_winner_per_round() {
+    let azurite = common::Azurite::start();
+    racing_processes(&azurite.connection_string());
+}
+
+/// A process writing claims and checkpoints as fast as it can is killed with SIGKILL, many
+/// times; every blob stays readable and the store stays usable.
+#[test]
+fn kill_9_during_writes_leaves_no_torn_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().to_str().unwrap().to_string();
+    for round in 0..5 {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hubhost"))
+            .args([
+                "bench",
+                "checkpoints",
+                "--storage",
+                &storage,
+                "--seconds",
+                "0.25",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(400 + 150 * round));
+        // SIGKILL, in whichever phase (claims, checkpoints, raw writes) the run has reached;
+        // a run that already finished is fine too.
+        let _ = child.kill();
+        child.wait().unwrap();
+    }
+    let blobs: SharedStore =
+        Arc::new(hubhost::storage::local::LocalDirStore::open(dir.path()).unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let listed = blobs.list(CONTAINER, "").await.unwrap();
+        assert!(
+            !listed.is_empty(),
+            "the benchmark wrote nothing before it was killed"
+        );
+        for b in &listed {
+            blobs
+                .get(CONTAINER, &b.name)
+                .await
+                .unwrap_or_else(|e| panic!("{} is torn: {e}", b.name))
+                .unwrap();
+        }
+        // And the store is usable at once: a claim presenting the listed ETag wins.
+        let store = CheckpointStore::new(blobs.clone(), CONTAINER);
+        let key = hubhost::bench::checkpoint_bench_key();
+        let owned = store.list_ownership(&key).await.unwrap();
+        assert!(!owned.is_empty());
+        let o = &owned[0];
+        let won = store
+            .claim_ownership(&key, &[claim(&o.partition_id, "survivor", Some(&o.etag))])
+            .await
+            .unwrap();
+        assert_eq!(won.len(), 1);
+        let listing = store.list_checkpoints(&key).await.unwrap();
+        assert!(listing.problems.is_empty(), "{:?}", listing.problems);
+    });
+}
