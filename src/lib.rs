@@ -11,5 +11,6 @@ pub mod fleet;
 pub mod function_app;
 pub mod handler;
 pub mod invoker;
+pub mod processor;
 pub mod settings;
 pub mod storage;
