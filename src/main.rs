@@ -328,7 +328,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn open_scope(
+fn open_scope(
     scope: &ScopeArgs,
 ) -> Result<(checkpoint::CheckpointStore, checkpoint::ConsumerGroupKey), String> {
     let env = |k: &str| std::env::var(k).ok();
@@ -362,7 +362,7 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
     let fmt_err = |e: checkpoint::CheckpointError| e.to_string();
     match action {
         CheckpointsCommand::List { scope } => {
-            let (store, key) = open_scope(&scope).await?;
+            let (store, key) = open_scope(&scope)?;
             let rows = admin::status(&store, &key).await.map_err(fmt_err)?;
             if scope.json {
                 print_json(&rows);
@@ -408,7 +408,7 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
                      use --to start, or set initialOffsetOptions in host.json and reset --to start"
                 ));
             }
-            let (store, key) = open_scope(&scope).await?;
+            let (store, key) = open_scope(&scope)?;
             let selection = if !partitions.is_empty() {
                 admin::PartitionSelection::Named(partitions)
             } else if let Some(n) = partition_count {
@@ -464,7 +464,7 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
             Ok(())
         }
         CheckpointsCommand::Migrate { scope, dry_run } => {
-            let (store, key) = open_scope(&scope).await?;
+            let (store, key) = open_scope(&scope)?;
             store.ensure_container().await.map_err(fmt_err)?;
             let report = admin::migrate(&store, &key, dry_run)
                 .await
@@ -509,7 +509,7 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
             etag,
             at_unix_ms,
         } => {
-            let (store, key) = open_scope(&scope).await?;
+            let (store, key) = open_scope(&scope)?;
             store.ensure_container().await.map_err(fmt_err)?;
             if let Some(at) = at_unix_ms {
                 let wait = at - chrono::Utc::now().timestamp_millis();

@@ -3,7 +3,7 @@
 //! app's configuration in Azure) to a custom handler.
 
 use crate::storage::StorageLocation;
-use crate::storage::connection::ConnectionStringError;
+use crate::storage::connection::{ConnectionStringError, connection_string_parts};
 
 /// The app setting that names the storage connection setting to use (default below).
 pub const STORAGE_SETTING_VAR: &str = "HUBHOST_STORAGE_SETTING";
@@ -49,10 +49,9 @@ pub const EVENTHUB_CONNECTION_SETTING: &str = "EventHubConnection";
 /// `Endpoint=sb://…/`. Only the host is taken; the key never leaves this function.
 pub fn eventhub_namespace(env: impl Fn(&str) -> Option<String>) -> Option<String> {
     let conn = env(EVENTHUB_CONNECTION_SETTING)?;
-    let endpoint = conn.split(';').find_map(|part| {
-        let (k, v) = part.split_once('=')?;
-        k.trim().eq_ignore_ascii_case("Endpoint").then(|| v.trim())
-    })?;
+    let endpoint = connection_string_parts(&conn)
+        .flatten()
+        .find_map(|(k, v)| (k == "endpoint").then_some(v))?;
     let host = endpoint
         .split_once("://")
         .map_or(endpoint, |(_, rest)| rest)

@@ -140,6 +140,24 @@ async fn the_same_batch_twice_counts_once() {
     );
 }
 
+/// Posts each (aggregate, archive) request pair to both functions in order; returns the events
+/// applied, replayed and archived, as the handler reports them.
+async fn deliver(server: &Server, bodies: Vec<(Vec<u8>, Vec<u8>)>) -> (u64, u64, u64) {
+    let (mut applied, mut replayed, mut archived) = (0, 0, 0);
+    for (aggregate, archive) in bodies {
+        let (_, answer) = server.post("SensorAggregator", aggregate).await;
+        applied += answer["ReturnValue"]["applied"]
+            .as_u64()
+            .expect("batch succeeded");
+        replayed += answer["ReturnValue"]["replayed"].as_u64().unwrap();
+        let (_, answer) = server.post("RawArchive", archive).await;
+        archived += answer["ReturnValue"]["applied"]
+            .as_u64()
+            .expect("archive succeeded");
+    }
+    (applied, replayed, archived)
+}
+
 /// Two handler processes on the same storage get overlapping runs of one partition's batches at
 /// the same time, as happens when ownership moves between instances: instance A is still
 /// working through batches 0..16 while B starts over from an older checkpoint at batch 8.
@@ -147,53 +165,14 @@ async fn overlapping_deliveries(storage: &str) {
     let batches = feed_batches(24, 50);
     let a = Server::start(&[], &[("HUBHOST_STORAGE", storage)]);
     let b = Server::start(&[], &[("HUBHOST_STORAGE", storage)]);
-    let deliver = |server: &Server, range: std::ops::Range<usize>| {
-        let bodies: Vec<(Vec<u8>, Vec<u8>)> = batches[range]
+    let bodies = |range: std::ops::Range<usize>| -> Vec<(Vec<u8>, Vec<u8>)> {
+        batches[range]
             .iter()
             .map(|b| (request(0, b), request(1, b)))
-            .collect();
-        let url = server.url();
-        async move {
-            let client = reqwest::Client::new();
-            let (mut applied, mut replayed, mut archived) = (0, 0, 0);
-            for (aggregate, archive) in bodies {
-                let answer: serde_json::Value = serde_json::from_slice(
-                    &client
-                        .post(format!("{url}/SensorAggregator"))
-                        .body(aggregate)
-                        .send()
-                        .await
-                        .unwrap()
-                        .bytes()
-                        .await
-                        .unwrap(),
-                )
-                .unwrap();
-                applied += answer["ReturnValue"]["applied"]
-                    .as_u64()
-                    .expect("batch succeeded");
-                replayed += answer["ReturnValue"]["replayed"].as_u64().unwrap();
-                let answer: serde_json::Value = serde_json::from_slice(
-                    &client
-                        .post(format!("{url}/RawArchive"))
-                        .body(archive)
-                        .send()
-                        .await
-                        .unwrap()
-                        .bytes()
-                        .await
-                        .unwrap(),
-                )
-                .unwrap();
-                archived += answer["ReturnValue"]["applied"]
-                    .as_u64()
-                    .expect("archive succeeded");
-            }
-            (applied, replayed, archived)
-        }
+            .collect()
     };
     let ((applied_a, replayed_a, archived_a), (applied_b, replayed_b, archived_b)) =
-        tokio::join!(deliver(&a, 0..16), deliver(&b, 8..24));
+        tokio::join!(deliver(&a, bodies(0..16)), deliver(&b, bodies(8..24)));
     let events = 24 * 50;
     assert_eq!(
         applied_a + applied_b,

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::checkpoint::{Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim};
+use crate::checkpoint::{
+    Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim, PartitionOwnership,
+};
 use crate::storage::counting::CountingStore;
 use crate::storage::{Condition, Metadata, SharedStore, StorageLocation};
 
@@ -66,13 +68,15 @@ pub async fn run(
         "backend", "claims/s", "checkpoints/s", "raw puts/s", "claim", "ckpt"
     );
     let mut all = Vec::new();
+    let mut first_store = None;
     for storage in &opts.storages {
         let location = StorageLocation::parse(storage)
             .map_err(|e| CheckpointBenchError::Storage(storage.clone(), e.to_string()))?;
         let blobs = location
             .open()
             .map_err(|e| CheckpointBenchError::Storage(storage.clone(), e.to_string()))?;
-        let figures = measure_backend(blobs, &opts).await?;
+        let figures = measure_backend(blobs.clone(), &opts).await?;
+        first_store.get_or_insert(blobs);
         println!(
             "{:<44} {:>10.0} {:>14.0} {:>12.0} | {:>7.2} {:>7.2}",
             truncate(&figures.backend, 44),
@@ -87,11 +91,7 @@ pub async fn run(
     println!(
         "claim, ckpt = throughput relative to raw puts on the same backend (1.00 = no overhead)"
     );
-    if let Some(storage) = opts.storages.first() {
-        let blobs = StorageLocation::parse(storage)
-            .ok()
-            .and_then(|l| l.open().ok())
-            .expect("opened above");
+    if let Some(blobs) = first_store {
         operations_per_minute(blobs).await?;
     }
     Ok(all)
@@ -114,19 +114,7 @@ async fn measure_backend(
     let key = checkpoint_bench_key();
     let phase = Duration::from_secs_f64(opts.seconds);
 
-    // Each partition starts owned (creating or taking over whatever a previous run left).
-    let existing = store.list_ownership(&key).await?;
-    let claims: Vec<OwnershipClaim> = (0..opts.partitions)
-        .map(|p| OwnershipClaim {
-            partition_id: p.to_string(),
-            owner_id: "bench".into(),
-            etag: existing
-                .iter()
-                .find(|o| o.partition_id == p.to_string())
-                .map(|o| o.etag.clone()),
-        })
-        .collect();
-    let owned = store.claim_ownership(&key, &claims).await?;
+    let owned = own_partitions(&store, &key, opts.partitions, |_| "bench".into()).await?;
 
     // 1. Claims: renewals with the ETag each task holds.
     let started = Instant::now();
@@ -208,6 +196,28 @@ async fn measure_backend(
     })
 }
 
+/// Sets partitions `0..count` to the owners `owner_of` names, creating the records or taking
+/// over whatever a previous run left (under the ETags just listed).
+async fn own_partitions(
+    store: &CheckpointStore,
+    key: &ConsumerGroupKey,
+    count: u32,
+    owner_of: impl Fn(u32) -> String,
+) -> Result<Vec<PartitionOwnership>, CheckpointBenchError> {
+    let existing = store.list_ownership(key).await?;
+    let claims: Vec<OwnershipClaim> = (0..count)
+        .map(|p| OwnershipClaim {
+            partition_id: p.to_string(),
+            owner_id: owner_of(p),
+            etag: existing
+                .iter()
+                .find(|o| o.partition_id == p.to_string())
+                .map(|o| o.etag.clone()),
+        })
+        .collect();
+    Ok(store.claim_ownership(key, &claims).await?)
+}
+
 async fn sum(
     tasks: &mut tokio::task::JoinSet<Result<(u64, u64), CheckpointBenchError>>,
 ) -> Result<(u64, u64), CheckpointBenchError> {
@@ -236,22 +246,14 @@ async fn operations_per_minute(blobs: SharedStore) -> Result<(), CheckpointBench
         let store = CheckpointStore::new(counting, CONTAINER);
         // Set-up (untimed, uncounted): 16 partitions, 4 of them ours.
         let setup = CheckpointStore::new(blobs.clone(), CONTAINER);
-        let existing = setup.list_ownership(&key).await?;
-        let claims: Vec<_> = (0..16)
-            .map(|p| OwnershipClaim {
-                partition_id: p.to_string(),
-                owner_id: if p < 4 {
-                    "me".into()
-                } else {
-                    format!("other-{}", p % 3)
-                },
-                etag: existing
-                    .iter()
-                    .find(|o| o.partition_id == p.to_string())
-                    .map(|o| o.etag.clone()),
-            })
-            .collect();
-        setup.claim_ownership(&key, &claims).await?;
+        own_partitions(&setup, &key, 16, |p| {
+            if p < 4 {
+                "me".into()
+            } else {
+                format!("other-{}", p % 3)
+            }
+        })
+        .await?;
         let cycles = 60_000 / interval_ms;
         for _ in 0..cycles {
             let all = store.list_ownership(&key).await?;

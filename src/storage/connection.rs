@@ -64,13 +64,12 @@ impl StorageConnection {
 
     pub fn parse(s: &str) -> Result<Self, ConnectionStringError> {
         use base64::Engine;
-        let mut parts: Vec<(String, String)> = Vec::new();
-        for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or(ConnectionStringError::Malformed)?;
-            parts.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
+        let parts: Vec<(String, String)> = connection_string_parts(s)
+            .map(|part| {
+                part.map(|(k, v)| (k, v.to_string()))
+                    .ok_or(ConnectionStringError::Malformed)
+            })
+            .collect::<Result<_, _>>()?;
         let get = |key: &str| parts.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
 
         if get("usedevelopmentstorage").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
@@ -107,6 +106,18 @@ impl StorageConnection {
             credential,
         })
     }
+}
+
+/// The `key=value` parts of a connection string (storage or Event Hubs): `;`-separated, keys
+/// lowercased, both sides trimmed; `None` for a part without `=`.
+pub fn connection_string_parts(s: &str) -> impl Iterator<Item = Option<(String, &str)>> {
+    s.split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|part| {
+            part.split_once('=')
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim()))
+        })
 }
 
 impl fmt::Debug for StorageConnection {

@@ -114,18 +114,28 @@ impl Drop for Server {
     }
 }
 
-/// Where the test command installed Azurite (scripts/test.sh), or HUBHOST_AZURITE_BIN.
-pub fn azurite_bin() -> PathBuf {
-    if let Ok(bin) = std::env::var("HUBHOST_AZURITE_BIN") {
+/// A tool the test command installs under the repository (`relative`), or the path in the
+/// environment variable `override_var`.
+fn installed_tool(override_var: &str, relative: &str, what: &str) -> PathBuf {
+    if let Ok(bin) = std::env::var(override_var) {
         return PathBuf::from(bin);
     }
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/node_modules/.bin/azurite-blob");
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
     assert!(
         bin.exists(),
-        "Azurite is not installed at {}: run scripts/test.sh (it installs it), or set HUBHOST_AZURITE_BIN",
+        "{what} is not installed at {}: run scripts/test.sh (it installs it), or set {override_var}",
         bin.display()
     );
     bin
+}
+
+/// Where the test command installed Azurite (scripts/test.sh), or HUBHOST_AZURITE_BIN.
+pub fn azurite_bin() -> PathBuf {
+    installed_tool(
+        "HUBHOST_AZURITE_BIN",
+        ".tools/node_modules/.bin/azurite-blob",
+        "Azurite",
+    )
 }
 
 /// A real Azurite blob service on a free port, killed on drop.
@@ -207,16 +217,11 @@ impl Drop for Azurite {
 /// The Python that has the official Azure SDK packages (scripts/test.sh makes the virtualenv),
 /// or HUBHOST_PYTHON.
 pub fn python() -> PathBuf {
-    if let Ok(bin) = std::env::var("HUBHOST_PYTHON") {
-        return PathBuf::from(bin);
-    }
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/venv/bin/python");
-    assert!(
-        bin.exists(),
-        "the Python virtualenv is not at {}: run scripts/test.sh (it creates it), or set HUBHOST_PYTHON",
-        bin.display()
-    );
-    bin
+    installed_tool(
+        "HUBHOST_PYTHON",
+        ".tools/venv/bin/python",
+        "The Python virtualenv",
+    )
 }
 
 /// Runs a Python script from tests/python with arguments; returns its stdout parsed as JSON.
