@@ -10,6 +10,7 @@ pub mod demo;
 pub mod fleet;
 pub mod function_app;
 pub mod handler;
+pub mod hub;
 pub mod invoker;
 pub mod processor;
 pub mod settings;

@@ -87,6 +87,38 @@ enum Command {
         #[command(subcommand)]
         action: CheckpointsCommand,
     },
+    /// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672).
+    Hub {
+        /// Port to listen on (5672, as the official emulator; 0: any free port).
+        #[arg(long, default_value_t = 5672)]
+        port: u16,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: IpAddr,
+        /// A hub as `name:partitions[:group1,group2]` ($Default is always there); repeatable
+        /// [default: sensors:16:archive].
+        #[arg(long = "hub")]
+        hubs: Vec<String>,
+        /// Hubs from a JSON file: hubhost's ({"hubs": [...]}) or the official emulator's Config.json.
+        #[arg(long, conflicts_with = "hubs")]
+        config: Option<PathBuf>,
+        /// Where partitions' segment files live.
+        #[arg(long, default_value = "hubhost-data/hub")]
+        data_dir: PathBuf,
+        /// Keep events in memory only (lost on exit).
+        #[arg(long)]
+        in_memory: bool,
+        /// Hours an event is kept at least (whole segments are deleted after it).
+        #[arg(long, default_value_t = 24.0)]
+        retention_hours: f64,
+        /// Flush every acknowledged send to disk (survives power loss, not only kill -9).
+        #[arg(long)]
+        fsync: bool,
+        /// Shared access key as `name=key`, replacing the emulator's well-known
+        /// RootManageSharedAccessKey=SAS_KEY_VALUE; repeatable.
+        #[arg(long = "key", env = "HUBHOST_HUB_KEY", hide_env_values = true)]
+        keys: Vec<String>,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -216,7 +248,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo and benchmarks print their own progress; the handler's per-batch lines would drown it.
     let default_level = match cli.command {
-        Command::Serve { .. } => "info",
+        Command::Serve { .. } | Command::Hub { .. } => "info",
         _ => "warn",
     };
     init_logging(cli.log_format, default_level);
@@ -275,6 +307,51 @@ fn main() -> ExitCode {
                 .map_err(|e| e.to_string())
             }
             Command::Checkpoints { action } => checkpoints_command(action).await,
+            Command::Hub {
+                port,
+                bind,
+                hubs,
+                config,
+                data_dir,
+                in_memory,
+                retention_hours,
+                fsync,
+                keys,
+            } => {
+                let specs = match (&config, hubs.is_empty()) {
+                    (Some(path), _) => {
+                        hubhost::hub::config::hubs_from_file(path).map_err(|e| e.to_string())?
+                    }
+                    (None, true) => vec![hubhost::hub::HubSpec::sensors()],
+                    (None, false) => hubs
+                        .iter()
+                        .map(|h| hubhost::hub::HubSpec::parse_flag(h))
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| e.to_string())?,
+                };
+                let data_dir = (!in_memory).then_some(data_dir);
+                let mut config = hubhost::hub::HubConfig::new((bind, port).into(), specs, data_dir);
+                if retention_hours.is_nan() || retention_hours <= 0.0 {
+                    return Err("--retention-hours must be positive".into());
+                }
+                config.retention = std::time::Duration::from_secs_f64(retention_hours * 3600.0);
+                config.fsync = fsync;
+                if !keys.is_empty() {
+                    config.keys = keys
+                        .iter()
+                        .map(|k| {
+                            k.split_once('=')
+                                .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                                .map(|(n, v)| hubhost::hub::sas::SharedAccessKey {
+                                    name: n.into(),
+                                    key: v.into(),
+                                })
+                                .ok_or_else(|| "--key takes name=key".to_string())
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
+                hubhost::hub::run(config).await.map_err(|e| e.to_string())
+            }
             Command::Bench {
                 which:
                     BenchCommand::Checkpoints {

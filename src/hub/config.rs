@@ -1,0 +1,319 @@
+//! What `hubhost hub` serves: hubs, their partition counts and consumer groups, the keys it
+//! accepts, where and how long it keeps events. From flags, from hubhost's own JSON file, or
+//! from the official emulator's `Config.json` (so users can point both at the same file).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::sas::{EMULATOR_KEY, EMULATOR_KEY_NAME, SharedAccessKey};
+
+#[derive(Debug, Clone)]
+pub struct HubConfig {
+    pub listen: SocketAddr,
+    pub hubs: Vec<HubSpec>,
+    /// `None`: keep events in memory only.
+    pub data_dir: Option<PathBuf>,
+    pub retention: Duration,
+    pub keys: Vec<SharedAccessKey>,
+    pub segment_bytes: u64,
+    pub cache_bytes: usize,
+    pub fsync: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubSpec {
+    pub name: String,
+    pub partitions: u32,
+    pub consumer_groups: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the hub configuration {path}: {message}")]
+    Read { path: String, message: String },
+    #[error(
+        "the hub configuration {path} is neither hubhost's format ({{\"hubs\": [...]}}) nor the official emulator's ({{\"UserConfig\": ...}}): {message}"
+    )]
+    Format { path: String, message: String },
+    #[error("hub `{hub}` has {partitions} partitions; Event Hubs allows 1 to 32")]
+    PartitionCount { hub: String, partitions: u32 },
+    #[error(
+        "`{0}` is not a valid hub or consumer group name (letters, digits, `.`, `-`, `_`, `$`; 1-256 characters)"
+    )]
+    Name(String),
+    #[error("no hub is configured")]
+    NoHubs,
+}
+
+impl HubSpec {
+    /// The default: the reference scenario's hub.
+    pub fn sensors() -> Self {
+        HubSpec {
+            name: "sensors".into(),
+            partitions: 16,
+            consumer_groups: vec!["$Default".into(), "archive".into()],
+        }
+    }
+
+    /// `name:partitions[:cg1,cg2]`, as `--hub` takes it; `$Default` is always there.
+    pub fn parse_flag(text: &str) -> Result<Self, ConfigError> {
+        let mut parts = text.splitn(3, ':');
+        let name = parts.next().unwrap_or_default().to_string();
+        let partitions = match parts.next() {
+            Some(p) => p.parse().map_err(|_| ConfigError::PartitionCount {
+                hub: name.clone(),
+                partitions: 0,
+            })?,
+            None => 16,
+        };
+        let mut consumer_groups = vec!["$Default".to_string()];
+        if let Some(groups) = parts.next() {
+            consumer_groups.extend(
+                groups
+                    .split(',')
+                    .filter(|g| !g.is_empty())
+                    .map(String::from),
+            );
+        }
+        let spec = HubSpec {
+            name,
+            partitions,
+            consumer_groups,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=32).contains(&self.partitions) {
+            return Err(ConfigError::PartitionCount {
+                hub: self.name.clone(),
+                partitions: self.partitions,
+            });
+        }
+        for name in std::iter::once(&self.name).chain(&self.consumer_groups) {
+            let ok = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '$')
+                && name.len() <= 256
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '$'));
+            if !ok {
+                return Err(ConfigError::Name(name.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// hubhost's own file: `{"hubs": [{"name": "sensors", "partitions": 16, "consumerGroups": ["archive"]}]}`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OwnFile {
+    hubs: Vec<OwnHub>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OwnHub {
+    name: String,
+    partitions: u32,
+    #[serde(default)]
+    consumer_groups: Vec<String>,
+}
+
+/// The official emulator's `Config.json` (only the parts that describe entities).
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct EmulatorFile {
+    user_config: EmulatorUserConfig,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct EmulatorUserConfig {
+    namespace_config: Vec<EmulatorNamespace>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct EmulatorNamespace {
+    entities: Vec<EmulatorEntity>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct EmulatorEntity {
+    name: String,
+    partition_count: StringOrNumber,
+    #[serde(default)]
+    consumer_groups: Vec<EmulatorConsumerGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StringOrNumber {
+    Number(u32),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct EmulatorConsumerGroup {
+    name: String,
+}
+
+/// Reads the hubs from a configuration file in either format.
+pub fn hubs_from_file(path: &Path) -> Result<Vec<HubSpec>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    hubs_from_json(&text).map_err(|e| match e {
+        ConfigError::Format { message, .. } => ConfigError::Format {
+            path: path.display().to_string(),
+            message,
+        },
+        other => other,
+    })
+}
+
+fn hubs_from_json(text: &str) -> Result<Vec<HubSpec>, ConfigError> {
+    let format = |message: String| ConfigError::Format {
+        path: String::new(),
+        message,
+    };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format(e.to_string()))?;
+    let with_default = |groups: Vec<String>| {
+        let mut all = vec!["$Default".to_string()];
+        for g in groups {
+            if !all.iter().any(|a| a.eq_ignore_ascii_case(&g)) {
+                all.push(g);
+            }
+        }
+        all
+    };
+    let specs: Vec<HubSpec> = if value.get("UserConfig").is_some() {
+        let file: EmulatorFile =
+            serde_json::from_value(value).map_err(|e| format(e.to_string()))?;
+        let mut specs = Vec::new();
+        for entity in file
+            .user_config
+            .namespace_config
+            .into_iter()
+            .flat_map(|n| n.entities)
+        {
+            let partitions = match entity.partition_count {
+                StringOrNumber::Number(n) => n,
+                StringOrNumber::Text(t) => t.trim().parse().map_err(|_| {
+                    format(format!(
+                        "PartitionCount `{t}` of `{}` is not a number",
+                        entity.name
+                    ))
+                })?,
+            };
+            specs.push(HubSpec {
+                name: entity.name,
+                partitions,
+                consumer_groups: with_default(
+                    entity.consumer_groups.into_iter().map(|c| c.name).collect(),
+                ),
+            });
+        }
+        specs
+    } else {
+        let file: OwnFile = serde_json::from_value(value).map_err(|e| format(e.to_string()))?;
+        file.hubs
+            .into_iter()
+            .map(|h| HubSpec {
+                name: h.name,
+                partitions: h.partitions,
+                consumer_groups: with_default(h.consumer_groups),
+            })
+            .collect()
+    };
+    if specs.is_empty() {
+        return Err(ConfigError::NoHubs);
+    }
+    for spec in &specs {
+        spec.validate()?;
+    }
+    Ok(specs)
+}
+
+impl HubConfig {
+    pub fn new(listen: SocketAddr, hubs: Vec<HubSpec>, data_dir: Option<PathBuf>) -> Self {
+        HubConfig {
+            listen,
+            hubs,
+            data_dir,
+            retention: Duration::from_secs(24 * 3600),
+            keys: vec![SharedAccessKey {
+                name: EMULATOR_KEY_NAME.into(),
+                key: EMULATOR_KEY.into(),
+            }],
+            segment_bytes: 64 * 1024 * 1024,
+            cache_bytes: 8 * 1024 * 1024,
+            fsync: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_official_emulator_config() {
+        let text = r#"{"UserConfig":{"NamespaceConfig":[{"Type":"EventHub","Name":"emulatorNs1",
+            "Entities":[{"Name":"eh1","PartitionCount":"2","ConsumerGroups":[{"Name":"cg1"}]}]}],
+            "LoggingConfig":{"Type":"File"}}}"#;
+        assert_eq!(
+            hubs_from_json(text).unwrap(),
+            vec![HubSpec {
+                name: "eh1".into(),
+                partitions: 2,
+                consumer_groups: vec!["$Default".into(), "cg1".into()],
+            }]
+        );
+    }
+
+    #[test]
+    fn reads_hubhosts_own_config_and_flags() {
+        let text = r#"{"hubs":[{"name":"sensors","partitions":16,"consumerGroups":["archive","$default"]}]}"#;
+        assert_eq!(hubs_from_json(text).unwrap(), vec![HubSpec::sensors()]);
+        assert_eq!(
+            HubSpec::parse_flag("sensors:16:archive").unwrap(),
+            HubSpec::sensors()
+        );
+        assert_eq!(HubSpec::parse_flag("orders").unwrap().partitions, 16);
+    }
+
+    #[test]
+    fn refuses_bad_counts_and_names() {
+        assert_eq!(
+            HubSpec::parse_flag("big:33"),
+            Err(ConfigError::PartitionCount {
+                hub: "big".into(),
+                partitions: 33
+            })
+        );
+        assert!(matches!(
+            HubSpec::parse_flag("../etc:2"),
+            Err(ConfigError::Name(_))
+        ));
+        assert!(matches!(
+            hubs_from_json(r#"{"hubs":[]}"#),
+            Err(ConfigError::NoHubs)
+        ));
+        assert!(matches!(
+            hubs_from_json(r#"{"hub":[]}"#),
+            Err(ConfigError::Format { .. })
+        ));
+    }
+}

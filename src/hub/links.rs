@@ -1,0 +1,379 @@
+//! The two kinds of entity links: a producer's link, whose messages are appended to a partition
+//! and accepted only once written; and a consumer's link on
+//! `{hub}/ConsumerGroups/{group}/Partitions/{id}`, which streams a partition's events from the
+//! filter's start, within the credit the client grants, until the client detaches or a newer
+//! owner (higher owner level) steals the partition.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fe2o3_amqp::link::delivery::Delivery;
+use fe2o3_amqp::link::delivery::Sendable;
+use fe2o3_amqp::link::{Receiver, Sender};
+use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
+use fe2o3_amqp::types::messaging::annotations::OwnedKey;
+use fe2o3_amqp::types::messaging::message::__private::{Deserializable, Serializable};
+use fe2o3_amqp::types::messaging::{Body, MessageAnnotations};
+use fe2o3_amqp::types::primitives::{Timestamp, Value};
+
+use super::filter::StartFilter;
+use super::log::{Seek, StoredEvent};
+use super::requests::AmqpMessage;
+use super::{Hub, MAX_MESSAGE_BYTES, Partition, ReceiverLease};
+
+/// The message format of a batch: its body is Data sections, each one encoded message.
+pub const BATCH_FORMAT: u32 = 0x8001_3700;
+const PARTITION_KEY: &str = "x-opt-partition-key";
+const READ_CHUNK: usize = 256;
+
+/// What a link address names, with the scheme and host stripped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// `$cbs` or `$management`.
+    Node(String),
+    /// `{hub}` or `{hub}/Partitions/{id}`: where producers send.
+    Send {
+        hub: String,
+        partition: Option<String>,
+    },
+    /// `{hub}/ConsumerGroups/{group}/Partitions/{id}`: where consumers read.
+    Receive {
+        hub: String,
+        consumer_group: String,
+        partition: String,
+    },
+}
+
+pub fn parse_address(address: &str) -> Option<Address> {
+    let path = match address.split_once("://") {
+        Some((_, rest)) => rest.split_once('/').map(|(_, p)| p).unwrap_or(""),
+        None => address,
+    };
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let is = |part: &str, word: &str| part.eq_ignore_ascii_case(word);
+    match parts.as_slice() {
+        [node] if node.starts_with('$') => Some(Address::Node(node.to_ascii_lowercase())),
+        [hub] if !hub.is_empty() => Some(Address::Send {
+            hub: hub.to_string(),
+            partition: None,
+        }),
+        [hub, p, id] if is(p, "Partitions") => Some(Address::Send {
+            hub: hub.to_string(),
+            partition: Some(id.to_string()),
+        }),
+        [hub, c, group, p, id] if is(c, "ConsumerGroups") && is(p, "Partitions") => {
+            Some(Address::Receive {
+                hub: hub.to_string(),
+                consumer_group: group.to_string(),
+                partition: id.to_string(),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Serves a producer's link: every delivery is unpacked (a batch into its events), appended to
+/// its partition, and only then accepted — so an acknowledged send is in the log.
+pub async fn ingest(mut receiver: Receiver, hub: Arc<Hub>, partition: Option<Arc<Partition>>) {
+    loop {
+        let delivery: Delivery<Body<Value>> = match receiver.recv().await {
+            Ok(d) => d,
+            Err(fe2o3_amqp::link::RecvError::MessageDecode(e)) => {
+                tracing::info!(error = ?e, "a sent message could not be decoded");
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "producer link ended");
+                break;
+            }
+        };
+        let format = delivery.message_format().unwrap_or(0);
+        let outcome = unpack(format, delivery.message()).and_then(|(key, payloads)| {
+            let target = partition
+                .clone()
+                .unwrap_or_else(|| hub.route(key.as_deref()).clone());
+            let count = payloads.len();
+            target
+                .append(payloads)
+                .map(|placed| (target.id.clone(), count, placed))
+                .map_err(|e| {
+                    tracing::error!(error = %e, "append failed");
+                    definitions::Error::new(
+                        AmqpError::InternalError,
+                        format!("the event could not be stored: {e}"),
+                        None,
+                    )
+                })
+        });
+        let result = match outcome {
+            Ok((partition_id, count, placed)) => {
+                if let (Some(first), Some(last)) = (placed.first(), placed.last()) {
+                    tracing::trace!(
+                        hub = %hub.name,
+                        partition = %partition_id,
+                        events = count,
+                        sequence_from = first.0,
+                        sequence_to = last.0,
+                        "appended"
+                    );
+                }
+                receiver.accept(&delivery).await
+            }
+            Err(error) => receiver.reject(&delivery, error).await,
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "could not settle a send");
+            break;
+        }
+    }
+    let _ = receiver.close().await;
+}
+
+/// Splits a sent message into stored events: a batch into its inner messages (each given the
+/// batch's partition key, as the service does), anything else as one event.
+fn unpack(
+    format: u32,
+    message: &AmqpMessage,
+) -> Result<(Option<String>, Vec<Bytes>), definitions::Error> {
+    let key = partition_key(message);
+    let mut payloads = Vec::new();
+    if format == BATCH_FORMAT {
+        let Body::Data(sections) = &message.body else {
+            return Err(definitions::Error::new(
+                AmqpError::DecodeError,
+                "a batch message must carry its events as Data sections".to_string(),
+                None,
+            ));
+        };
+        for section in sections.iter() {
+            let inner: Deserializable<AmqpMessage> =
+                serde_amqp::from_slice(&section.0).map_err(|e| {
+                    definitions::Error::new(
+                        AmqpError::DecodeError,
+                        format!("an event in the batch is not an AMQP message: {e}"),
+                        None,
+                    )
+                })?;
+            let mut inner = inner.0;
+            if let Some(key) = &key
+                && partition_key(&inner).is_none()
+            {
+                inner
+                    .message_annotations
+                    .get_or_insert_with(MessageAnnotations::default)
+                    .0
+                    .insert(OwnedKey::from(PARTITION_KEY), Value::String(key.clone()));
+                payloads.push(encode(&inner)?);
+            } else {
+                payloads.push(Bytes::copy_from_slice(&section.0));
+            }
+        }
+    } else {
+        payloads.push(encode(message)?);
+    }
+    let size: usize = payloads.iter().map(|p| p.len()).sum();
+    if size as u64 > MAX_MESSAGE_BYTES {
+        return Err(definitions::Error::new(
+            LinkError::MessageSizeExceeded,
+            format!(
+                "The received message (size {size} bytes) exceeds the limit ({MAX_MESSAGE_BYTES} bytes) currently allowed on the link."
+            ),
+            None,
+        ));
+    }
+    Ok((key, payloads))
+}
+
+fn partition_key(message: &AmqpMessage) -> Option<String> {
+    match message
+        .message_annotations
+        .as_ref()?
+        .0
+        .get(&PARTITION_KEY as &dyn fe2o3_amqp::types::messaging::annotations::AnnotationKey)?
+    {
+        Value::String(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn encode(message: &AmqpMessage) -> Result<Bytes, definitions::Error> {
+    serde_amqp::to_vec(&Serializable(message))
+        .map(Bytes::from)
+        .map_err(|e| {
+            definitions::Error::new(
+                AmqpError::DecodeError,
+                format!("the message cannot be re-encoded: {e}"),
+                None,
+            )
+        })
+}
+
+/// The stored event as the message a consumer receives: as sent, plus the annotations the
+/// service stamps (sequence number, offset as a string, enqueued time).
+pub fn to_received(event: &StoredEvent) -> Option<AmqpMessage> {
+    let decoded: Deserializable<AmqpMessage> = serde_amqp::from_slice(&event.payload).ok()?;
+    let mut message = decoded.0;
+    let annotations = &mut message
+        .message_annotations
+        .get_or_insert_with(MessageAnnotations::default)
+        .0;
+    annotations.insert(
+        OwnedKey::from("x-opt-sequence-number"),
+        Value::Long(event.sequence),
+    );
+    annotations.insert(
+        OwnedKey::from("x-opt-offset"),
+        Value::String(event.offset.to_string()),
+    );
+    annotations.insert(
+        OwnedKey::from("x-opt-enqueued-time"),
+        Value::Timestamp(Timestamp::from_milliseconds(event.enqueued_ms)),
+    );
+    Some(message)
+}
+
+/// The first sequence number a receiver with `filter` gets.
+pub fn start_sequence(
+    partition: &Partition,
+    filter: StartFilter,
+) -> Result<i64, super::log::LogError> {
+    let summary = partition.summary();
+    match filter {
+        StartFilter::Earliest => Ok(summary.begin_sequence),
+        StartFilter::Latest => Ok(summary.next_sequence),
+        StartFilter::Offset { offset, inclusive } => {
+            partition.resolve(Seek::Offset(if inclusive { offset } else { offset + 1 }))
+        }
+        StartFilter::SequenceNumber {
+            sequence,
+            inclusive,
+        } => partition.resolve(Seek::Sequence(if inclusive {
+            sequence
+        } else {
+            sequence + 1
+        })),
+        StartFilter::EnqueuedTime { millis, inclusive } => {
+            partition.resolve(Seek::Time(if inclusive { millis } else { millis + 1 }))
+        }
+    }
+}
+
+/// Serves a consumer's link from sequence number `next` on.
+pub async fn deliver(
+    mut sender: Sender,
+    partition: Arc<Partition>,
+    mut next: i64,
+    mut lease: ReceiverLease,
+) {
+    let mut appended = partition.subscribe();
+    let stolen = loop {
+        appended.borrow_and_update();
+        let events = match partition.read(next, READ_CHUNK) {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::error!(error = %e, partition = %partition.id, "read failed");
+                let error = definitions::Error::new(AmqpError::InternalError, e.to_string(), None);
+                let _ = sender.close_with_error(error).await;
+                return;
+            }
+        };
+        if events.is_empty() {
+            tokio::select! {
+                changed = appended.changed() => if changed.is_err() { break None },
+                _ = lease.stopped.changed() => break lease.stopped.borrow().clone(),
+                _ = sender.on_detach() => return,
+            }
+            continue;
+        }
+        let mut stop = None;
+        for event in &events {
+            next = event.sequence + 1;
+            let Some(message) = to_received(event) else {
+                tracing::warn!(partition = %partition.id, sequence = event.sequence, "skipping an undecodable stored event");
+                continue;
+            };
+            let sendable = Sendable::builder().message(message).settled(true).build();
+            tokio::select! {
+                sent = sender.send_batchable(sendable) => if let Err(e) = sent {
+                    tracing::debug!(error = %e, "consumer link ended");
+                    return;
+                },
+                _ = lease.stopped.changed() => {
+                    stop = lease.stopped.borrow().clone();
+                    break;
+                }
+            }
+        }
+        if stop.is_some() {
+            break stop;
+        }
+    };
+    if let Some(reason) = stolen {
+        tracing::info!(partition = %partition.id, "receiver displaced by a higher owner level");
+        let error = definitions::Error::new(LinkError::Stolen, reason, None);
+        let _ = sender.close_with_error(error).await;
+    } else {
+        let _ = sender.close().await;
+    }
+    drop(lease);
+}
+
+/// Refuses a link the client attached: it is accepted at the AMQP level only to be closed at once
+/// with the error, which is how the service answers too.
+pub async fn refuse_sender(
+    sender: Sender,
+    condition: impl Into<definitions::ErrorCondition>,
+    description: String,
+) {
+    let _ = sender
+        .close_with_error(definitions::Error::new(condition, description, None))
+        .await;
+}
+
+pub async fn refuse_receiver(
+    receiver: Receiver,
+    condition: impl Into<definitions::ErrorCondition>,
+    description: String,
+) {
+    let _ = receiver
+        .close_with_error(definitions::Error::new(condition, description, None))
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_addresses_the_sdks_use() {
+        assert_eq!(
+            parse_address("amqps://localhost/sensors"),
+            Some(Address::Send {
+                hub: "sensors".into(),
+                partition: None
+            })
+        );
+        assert_eq!(
+            parse_address("amqp://127.0.0.1:5672/sensors/Partitions/3"),
+            Some(Address::Send {
+                hub: "sensors".into(),
+                partition: Some("3".into())
+            })
+        );
+        assert_eq!(
+            parse_address("amqps://localhost/sensors/ConsumerGroups/$Default/Partitions/15"),
+            Some(Address::Receive {
+                hub: "sensors".into(),
+                consumer_group: "$Default".into(),
+                partition: "15".into()
+            })
+        );
+        assert_eq!(parse_address("$cbs"), Some(Address::Node("$cbs".into())));
+        assert_eq!(
+            parse_address("$management"),
+            Some(Address::Node("$management".into()))
+        );
+        assert_eq!(parse_address("amqps://localhost/"), None);
+        assert_eq!(parse_address("sensors/Nope/1"), None);
+    }
+}

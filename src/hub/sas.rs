@@ -1,0 +1,241 @@
+//! Shared access signatures, as Event Hubs issues and checks them: the token a client presents in
+//! a `$cbs` put-token (or a management request), signed with one of the namespace's keys.
+//!
+//! A token is `SharedAccessSignature sr=<resource>&sig=<signature>&se=<expiry>&skn=<key name>`, where
+//! the signature is base64(HMAC-SHA256(key, "<resource as it appears in the token>\n<expiry>")).
+//! SDKs differ in how they percent-encode the resource, so the check signs the exact text the
+//! client put in `sr`, which is also what the client signed.
+
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// The key name and key of the official Event Hubs emulator, which users' connection strings
+/// (`SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE`) carry.
+pub const EMULATOR_KEY_NAME: &str = "RootManageSharedAccessKey";
+pub const EMULATOR_KEY: &str = "SAS_KEY_VALUE";
+
+/// A key the hub accepts signatures from.
+#[derive(Clone)]
+pub struct SharedAccessKey {
+    pub name: String,
+    pub key: String,
+}
+
+impl std::fmt::Debug for SharedAccessKey {
+    // Keys never reach a log, even through a Debug print of the configuration.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SharedAccessKey {{ name: {:?}, key: <redacted> }}",
+            self.name
+        )
+    }
+}
+
+/// What a valid token grants: access to `resource` (a URI without scheme, lowercased) until
+/// `expires_at` (Unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub resource: String,
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SasError {
+    #[error("the token is not a SharedAccessSignature")]
+    NotSas,
+    #[error("the token lacks the field `{0}`")]
+    MissingField(&'static str),
+    #[error("the token's expiry `{0}` is not a Unix time")]
+    BadExpiry(String),
+    #[error("the token expired at {expired_at} (now {now})")]
+    Expired { expired_at: i64, now: i64 },
+    #[error("the token names the key `{0}`, which this hub does not have")]
+    UnknownKey(String),
+    #[error("the token's signature does not match the key `{0}`")]
+    BadSignature(String),
+}
+
+/// Signs a token for `resource`, valid until `expires_at`: what clients do.
+pub fn sign(resource: &str, key: &SharedAccessKey, expires_at: i64) -> String {
+    let encoded: String = percent_encoding::utf8_percent_encode(resource, URI_COMPONENT).collect();
+    let signature = signature(&key.key, &encoded, expires_at);
+    let signature: String =
+        percent_encoding::utf8_percent_encode(&signature, URI_COMPONENT).collect();
+    format!(
+        "SharedAccessSignature sr={encoded}&sig={signature}&se={expires_at}&skn={}",
+        key.name
+    )
+}
+
+/// Checks a token against the hub's keys at time `now` (Unix seconds).
+pub fn validate(token: &str, keys: &[SharedAccessKey], now: i64) -> Result<Grant, SasError> {
+    let fields = token
+        .trim()
+        .strip_prefix("SharedAccessSignature ")
+        .ok_or(SasError::NotSas)?;
+    let mut resource = None;
+    let mut sig = None;
+    let mut expiry = None;
+    let mut key_name = None;
+    for pair in fields.split('&') {
+        match pair.split_once('=') {
+            Some(("sr", v)) => resource = Some(v),
+            Some(("sig", v)) => sig = Some(v),
+            Some(("se", v)) => expiry = Some(v),
+            Some(("skn", v)) => key_name = Some(v),
+            _ => {}
+        }
+    }
+    let resource = resource.ok_or(SasError::MissingField("sr"))?;
+    let sig = sig.ok_or(SasError::MissingField("sig"))?;
+    let expiry_text = expiry.ok_or(SasError::MissingField("se"))?;
+    let key_name = key_name.ok_or(SasError::MissingField("skn"))?;
+    let expires_at: i64 = expiry_text
+        .parse()
+        .map_err(|_| SasError::BadExpiry(expiry_text.to_string()))?;
+    let key = keys
+        .iter()
+        .find(|k| k.name == key_name)
+        .ok_or_else(|| SasError::UnknownKey(key_name.to_string()))?;
+    let presented = percent_decode(sig);
+    let expected = signature(&key.key, resource, expires_at);
+    if !constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        return Err(SasError::BadSignature(key_name.to_string()));
+    }
+    if expires_at <= now {
+        return Err(SasError::Expired {
+            expired_at: expires_at,
+            now,
+        });
+    }
+    Ok(Grant {
+        resource: normalize_resource(&percent_decode(resource)),
+        expires_at,
+    })
+}
+
+/// True when a grant covers hub `hub`: a namespace-wide token (no path) covers every hub, a
+/// token for a hub or for anything under it covers that hub. Hosts are not compared: a local hub
+/// answers to whatever name the client dialled (localhost, 127.0.0.1, or a namespace's name).
+pub fn grants_hub(grant: &Grant, hub: &str) -> bool {
+    let path = grant.resource.split_once('/').map(|(_, p)| p).unwrap_or("");
+    let first = path.split('/').next().unwrap_or("");
+    first.is_empty() || first.eq_ignore_ascii_case(hub)
+}
+
+/// `amqps://Host/Hub/` → `host/hub`: scheme and trailing slashes dropped, lowercased.
+pub fn normalize_resource(resource: &str) -> String {
+    let without_scheme = resource
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .unwrap_or(resource);
+    without_scheme.trim_end_matches('/').to_ascii_lowercase()
+}
+
+fn signature(key: &str, encoded_resource: &str, expires_at: i64) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes any key");
+    mac.update(format!("{encoded_resource}\n{expires_at}").as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+fn percent_decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What JavaScript's encodeURIComponent leaves alone, which is what the SDKs use for `sr`.
+const URI_COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> SharedAccessKey {
+        SharedAccessKey {
+            name: EMULATOR_KEY_NAME.into(),
+            key: EMULATOR_KEY.into(),
+        }
+    }
+
+    #[test]
+    fn a_signed_token_validates_and_grants_its_resource() {
+        let token = sign("sb://localhost/sensors", &key(), 2_000);
+        let grant = validate(&token, &[key()], 1_000).unwrap();
+        assert_eq!(grant.resource, "localhost/sensors");
+        assert_eq!(grant.expires_at, 2_000);
+        assert!(grants_hub(&grant, "sensors"));
+        assert!(grants_hub(&grant, "SENSORS"));
+        assert!(!grants_hub(&grant, "sensors2"));
+        assert!(!grants_hub(&grant, "other"));
+    }
+
+    #[test]
+    fn wrong_key_expired_and_malformed_tokens_are_refused() {
+        let wrong = SharedAccessKey {
+            name: EMULATOR_KEY_NAME.into(),
+            key: "not-the-key".into(),
+        };
+        let token = sign("sb://localhost/sensors", &wrong, 2_000);
+        assert_eq!(
+            validate(&token, &[key()], 1_000),
+            Err(SasError::BadSignature(EMULATOR_KEY_NAME.into()))
+        );
+        let token = sign("sb://localhost/sensors", &key(), 900);
+        assert!(matches!(
+            validate(&token, &[key()], 1_000),
+            Err(SasError::Expired { .. })
+        ));
+        let other = SharedAccessKey {
+            name: "listen".into(),
+            key: EMULATOR_KEY.into(),
+        };
+        let token = sign("sb://localhost/sensors", &other, 2_000);
+        assert_eq!(
+            validate(&token, &[key()], 1_000),
+            Err(SasError::UnknownKey("listen".into()))
+        );
+        assert_eq!(validate("Bearer abc", &[key()], 0), Err(SasError::NotSas));
+        assert_eq!(
+            validate("SharedAccessSignature sr=a&se=1&skn=k", &[key()], 0),
+            Err(SasError::MissingField("sig"))
+        );
+    }
+
+    #[test]
+    fn a_namespace_token_covers_every_hub_and_a_partition_token_its_hub() {
+        let grant = |resource: &str| Grant {
+            resource: normalize_resource(resource),
+            expires_at: 0,
+        };
+        assert!(grants_hub(&grant("sb://localhost/"), "sensors"));
+        assert!(grants_hub(
+            &grant("amqps://ns/sensors/Partitions/0"),
+            "sensors"
+        ));
+        assert!(!grants_hub(
+            &grant("amqps://ns/orders/Partitions/0"),
+            "sensors"
+        ));
+    }
+
+    #[test]
+    fn the_debug_print_of_a_key_hides_it() {
+        assert!(!format!("{:?}", key()).contains(EMULATOR_KEY));
+    }
+}

@@ -1,0 +1,285 @@
+//! `hubhost hub` against the official SDKs, as real peers over AMQP: the Python `azure-eventhub`
+//! package (producer, consumer, checkpointed consumer, owner levels, wrong key) and the Rust
+//! `azure_messaging_eventhubs` client, plus a `kill -9` of the hub between send and receive.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use azure_messaging_eventhubs::{
+    ConsumerClient, OpenReceiverOptions, ProducerClient, StartLocation, StartPosition,
+};
+use futures::StreamExt;
+use serde_json::Value;
+
+const KEY: &str = "SAS_KEY_VALUE";
+
+/// A `hubhost hub` child process on a free port, killed on drop.
+struct Hub {
+    child: Child,
+    port: u16,
+}
+
+impl Hub {
+    fn start(data_dir: Option<&Path>) -> Hub {
+        Self::start_on(common::free_port(), data_dir)
+    }
+
+    fn start_on(port: u16, data_dir: Option<&Path>) -> Hub {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+        cmd.args(["hub", "--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        match data_dir {
+            Some(dir) => cmd.arg("--data-dir").arg(dir),
+            None => cmd.arg("--in-memory"),
+        };
+        let child = cmd.spawn().expect("hubhost starts");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "hub did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        Hub { child, port }
+    }
+
+    /// The connection string users write for the official emulator, with this hub's port.
+    fn connection_string(&self, key: &str) -> String {
+        format!(
+            "Endpoint=sb://localhost:{};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={key};UseDevelopmentEmulator=true;",
+            self.port
+        )
+    }
+
+    fn python(&self, op: &str, args: &[&str]) -> Value {
+        let cs = self.connection_string(KEY);
+        let mut all = vec![cs.as_str(), "sensors", op];
+        all.extend_from_slice(args);
+        common::python_json("eventhub_peer.py", &all)
+    }
+
+    fn kill_9(&mut self) {
+        let _ = self.child.kill(); // SIGKILL
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.kill_9();
+    }
+}
+
+/// Checks a receive: every sent index exactly once, per partition contiguous sequence numbers from
+/// 0 with increasing offsets, one partition per partition key.
+fn assert_exactly_once(events: &[Value], sent: u64, tag: &str) {
+    let indexes: Vec<u64> = events
+        .iter()
+        .filter(|e| e["tag"] == tag)
+        .map(|e| e["i"].as_u64().expect("i"))
+        .collect();
+    let unique: BTreeSet<u64> = indexes.iter().copied().collect();
+    assert_eq!(indexes.len(), unique.len(), "duplicates");
+    assert_eq!(unique, (0..sent).collect(), "missing events");
+    let mut by_partition: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+    let mut key_partition: BTreeMap<String, String> = BTreeMap::new();
+    for e in events {
+        let partition = e["partition"].as_str().unwrap().to_string();
+        let offset: i64 = e["offset"].as_str().unwrap().parse().unwrap();
+        by_partition
+            .entry(partition.clone())
+            .or_default()
+            .push((e["sequence"].as_i64().unwrap(), offset));
+        if let Some(key) = e["key"].as_str() {
+            let first = key_partition
+                .entry(key.to_string())
+                .or_insert(partition.clone());
+            assert_eq!(*first, partition, "key {key} on two partitions");
+        }
+    }
+    for (partition, mut seqs) in by_partition {
+        seqs.sort();
+        for (i, (seq, offset)) in seqs.iter().enumerate() {
+            assert_eq!(*seq, i as i64, "partition {partition} sequence gap");
+            if i > 0 {
+                assert!(*offset > seqs[i - 1].1, "partition {partition} offsets");
+            }
+        }
+    }
+}
+
+#[test]
+fn python_producer_and_consumers_get_every_event_once_per_consumer_group() {
+    let hub = Hub::start(None);
+    let props = hub.python("props", &[]);
+    assert_eq!(props["partition_ids"].as_array().unwrap().len(), 16);
+    assert!(
+        props["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["empty"] == true)
+    );
+
+    assert_eq!(hub.python("send", &["600", "25", "py"])["sent"], 600);
+    for group in ["$Default", "archive"] {
+        let events = hub.python("receive", &[group, "600", "60"]);
+        let events = events.as_array().unwrap();
+        assert_eq!(events.len(), 600, "group {group}");
+        assert_exactly_once(events, 600, "py");
+        // Bodies and partition keys round-trip.
+        for e in events {
+            let body: Value = serde_json::from_str(e["body"].as_str().unwrap()).unwrap();
+            assert_eq!(body["i"], e["i"]);
+            assert_eq!(body["home"], e["key"]);
+        }
+    }
+
+    // Partition properties agree with what was received.
+    let props = hub.python("props", &[]);
+    let total: i64 = props["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["last"].as_i64().unwrap() + 1)
+        .sum();
+    assert_eq!(total, 600);
+
+    // An unknown consumer group is refused.
+    let cs = hub.connection_string(KEY);
+    let out = Command::new(common::python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
+        .args([cs.as_str(), "sensors", "receive", "nosuchgroup", "1", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[]");
+}
+
+#[test]
+fn a_wrong_key_is_refused_with_401() {
+    let hub = Hub::start(None);
+    let cs = hub.connection_string("not-the-key");
+    let out = Command::new(common::python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
+        .args([cs.as_str(), "sensors", "props"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("401"), "{stderr}");
+    assert!(stderr.contains("signature does not match"), "{stderr}");
+    assert!(
+        !stderr.contains(KEY),
+        "the key must not be echoed: {stderr}"
+    );
+}
+
+#[test]
+fn a_higher_owner_level_steals_the_partition() {
+    let hub = Hub::start(None);
+    hub.python("send-to", &["0", "3", "steal"]);
+    let out = hub.python("steal", &["0", "3"]);
+    let errors = out["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e["consumer"] == "first"
+            && e["message"].as_str().unwrap().contains("amqp:link:stolen")),
+        "{out}"
+    );
+    assert!(
+        errors.iter().all(|e| e["consumer"] != "second"),
+        "the newer owner keeps reading: {out}"
+    );
+    assert_eq!(out["received"]["first"], 3, "{out}");
+}
+
+#[test]
+fn acknowledged_events_survive_kill_9_of_the_hub() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut hub = Hub::start(Some(dir.path()));
+    assert_eq!(hub.python("send", &["500", "20", "durable"])["sent"], 500);
+    let port = hub.port;
+    hub.kill_9();
+    let hub = Hub::start_on(port, Some(dir.path()));
+    let events = hub.python("receive", &["$Default", "500", "60"]);
+    assert_exactly_once(events.as_array().unwrap(), 500, "durable");
+    // Appends continue after the restart, numbered after the recovered ones.
+    hub.python("send-to", &["0", "2", "after"]);
+    let props = hub.python("props", &[]);
+    let p0 = &props["partitions"][0];
+    assert!(p0["last"].as_i64().unwrap() >= 1);
+}
+
+#[tokio::test]
+async fn the_rust_client_sends_and_receives_through_its_custom_endpoint() {
+    let hub = Hub::start(None);
+    let cs = hub.connection_string(KEY);
+    let endpoint = format!("amqp://127.0.0.1:{}", hub.port);
+    let producer = ProducerClient::builder()
+        .with_custom_endpoint(endpoint.clone())
+        .open_with_connection_string(&cs, Some("sensors"))
+        .await
+        .expect("producer opens");
+    let properties = producer.get_eventhub_properties().await.unwrap();
+    assert_eq!(properties.partition_ids.len(), 16);
+    let batch = producer
+        .create_batch(Some(azure_messaging_eventhubs::EventDataBatchOptions {
+            partition_id: Some("7".into()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let event = azure_messaging_eventhubs::models::EventData::builder()
+            .with_body(format!("rust-{i}").into_bytes())
+            .add_property("i".to_string(), i as i64)
+            .build();
+        assert!(batch.try_add_event_data(event, None).unwrap());
+    }
+    producer.send_batch(batch, None).await.expect("batch sent");
+    let partition = producer.get_partition_properties("7").await.unwrap();
+    assert_eq!(partition.last_enqueued_sequence_number, 19);
+    assert!(!partition.is_empty);
+
+    let consumer = ConsumerClient::builder()
+        .with_custom_endpoint(endpoint)
+        .open_with_connection_string(&cs, Some("sensors"))
+        .await
+        .expect("consumer opens");
+    let receiver = consumer
+        .open_receiver_on_partition(
+            "7".into(),
+            Some(OpenReceiverOptions {
+                start_position: Some(StartPosition {
+                    location: StartLocation::SequenceNumber(4),
+                    inclusive: false,
+                }),
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap();
+    let mut stream = receiver.stream_events().take(15);
+    let mut seen = Vec::new();
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(20), stream.next())
+        .await
+        .expect("events arrive")
+    {
+        let event = event.unwrap();
+        let body = String::from_utf8(event.event_data().body().unwrap().to_vec()).unwrap();
+        seen.push((event.sequence_number().unwrap(), body));
+    }
+    let expected: Vec<(i64, String)> = (5..20).map(|i| (i, format!("rust-{i}"))).collect();
+    assert_eq!(seen, expected);
+
+    // And the Python package reads what the Rust client wrote, properties included.
+    let events = hub.python("receive", &["archive", "20", "30"]);
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), 20);
+    assert!(events.iter().all(|e| e["partition"] == "7"));
+    let mut indexes: Vec<i64> = events.iter().map(|e| e["i"].as_i64().unwrap()).collect();
+    indexes.sort();
+    assert_eq!(indexes, (0..20).collect::<Vec<_>>());
+}
