@@ -7,7 +7,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use azure_messaging_eventhubs::{
     ConsumerClient, OpenReceiverOptions, ProducerClient, StartLocation, StartPosition,
@@ -38,11 +38,7 @@ impl Hub {
             None => cmd.arg("--in-memory"),
         };
         let child = cmd.spawn().expect("hubhost starts");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "hub did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        common::wait_for_port(port, "hubhost hub");
         Hub { child, port }
     }
 
@@ -289,12 +285,6 @@ fn python_checkpointed_consumption_resumes_after_its_checkpoints() {
     let hub = Hub::start(None);
     let azurite = common::Azurite::start();
     let storage = azurite.connection_string();
-    let cs = hub.connection_string(KEY);
-    let peer = |args: &[&str]| {
-        let mut all = vec![cs.as_str(), "sensors"];
-        all.extend_from_slice(args);
-        common::python_json("eventhub_peer.py", &all)
-    };
     // The container must exist for the Python store; creating it through hubhost's own client.
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -302,26 +292,18 @@ fn python_checkpointed_consumption_resumes_after_its_checkpoints() {
         let store = location.open().unwrap();
         store.ensure_container("checkpoints").await.unwrap();
     });
-    peer(&["send", "200", "20", "first"]);
-    let first = peer(&[
+    hub.python("send", &["200", "20", "first"]);
+    let first = hub.python(
         "receive-checkpointed",
-        "$Default",
-        "200",
-        "60",
-        &storage,
-        "checkpoints",
-    ]);
+        &["$Default", "200", "60", &storage, "checkpoints"],
+    );
     assert_exactly_once(first.as_array().unwrap(), 200, "first");
-    peer(&["send", "100", "20", "second"]);
+    hub.python("send", &["100", "20", "second"]);
     // A new client with the same store starts after the checkpoints: only the new events.
-    let second = peer(&[
+    let second = hub.python(
         "receive-checkpointed",
-        "$Default",
-        "100",
-        "60",
-        &storage,
-        "checkpoints",
-    ]);
+        &["$Default", "100", "60", &storage, "checkpoints"],
+    );
     let second = second.as_array().unwrap();
     assert!(
         second.iter().all(|e| e["tag"] == "second"),

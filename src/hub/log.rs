@@ -127,7 +127,7 @@ impl PartitionLog {
         names.sort();
         for (i, (first_offset, path)) in names.iter().enumerate() {
             let is_last = i + 1 == names.len();
-            let segment = scan_segment(path, *first_offset, is_last, &mut log)?;
+            let segment = scan_segment(path, *first_offset, &mut log)?;
             if segment.len == 0 && !is_last {
                 continue;
             }
@@ -462,7 +462,6 @@ fn read_full_at(file: &File, buf: &mut [u8], position: u64) -> std::io::Result<u
 fn scan_segment(
     path: &Path,
     first_offset: i64,
-    _is_last: bool,
     log: &mut PartitionLog,
 ) -> Result<Segment, LogError> {
     let io = |source| LogError::Io {

@@ -15,7 +15,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn wait_for_port(port: u16, what: &str) {
+pub fn wait_for_port(port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
