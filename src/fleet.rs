@@ -2,8 +2,9 @@
 //! report once a minute. Deterministic for a seed, so tests and benchmarks can regenerate exactly
 //! what they sent.
 //!
-//! Until hubhost has its own event hub, homes are spread over partitions by a hash of the home
-//! id ([`Fleet::partition_of`]), standing in for the service's partition-key hashing.
+//! `hubhost demo` plays the host without an event hub, so it spreads homes over partitions by a
+//! hash of the home id ([`Fleet::partition_of`]); `hubhost simulate` sends through an event hub,
+//! whose own partition-key hash places them.
 
 use chrono::{DateTime, Duration, Utc};
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use hubhost::handler::{self, HandlerConfig};
-use hubhost::{bench, checkpoint, demo, settings};
+use hubhost::{bench, checkpoint, demo, settings, simulate};
 
 #[derive(Parser)]
 #[command(
@@ -119,11 +119,56 @@ enum Command {
         #[arg(long = "key", env = "HUBHOST_HUB_KEY", hide_env_values = true)]
         keys: Vec<String>,
     },
+    /// The home-security fleet as an Event Hubs producer (partition key = home id).
+    Simulate {
+        /// Event Hubs connection string [default: EventHubConnection, else the local emulator's].
+        #[arg(long, env = "EventHubConnection", hide_env_values = true)]
+        connection: Option<String>,
+        /// Event hub name [default: EventHubName, else the connection string's EntityPath, else sensors].
+        #[arg(long, env = "EventHubName")]
+        hub: Option<String>,
+        #[arg(long, default_value_t = 100_000)]
+        homes: u32,
+        /// Simulated minutes per wall-clock minute (1 = real time: homes × 8 sensors per minute).
+        #[arg(long, default_value_t = 1.0, conflicts_with_all = ["rate", "unthrottled"])]
+        speed_up: f64,
+        /// Events per second to send (sets the speed-up for the fleet's size).
+        #[arg(long, conflicts_with = "unthrottled")]
+        rate: Option<f64>,
+        /// Send as fast as the event hub accepts.
+        #[arg(long)]
+        unthrottled: bool,
+        /// Stop after this many events.
+        #[arg(long)]
+        events: Option<u64>,
+        /// Stop after this many simulated minutes.
+        #[arg(long)]
+        minutes: Option<u32>,
+        /// Stop after this many wall-clock seconds.
+        #[arg(long)]
+        duration: Option<f64>,
+        /// First simulated minute (RFC 3339) [default: the current minute].
+        #[arg(long)]
+        start: Option<String>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print the summary as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
     },
+}
+
+/// Where `checkpoints reset` moves partitions.
+#[derive(Clone, Copy)]
+enum ResetTo {
+    Start,
+    End,
+    Time(chrono::DateTime<chrono::Utc>),
 }
 
 /// Which checkpoint store and consumer group a `checkpoints` command works on.
@@ -157,13 +202,18 @@ enum CheckpointsCommand {
         #[command(flatten)]
         scope: ScopeArgs,
     },
-    /// Move partitions' checkpoints: `--to start` (the oldest retained event).
+    /// Move partitions' checkpoints: `--to start` (the oldest retained event), `--to end` (only
+    /// events sent from now on), or `--to <RFC 3339 time>` (events enqueued from then on).
     Reset {
         #[command(flatten)]
         scope: ScopeArgs,
         /// `start`, `end`, or an RFC 3339 enqueued time.
         #[arg(long)]
         to: String,
+        /// Event Hubs connection string, for `end` and a time (the event hub is asked where each
+        /// partition ends) [default: EventHubConnection].
+        #[arg(long, env = "EventHubConnection", hide_env_values = true)]
+        connection: Option<String>,
         /// Partitions to reset (comma-separated) [default: every partition the store knows].
         #[arg(long, value_delimiter = ',')]
         partitions: Vec<String>,
@@ -202,6 +252,23 @@ enum CheckpointsCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Ingest and read through `hubhost hub` with the Rust and Python SDKs; baseline: raw
+    /// segment-file appends.
+    Hub {
+        /// Events per phase.
+        #[arg(long, default_value_t = 800_000)]
+        events: u64,
+        /// Events the Python producer sends.
+        #[arg(long, default_value_t = 100_000)]
+        python_events: u64,
+        #[arg(long, default_value_t = 500)]
+        batch_size: usize,
+        #[arg(long, default_value_t = 16)]
+        partitions: u32,
+        /// Python with azure-eventhub [default: .tools/venv/bin/python when present].
+        #[arg(long, env = "HUBHOST_PYTHON")]
+        python: Option<PathBuf>,
+    },
     /// Drive `hubhost serve` over loopback HTTP with Event Hubs batches; baseline: plain JSON parse.
     Handler {
         #[arg(long, value_delimiter = ',', default_value = "100,1000")]
@@ -249,6 +316,10 @@ fn main() -> ExitCode {
     // The demo and benchmarks print their own progress; the handler's per-batch lines would drown it.
     let default_level = match cli.command {
         Command::Serve { .. } | Command::Hub { .. } => "info",
+        // The SDK warns about connection recovery it then completes; failed sends are reported.
+        Command::Simulate { .. } | Command::Bench { .. } => {
+            "warn,azure_messaging_eventhubs=error,azure_core_amqp=error"
+        }
         _ => "warn",
     };
     init_logging(cli.log_format, default_level);
@@ -352,6 +423,76 @@ fn main() -> ExitCode {
                 }
                 hubhost::hub::run(config).await.map_err(|e| e.to_string())
             }
+            Command::Simulate {
+                connection,
+                hub,
+                homes,
+                speed_up,
+                rate,
+                unthrottled,
+                events,
+                minutes,
+                duration,
+                start,
+                seed,
+                json,
+            } => {
+                let connection =
+                    connection.unwrap_or_else(|| hubhost::eventhubs::EMULATOR_CONNECTION.into());
+                let hub = hub.or_else(|| {
+                    (!connection.to_ascii_lowercase().contains("entitypath="))
+                        .then(|| "sensors".to_string())
+                });
+                let target = hubhost::eventhubs::EventHubTarget::parse(&connection, hub.as_deref())
+                    .map_err(|e| e.to_string())?;
+                let pace = match (unthrottled, rate) {
+                    (true, _) => simulate::Pace::Unthrottled,
+                    (false, Some(rate)) => simulate::Pace::SpeedUp(
+                        rate * 60.0
+                            / (f64::from(homes.max(1)) * hubhost::fleet::SENSORS.len() as f64),
+                    ),
+                    (false, None) => simulate::Pace::SpeedUp(speed_up),
+                };
+                let start = match start {
+                    Some(text) => chrono::DateTime::parse_from_rfc3339(&text)
+                        .map_err(|e| format!("--start {text:?} is not an RFC 3339 time: {e}"))?
+                        .with_timezone(&chrono::Utc),
+                    None => {
+                        let now = chrono::Utc::now();
+                        now - chrono::Duration::seconds(now.timestamp().rem_euclid(60))
+                            - chrono::Duration::nanoseconds(i64::from(now.timestamp_subsec_nanos()))
+                    }
+                };
+                let duration = match duration {
+                    Some(d) if !(d.is_finite() && d > 0.0) => {
+                        return Err("--duration must be a positive number of seconds".into());
+                    }
+                    d => d.map(std::time::Duration::from_secs_f64),
+                };
+                let options = simulate::SimulateOptions {
+                    homes,
+                    seed,
+                    start,
+                    pace,
+                    stop: simulate::StopAfter {
+                        events,
+                        minutes,
+                        duration,
+                    },
+                };
+                let summary = simulate::run(&target, options, shutdown_signal())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string(&summary).expect("summary is JSON")
+                    );
+                } else {
+                    summary.print();
+                }
+                Ok(())
+            }
             Command::Bench {
                 which:
                     BenchCommand::Checkpoints {
@@ -373,6 +514,36 @@ fn main() -> ExitCode {
                 })
                 .await;
                 let _ = std::fs::remove_dir_all(&temp);
+                result.map(|_| ()).map_err(|e| e.to_string())
+            }
+            Command::Bench {
+                which:
+                    BenchCommand::Hub {
+                        events,
+                        python_events,
+                        batch_size,
+                        partitions,
+                        python,
+                    },
+            } => {
+                if partitions == 0 || batch_size == 0 {
+                    return Err("--partitions and --batch-size must be at least 1".into());
+                }
+                let python = python.or_else(|| {
+                    let venv = PathBuf::from(".tools/venv/bin/python");
+                    venv.exists().then_some(venv)
+                });
+                let work_dir = tempdir_for_bench().map_err(|e| e.to_string())?;
+                let result = bench::hub::run(bench::hub::HubBenchOptions {
+                    events,
+                    python_events,
+                    batch_size,
+                    partitions,
+                    python,
+                    work_dir: work_dir.clone(),
+                })
+                .await;
+                let _ = std::fs::remove_dir_all(&work_dir);
                 result.map(|_| ()).map_err(|e| e.to_string())
             }
             Command::Bench {
@@ -474,22 +645,46 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
         CheckpointsCommand::Reset {
             scope,
             to,
+            connection,
             partitions,
             partition_count,
             yes,
         } => {
-            if to != "start" {
-                return Err(format!(
-                    "--to {to}: resetting to the end or to an enqueued time needs each partition's \
-                     position in the event hub, and hubhost cannot query an event hub yet; \
-                     use --to start, or set initialOffsetOptions in host.json and reset --to start"
-                ));
-            }
+            let target_position = match to.as_str() {
+                "start" => ResetTo::Start,
+                "end" => ResetTo::End,
+                time => ResetTo::Time(
+                    chrono::DateTime::parse_from_rfc3339(time)
+                        .map_err(|e| {
+                            format!("--to {time:?}: expected start, end or an RFC 3339 time ({e})")
+                        })?
+                        .with_timezone(&chrono::Utc),
+                ),
+            };
+            // The end of each partition, for `end` and a time, from the event hub itself.
+            let ends = match target_position {
+                ResetTo::Start => None,
+                _ => {
+                    let connection = connection.as_deref().ok_or(
+                        "--to end or a time asks the event hub where its partitions end: give \
+                         --connection or set EventHubConnection",
+                    )?;
+                    let target =
+                        hubhost::eventhubs::EventHubTarget::parse(connection, Some(&scope.hub))
+                            .map_err(|e| e.to_string())?;
+                    let ends = target.partition_ends().await.map_err(|e| e.to_string())?;
+                    Some((target, ends))
+                }
+            };
             let (store, key) = open_scope(&scope)?;
             let selection = if !partitions.is_empty() {
                 admin::PartitionSelection::Named(partitions)
             } else if let Some(n) = partition_count {
                 admin::PartitionSelection::Count(n)
+            } else if let Some((_, ends)) = &ends {
+                admin::PartitionSelection::Named(
+                    ends.iter().map(|e| e.partition_id.clone()).collect(),
+                )
             } else {
                 admin::PartitionSelection::Known
             };
@@ -517,15 +712,46 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
                     active.len()
                 );
             }
+            let described = match target_position {
+                ResetTo::Start => "the start of the event hub".to_string(),
+                ResetTo::End => "the end of the event hub (only new events)".to_string(),
+                ResetTo::Time(t) => format!("the first event enqueued at or after {t}"),
+            };
             if !yes {
                 confirm(&format!(
-                    "Reset partitions {} of {key} to the start of the event hub?",
+                    "Reset partitions {} of {key} to {described}?",
                     ids.join(",")
                 ))?;
             }
-            let written = admin::reset_to_start(&store, &key, &ids)
-                .await
-                .map_err(fmt_err)?;
+            let written = match ends {
+                None => admin::reset_to_start(&store, &key, &ids)
+                    .await
+                    .map_err(fmt_err)?,
+                Some((target, ends)) => {
+                    let mut checkpoints = Vec::new();
+                    for id in &ids {
+                        let end = ends.iter().find(|e| &e.partition_id == id).ok_or_else(|| {
+                            format!("the event hub {} has no partition {id}", target.hub)
+                        })?;
+                        checkpoints.push(match target_position {
+                            ResetTo::Time(t) => target
+                                .checkpoint_before(&key.consumer_group, end, t)
+                                .await
+                                .map_err(|e| e.to_string())?,
+                            _ if end.is_empty => hubhost::checkpoint::Checkpoint::at_start(id),
+                            _ => hubhost::checkpoint::Checkpoint::new(
+                                id.clone(),
+                                Some(end.last_offset.clone()),
+                                end.last_sequence_number,
+                            ),
+                        });
+                    }
+                    admin::write_checkpoints(&store, &key, &checkpoints)
+                        .await
+                        .map_err(fmt_err)?;
+                    checkpoints
+                }
+            };
             if scope.json {
                 print_json(
                     &written
@@ -536,7 +762,7 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
                         .collect::<Vec<_>>(),
                 );
             } else {
-                println!("reset {} partitions of {key} to the start", written.len());
+                println!("reset {} partitions of {key} to {described}", written.len());
             }
             Ok(())
         }

@@ -144,10 +144,21 @@ async fn list_reset_and_migrate_on_a_local_directory() {
     assert!(err.contains("owned by a running consumer"), "{err}");
     assert_eq!(list_json(&storage), rows);
 
-    // Unsupported targets say why.
+    // The end and a time need the event hub (tests/hub.rs resets against one); without a
+    // connection, or with a target that is none of the three, the error says what to give.
     let (code, _, err) = checkpoints(&storage, &["reset", "--to", "end", "--yes"]);
     assert_eq!(code, 1);
-    assert!(err.contains("use --to start"), "{err}");
+    assert!(
+        err.contains("give --connection or set EventHubConnection"),
+        "{err}"
+    );
+    let (code, _, err) = checkpoints(&storage, &["reset", "--to", "yesterday", "--yes"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("expected start, end or an RFC 3339 time"),
+        "{err}"
+    );
+    assert_eq!(list_json(&storage), rows, "nothing written");
 
     // reset --to start of named partitions: those move to offset -1, the others stay.
     let (code, out, err) = checkpoints(

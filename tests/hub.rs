@@ -32,7 +32,11 @@ impl Hub {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubhost"));
         cmd.args(["hub", "--port", &port.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(if std::env::var_os("HUBHOST_TEST_HUB_LOG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
         match data_dir {
             Some(dir) => cmd.arg("--data-dir").arg(dir),
             None => cmd.arg("--in-memory"),
@@ -80,6 +84,12 @@ fn assert_exactly_once(events: &[Value], sent: u64, tag: &str) {
     let unique: BTreeSet<u64> = indexes.iter().copied().collect();
     assert_eq!(indexes.len(), unique.len(), "duplicates");
     assert_eq!(unique, (0..sent).collect(), "missing events");
+    assert_partitions_contiguous(events);
+}
+
+/// Per partition, contiguous sequence numbers from 0 with increasing offsets; one partition per
+/// partition key.
+fn assert_partitions_contiguous(events: &[Value]) {
     let mut by_partition: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
     let mut key_partition: BTreeMap<String, String> = BTreeMap::new();
     for e in events {
@@ -311,4 +321,177 @@ fn python_checkpointed_consumption_resumes_after_its_checkpoints() {
     );
     let unique: BTreeSet<u64> = second.iter().map(|e| e["i"].as_u64().unwrap()).collect();
     assert_eq!(unique, (0..100).collect());
+}
+
+/// Runs `hubhost simulate` against `hub` and returns its JSON summary.
+fn simulate(hub: &Hub, args: &[&str]) -> Value {
+    let cs = hub.connection_string(KEY);
+    let mut all = vec!["simulate", "--connection", &cs, "--json"];
+    all.extend_from_slice(args);
+    let (code, stdout, stderr) = common::hubhost(&all, &[]);
+    assert_eq!(code, 0, "simulate failed: {stderr}");
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[test]
+fn simulate_sends_the_fleet_keyed_by_home_and_a_consumer_gets_exactly_those_readings() {
+    use hubhost::fleet::{Fleet, SENSORS};
+    let hub = Hub::start(None);
+    let (homes, minutes, start) = (40u32, 2u32, "2026-11-22T10:00:00Z");
+    let summary = simulate(
+        &hub,
+        &[
+            "--homes",
+            &homes.to_string(),
+            "--minutes",
+            &minutes.to_string(),
+            "--start",
+            start,
+            "--seed",
+            "9",
+            "--unthrottled",
+        ],
+    );
+    let expected = u64::from(homes * minutes) * SENSORS.len() as u64;
+    assert_eq!(summary["events"], expected);
+    assert_eq!(summary["failed"], 0);
+    let gained: i64 = summary["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["events"].as_i64().unwrap())
+        .sum();
+    assert_eq!(gained as u64, expected, "the hub's own counts agree");
+
+    // Regenerate what the fleet sent and compare with what a Python consumer received.
+    let fleet = Fleet {
+        homes,
+        partitions: 16,
+        seed: 9,
+    };
+    let start = chrono::DateTime::parse_from_rfc3339(start)
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let mut want: Vec<(String, String)> = Vec::new();
+    for minute in 0..minutes {
+        for home in 0..homes {
+            let id = Fleet::home_id(home);
+            for sensor in 0..SENSORS.len() {
+                let t = start + chrono::Duration::minutes(i64::from(minute));
+                want.push((id.clone(), fleet.reading(&id, sensor, t)));
+            }
+        }
+    }
+    let received = hub.python("receive", &["$Default", &expected.to_string(), "60"]);
+    let received = received.as_array().unwrap();
+    assert_partitions_contiguous(received);
+    let mut got: Vec<(String, String)> = received
+        .iter()
+        .map(|e| {
+            let key = e["key"]
+                .as_str()
+                .expect("every reading has a partition key");
+            let body: Value = serde_json::from_str(e["body"].as_str().unwrap()).unwrap();
+            assert_eq!(body["homeId"], key, "partition key = home id");
+            let partition: usize = e["partition"].as_str().unwrap().parse().unwrap();
+            assert_eq!(
+                partition,
+                hubhost::hub::partition_key::partition_for_key(key, 16),
+                "the service's hash places {key}"
+            );
+            (key.to_string(), e["body"].as_str().unwrap().to_string())
+        })
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn simulate_paces_the_fleet_by_its_speed_up() {
+    let hub = Hub::start(None);
+    // 100 homes report once a simulated minute; at 120× the last report of the minute is due
+    // after 59.4 s / 120 = 0.495 s of wall time.
+    let summary = simulate(
+        &hub,
+        &["--homes", "100", "--minutes", "1", "--speed-up", "120"],
+    );
+    assert_eq!(summary["events"], 800);
+    let seconds = summary["seconds"].as_f64().unwrap();
+    assert!(seconds >= 0.45, "paced run took only {seconds} s");
+}
+
+#[test]
+fn checkpoints_reset_to_end_and_to_a_time_use_the_hubs_own_positions() {
+    let hub = Hub::start(None);
+    let store = tempfile::tempdir().unwrap();
+    hub.python("send-to", &["0", "5", "old"]);
+    std::thread::sleep(Duration::from_millis(1100));
+    let between = chrono::Utc::now();
+    std::thread::sleep(Duration::from_millis(1100));
+    hub.python("send-to", &["0", "3", "new"]);
+    let events = hub.python("receive", &["$Default", "8", "30"]);
+    let offset_of = |seq: i64| {
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["sequence"] == seq)
+            .map(|e| e["offset"].as_str().unwrap().to_string())
+            .expect("event received")
+    };
+    let cs = hub.connection_string(KEY);
+    let path = store.path().to_str().unwrap().to_string();
+    let checkpoints = |args: &[&str]| -> Value {
+        let mut all = vec!["checkpoints"];
+        all.extend_from_slice(args);
+        all.extend([
+            "--storage",
+            &path,
+            "--namespace",
+            "localhost",
+            "--hub",
+            "sensors",
+            "--json",
+        ]);
+        let (code, stdout, stderr) = common::hubhost(&all, &[]);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert!(!stderr.contains(KEY), "the key reached the output");
+        serde_json::from_str(&stdout).unwrap()
+    };
+    let reset = |to: &str| checkpoints(&["reset", "--connection", &cs, "--to", to, "--yes"]);
+    let partition = |written: &Value, id: &str| {
+        let p = written
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["partitionId"] == id)
+            .cloned()
+            .unwrap();
+        (
+            p["sequenceNumber"].as_i64().unwrap(),
+            p["offset"].as_str().unwrap().to_string(),
+        )
+    };
+
+    // End: the last event of each partition; an empty partition starts from its beginning.
+    let written = reset("end");
+    assert_eq!(
+        written.as_array().unwrap().len(),
+        16,
+        "every partition of the hub"
+    );
+    assert_eq!(partition(&written, "0"), (7, offset_of(7)));
+    assert_eq!(partition(&written, "5"), (-1, "-1".to_string()));
+
+    // A time between the two sends: the last "old" event, so consumers go on with the new ones.
+    let written = reset(&between.to_rfc3339());
+    assert_eq!(partition(&written, "0"), (4, offset_of(4)));
+    // Before every event: the start.
+    let written = reset("2020-01-01T00:00:00Z");
+    assert_eq!(partition(&written, "0"), (-1, "-1".to_string()));
+
+    // What `list` reads back is the last reset.
+    let listed = checkpoints(&["list"]);
+    assert_eq!(partition(&listed, "0"), (-1, "-1".to_string()));
 }

@@ -4,9 +4,12 @@
 //! - `handler`: the custom handler end to end over loopback HTTP; baseline: a plain JSON parse.
 //! - `checkpoints`: claims and checkpoint updates per backend; baseline: a plain blob write;
 //!   plus the storage operations one instance makes per minute.
+//! - `hub`: the local event hub's ingest and read through the SDKs; baseline: raw segment
+//!   appends.
 
 pub mod checkpoints;
 pub mod handler;
+pub mod hub;
 
 pub use checkpoints::checkpoint_bench_key;
 pub use handler::{BenchError, BenchOptions, RunFigures, run};

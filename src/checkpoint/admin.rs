@@ -145,14 +145,23 @@ pub async fn reset_to_start(
     key: &ConsumerGroupKey,
     partitions: &[String],
 ) -> Result<Vec<Checkpoint>, CheckpointError> {
+    let checkpoints: Vec<Checkpoint> = partitions.iter().map(Checkpoint::at_start).collect();
+    write_checkpoints(store, key, &checkpoints).await?;
+    Ok(checkpoints)
+}
+
+/// Writes the given checkpoints (a reset to the end or to a time computes them from the event
+/// hub first).
+pub async fn write_checkpoints(
+    store: &CheckpointStore,
+    key: &ConsumerGroupKey,
+    checkpoints: &[Checkpoint],
+) -> Result<(), CheckpointError> {
     store.ensure_container().await?;
-    let mut written = Vec::new();
-    for id in partitions {
-        let cp = Checkpoint::at_start(id.clone());
-        store.update_checkpoint(key, &cp).await?;
-        written.push(cp);
+    for cp in checkpoints {
+        store.update_checkpoint(key, cp).await?;
     }
-    Ok(written)
+    Ok(())
 }
 
 /// What `migrate` did for one legacy checkpoint.

@@ -152,6 +152,12 @@ impl<S> FullFrames<S> {
                 break;
             }
             let frame = &rest[..size];
+            if tracing::enabled!(tracing::Level::TRACE) && size > 10 {
+                let channel = u16::from_be_bytes([frame[6], frame[7]]);
+                let doff = frame[4] as usize * 4;
+                let code = frame.get(doff + 2).copied().unwrap_or(0);
+                tracing::trace!(channel, performative = code, size, "frame out");
+            }
             match pad_frame(frame) {
                 Some(padded) => self.out.extend_from_slice(&padded),
                 None => self.out.extend_from_slice(frame),
