@@ -8,7 +8,8 @@
 //! except inside the connection string given to the SDK, and `Debug` shows no secret.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use azure_messaging_eventhubs::{BufferedProducerClient, ConsumerClient, ProducerClient};
 
@@ -39,6 +40,30 @@ pub enum EventHubsError {
         #[source]
         source: Box<azure_messaging_eventhubs::EventHubsError>,
     },
+}
+
+/// What a buffered producer's batches came to: events the event hub accepted, events it did
+/// not (after the SDK's retries), and the first error.
+#[derive(Debug, Default)]
+pub struct SendOutcomes {
+    pub sent: AtomicU64,
+    pub failed: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl SendOutcomes {
+    fn record_failure(&self, events: usize, error: String) {
+        self.failed.fetch_add(events as u64, Ordering::Relaxed);
+        let mut first = self.first_error.lock().expect("outcomes lock");
+        if first.is_none() {
+            tracing::warn!(events, %error, "a batch was not accepted");
+            *first = Some(error);
+        }
+    }
+
+    pub fn first_error(&self) -> Option<String> {
+        self.first_error.lock().expect("outcomes lock").clone()
+    }
 }
 
 /// One partition's end, as `$management` reports it.
@@ -160,14 +185,14 @@ impl EventHubTarget {
     }
 
     /// A producer that batches per partition in the background (hashing partition keys the
-    /// way the service does, and keeping the key on each event). `on_sent(events)` and
-    /// `on_failed(events, error)` report every batch's outcome.
+    /// way the service does, and keeping the key on each event); every batch's outcome is
+    /// counted in `outcomes`.
     pub async fn buffered_producer(
         &self,
         max_wait: std::time::Duration,
-        on_sent: Arc<dyn Fn(usize) + Send + Sync>,
-        on_failed: Arc<dyn Fn(usize, String) + Send + Sync>,
+        outcomes: Arc<SendOutcomes>,
     ) -> Result<BufferedProducerClient, EventHubsError> {
+        let failures = outcomes.clone();
         let mut builder = BufferedProducerClient::builder()
             .with_application_id("hubhost".into())
             .with_max_wait_time(
@@ -175,11 +200,13 @@ impl EventHubTarget {
                     .unwrap_or(azure_core::time::Duration::seconds(1)),
             )
             .with_on_send_succeeded(move |context| {
-                on_sent(context.events.len());
+                outcomes
+                    .sent
+                    .fetch_add(context.events.len() as u64, Ordering::Relaxed);
                 async {}
             })
             .with_on_send_failed(move |context| {
-                on_failed(context.events.len(), context.error.to_string());
+                failures.record_failure(context.events.len(), context.error.to_string());
                 async {}
             });
         if let Some(endpoint) = &self.custom_endpoint {

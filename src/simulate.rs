@@ -8,15 +8,15 @@
 //! test can regenerate exactly what was sent from the seed and the start time.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use azure_messaging_eventhubs::{EnqueueEventOptions, models::EventData};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::eventhubs::{EventHubTarget, EventHubsError};
+use crate::eventhubs::{EventHubTarget, EventHubsError, SendOutcomes};
 use crate::fleet::{Fleet, SENSORS};
 use crate::progress::Progress;
 
@@ -148,13 +148,6 @@ impl SimulateSummary {
     }
 }
 
-#[derive(Default)]
-struct Outcomes {
-    sent: AtomicU64,
-    failed: AtomicU64,
-    first_error: Mutex<Option<String>>,
-}
-
 /// Runs the fleet against `target` until a stop condition or `interrupted` resolves.
 pub async fn run(
     target: &EventHubTarget,
@@ -173,26 +166,10 @@ pub async fn run(
     }
     let before = target.partition_ends().await?;
 
-    let outcomes = Arc::new(Outcomes::default());
-    let producer = {
-        let (ok, bad) = (outcomes.clone(), outcomes.clone());
-        target
-            .buffered_producer(
-                Duration::from_millis(100),
-                Arc::new(move |n| {
-                    ok.sent.fetch_add(n as u64, Ordering::Relaxed);
-                }),
-                Arc::new(move |n, error| {
-                    bad.failed.fetch_add(n as u64, Ordering::Relaxed);
-                    let mut first = bad.first_error.lock().unwrap();
-                    if first.is_none() {
-                        tracing::warn!(events = n, %error, "a batch was not accepted");
-                        *first = Some(error);
-                    }
-                }),
-            )
-            .await?
-    };
+    let outcomes = Arc::new(SendOutcomes::default());
+    let producer = target
+        .buffered_producer(Duration::from_millis(100), outcomes.clone())
+        .await?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let ctrl_c = {
@@ -321,12 +298,7 @@ pub async fn run(
     };
     if failed > 0 {
         summary.print();
-        let first_error = outcomes
-            .first_error
-            .lock()
-            .unwrap()
-            .clone()
-            .unwrap_or_default();
+        let first_error = outcomes.first_error().unwrap_or_default();
         return Err(SimulateError::NotAccepted {
             failed,
             first_error,

@@ -23,7 +23,7 @@ use azure_messaging_eventhubs::{
 use bytes::Bytes;
 use futures::StreamExt;
 
-use crate::eventhubs::EventHubTarget;
+use crate::eventhubs::{EventHubTarget, SendOutcomes};
 use crate::fleet::{Fleet, SENSORS};
 use crate::hub::log::{LogOptions, PartitionLog};
 
@@ -117,6 +117,7 @@ fn readings() -> Vec<(String, String)> {
 /// A `hubhost hub` child process, killed on drop.
 struct HubProcess {
     child: Child,
+    connection_string: String,
     target: EventHubTarget,
 }
 
@@ -136,14 +137,13 @@ impl HubProcess {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| HubBenchError::Hub(e.to_string()))?;
+        let connection_string = format!(
+            "Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={KEY};UseDevelopmentEmulator=true"
+        );
         let mut hub = HubProcess {
             child,
-            target: EventHubTarget::parse(
-                &format!(
-                    "Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={KEY};UseDevelopmentEmulator=true"
-                ),
-                Some(HUB),
-            )?,
+            target: EventHubTarget::parse(&connection_string, Some(HUB))?,
+            connection_string,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -156,17 +156,6 @@ impl HubProcess {
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(hub)
-    }
-
-    fn connection_string(&self) -> String {
-        format!(
-            "Endpoint=sb://localhost:{};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={KEY};UseDevelopmentEmulator=true",
-            self.target
-                .custom_endpoint
-                .as_deref()
-                .and_then(|e| e.rsplit(':').next())
-                .unwrap_or("5672")
-        )
     }
 }
 
@@ -449,22 +438,10 @@ async fn rust_buffered_keyed(
     readings: &[(String, String)],
 ) -> Result<Figure, HubBenchError> {
     const PHASE: &str = "Rust BufferedProducerClient, partition key = home";
-    let sent = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(std::sync::Mutex::new(None::<String>));
-    let producer = {
-        let (sent, failed) = (sent.clone(), failed.clone());
-        target
-            .buffered_producer(
-                Duration::from_millis(100),
-                Arc::new(move |n| {
-                    sent.fetch_add(n as u64, Ordering::Relaxed);
-                }),
-                Arc::new(move |_, e| {
-                    failed.lock().unwrap().get_or_insert(e);
-                }),
-            )
-            .await?
-    };
+    let outcomes = Arc::new(SendOutcomes::default());
+    let producer = target
+        .buffered_producer(Duration::from_millis(100), outcomes.clone())
+        .await?;
     let started = Instant::now();
     let mut bytes = 0u64;
     for i in 0..opts.events {
@@ -484,7 +461,7 @@ async fn rust_buffered_keyed(
     producer.flush().await.map_err(client_error(PHASE))?;
     let seconds = started.elapsed().as_secs_f64();
     let _ = producer.close().await;
-    if let Some(message) = failed.lock().unwrap().take() {
+    if let Some(message) = outcomes.first_error() {
         return Err(HubBenchError::Phase {
             phase: PHASE,
             message,
@@ -492,7 +469,7 @@ async fn rust_buffered_keyed(
     }
     Ok(Figure {
         phase: PHASE,
-        events: sent.load(Ordering::Relaxed),
+        events: outcomes.sent.load(Ordering::Relaxed),
         bytes,
         seconds,
     })
@@ -510,7 +487,7 @@ fn python_producer(
     let out = Command::new(python)
         .arg("-c")
         .arg(PYTHON_PRODUCER)
-        .arg(hub.connection_string())
+        .arg(&hub.connection_string)
         .arg(HUB)
         .arg(opts.python_events.to_string())
         .arg(opts.batch_size.to_string())
