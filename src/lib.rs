@@ -7,6 +7,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod contract;
 pub mod demo;
+pub mod emulate;
 pub mod eventhubs;
 pub mod fleet;
 pub mod function_app;

@@ -82,6 +82,24 @@ enum Command {
         #[arg(long)]
         keep_serving: bool,
     },
+    /// The Functions host's Event Hubs trigger, locally: start the app's custom handler and feed it
+    /// the trigger's batches; several instances on one event hub and store form a pool.
+    Emulate {
+        /// Function app folder (host.json, */function.json, local.settings.json).
+        #[arg(long, default_value = "function_app")]
+        app: PathBuf,
+        /// Checkpoint store: a connection string or a directory
+        /// [default: the AzureWebJobsStorage setting, else ./hubhost-data].
+        #[arg(long, env = "HUBHOST_STORAGE", hide_env_values = true)]
+        storage: Option<String>,
+        /// Checkpoint a batch only when its invocation succeeded, delivering a failed batch again
+        /// (the Functions host checkpoints either way).
+        #[arg(long)]
+        checkpoint_on_success: bool,
+        /// This instance's owner id in the checkpoint store [default: host-pid-random].
+        #[arg(long)]
+        instance_id: Option<String>,
+    },
     /// Inspect, reset and migrate checkpoints and ownership (the Functions host's blob format).
     Checkpoints {
         #[command(subcommand)]
@@ -316,6 +334,9 @@ fn main() -> ExitCode {
     // The demo and benchmarks print their own progress; the handler's per-batch lines would drown it.
     let default_level = match cli.command {
         Command::Serve { .. } | Command::Hub { .. } => "info",
+        Command::Emulate { .. } => {
+            "info,azure_messaging_eventhubs=warn,azure_core_amqp=error,fe2o3_amqp=error"
+        }
         // The SDK warns about connection recovery it then completes; failed sends are reported.
         Command::Simulate { .. } | Command::Bench { .. } => {
             "warn,azure_messaging_eventhubs=error,azure_core_amqp=error"
@@ -377,6 +398,22 @@ fn main() -> ExitCode {
                 .await
                 .map_err(|e| e.to_string())
             }
+            Command::Emulate {
+                app,
+                storage,
+                checkpoint_on_success,
+                instance_id,
+            } => hubhost::emulate::run(
+                hubhost::emulate::EmulateOptions {
+                    app,
+                    storage,
+                    checkpoint_on_success,
+                    instance_id,
+                },
+                shutdown_signal(),
+            )
+            .await
+            .map_err(|e| e.to_string()),
             Command::Checkpoints { action } => checkpoints_command(action).await,
             Command::Hub {
                 port,

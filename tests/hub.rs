@@ -4,9 +4,11 @@
 
 mod common;
 
+use common::{Hub, KEY};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use azure_messaging_eventhubs::{
@@ -14,64 +16,6 @@ use azure_messaging_eventhubs::{
 };
 use futures::StreamExt;
 use serde_json::Value;
-
-const KEY: &str = "SAS_KEY_VALUE";
-
-/// A `hubhost hub` child process on a free port, killed on drop.
-struct Hub {
-    child: Child,
-    port: u16,
-}
-
-impl Hub {
-    fn start(data_dir: Option<&Path>) -> Hub {
-        Self::start_on(common::free_port(), data_dir)
-    }
-
-    fn start_on(port: u16, data_dir: Option<&Path>) -> Hub {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubhost"));
-        cmd.args(["hub", "--port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(if std::env::var_os("HUBHOST_TEST_HUB_LOG").is_some() {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            });
-        match data_dir {
-            Some(dir) => cmd.arg("--data-dir").arg(dir),
-            None => cmd.arg("--in-memory"),
-        };
-        let child = cmd.spawn().expect("hubhost starts");
-        common::wait_for_port(port, "hubhost hub");
-        Hub { child, port }
-    }
-
-    /// The connection string users write for the official emulator, with this hub's port.
-    fn connection_string(&self, key: &str) -> String {
-        format!(
-            "Endpoint=sb://localhost:{};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={key};UseDevelopmentEmulator=true;",
-            self.port
-        )
-    }
-
-    fn python(&self, op: &str, args: &[&str]) -> Value {
-        let cs = self.connection_string(KEY);
-        let mut all = vec![cs.as_str(), "sensors", op];
-        all.extend_from_slice(args);
-        common::python_json("eventhub_peer.py", &all)
-    }
-
-    fn kill_9(&mut self) {
-        let _ = self.child.kill(); // SIGKILL
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Hub {
-    fn drop(&mut self) {
-        self.kill_9();
-    }
-}
 
 /// Checks a receive: every sent index exactly once, per partition contiguous sequence numbers from
 /// 0 with increasing offsets, one partition per partition key.

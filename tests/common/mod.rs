@@ -263,3 +263,62 @@ pub fn hubhost(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The well-known key of the official emulator, which `hubhost hub` accepts by default.
+pub const KEY: &str = "SAS_KEY_VALUE";
+
+/// A `hubhost hub` child process on a free port, killed on drop.
+pub struct Hub {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Hub {
+    pub fn start(data_dir: Option<&Path>) -> Hub {
+        Self::start_on(free_port(), data_dir)
+    }
+
+    pub fn start_on(port: u16, data_dir: Option<&Path>) -> Hub {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+        cmd.args(["hub", "--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(if std::env::var_os("HUBHOST_TEST_HUB_LOG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
+        match data_dir {
+            Some(dir) => cmd.arg("--data-dir").arg(dir),
+            None => cmd.arg("--in-memory"),
+        };
+        let child = cmd.spawn().expect("hubhost starts");
+        wait_for_port(port, "hubhost hub");
+        Hub { child, port }
+    }
+
+    /// The connection string users write for the official emulator, with this hub's port.
+    pub fn connection_string(&self, key: &str) -> String {
+        format!(
+            "Endpoint=sb://localhost:{};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={key};UseDevelopmentEmulator=true;",
+            self.port
+        )
+    }
+
+    pub fn python(&self, op: &str, args: &[&str]) -> Value {
+        let cs = self.connection_string(KEY);
+        let mut all = vec![cs.as_str(), "sensors", op];
+        all.extend_from_slice(args);
+        python_json("eventhub_peer.py", &all)
+    }
+
+    pub fn kill_9(&mut self) {
+        let _ = self.child.kill(); // SIGKILL
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.kill_9();
+    }
+}

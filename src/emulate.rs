@@ -1,0 +1,611 @@
+//! `hubhost emulate --app <folder>`: the Functions host's Event Hubs trigger, run locally.
+//!
+//! It does what `func start` does for a custom-handler app with Event Hubs triggers
+//! (functions-host-contract.md §1–3): reads host.json, every function.json and
+//! local.settings.json; starts the custom handler with `FUNCTIONS_CUSTOMHANDLER_PORT` and waits
+//! for any answer to `GET /`; then, for each `eventHubTrigger` function, runs an
+//! [`EventProcessor`] on the function's event hub and consumer group, and invokes
+//! `POST /{FunctionName}` with the exact request the host builds (`contract::encode`), applying
+//! the function's retry policy with `RetryContext`. Several `hubhost emulate` processes on the
+//! same event hub and checkpoint store form one pool, as Functions instances do.
+//!
+//! Settings: local.settings.json `Values`, overridden by the process environment (so a test or
+//! a shell can point one instance elsewhere); `%Name%` in function.json is expanded from them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::batch::RetryContext;
+use crate::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
+use crate::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+use crate::eventhubs::EventHubTarget;
+use crate::function_app::{EventHubTrigger, FunctionApp, FunctionSpec, RetryPolicy, RetryStrategy};
+use crate::invoker::Invoker;
+use crate::processor::{
+    BatchHandler, BatchOutcome, Consumer, EventProcessor, PartitionBatch, ProcessorOptions,
+    ProcessorStats,
+};
+
+/// The setting a trigger without `connection` uses.
+pub const DEFAULT_CONNECTION_SETTING: &str = "EventHubConnection";
+/// The host's `customHandler.initializationTimeout` default.
+const HANDLER_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The host gives up after this many handler restarts (`ErrorEventsThreshold`).
+const HANDLER_RESTARTS: u32 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmulateError {
+    #[error(transparent)]
+    App(#[from] crate::function_app::FunctionAppError),
+    #[error("{path}: {problem}")]
+    Settings { path: PathBuf, problem: String },
+    #[error("host.json: {0}")]
+    HostJson(String),
+    #[error("function {function}: {problem}")]
+    Function { function: String, problem: String },
+    #[error("the app has no function with an eventHubTrigger; nothing to run")]
+    NoEventHubFunctions,
+    #[error("the custom handler ({command}) could not start: {problem}")]
+    HandlerStart { command: String, problem: String },
+    #[error("the custom handler exited {0} times; giving up as the Functions host does")]
+    HandlerCrashed(u32),
+    #[error(transparent)]
+    Storage(#[from] crate::settings::SettingsError),
+    #[error(transparent)]
+    Store(#[from] crate::storage::StoreError),
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    #[error(transparent)]
+    Processor(#[from] crate::processor::ProcessorError),
+}
+
+#[derive(Debug, Clone)]
+pub struct EmulateOptions {
+    pub app: PathBuf,
+    /// Checkpoint store: a connection string or directory [default: AzureWebJobsStorage, else
+    /// the local directory].
+    pub storage: Option<String>,
+    pub checkpoint_on_success: bool,
+    /// This instance's owner id in the checkpoint store [default: unique per process].
+    pub instance_id: Option<String>,
+}
+
+/// App settings: local.settings.json `Values`, the process environment winning.
+#[derive(Debug, Clone, Default)]
+pub struct AppSettings {
+    values: BTreeMap<String, String>,
+}
+
+impl AppSettings {
+    pub fn load(app_root: &Path) -> Result<Self, EmulateError> {
+        let path = app_root.join("local.settings.json");
+        let mut values = BTreeMap::new();
+        if path.is_file() {
+            let problem = |problem: String| EmulateError::Settings {
+                path: path.clone(),
+                problem,
+            };
+            let text = std::fs::read_to_string(&path).map_err(|e| problem(e.to_string()))?;
+            let json: Value =
+                serde_json::from_str(&text).map_err(|e| problem(format!("not valid JSON: {e}")))?;
+            if let Some(map) = json.get("Values").and_then(Value::as_object) {
+                for (k, v) in map {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        Value::Null => continue,
+                        other => other.to_string(),
+                    };
+                    values.insert(k.clone(), v);
+                }
+            }
+        }
+        for (k, v) in std::env::vars() {
+            values.insert(k, v);
+        }
+        Ok(AppSettings { values })
+    }
+
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        AppSettings {
+            values: pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.values.get(name).cloned()
+    }
+
+    /// `%Name%` → the setting's value, as the host resolves binding expressions.
+    pub fn expand(&self, text: &str) -> Result<String, String> {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find('%') {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 1..];
+            let end = after
+                .find('%')
+                .ok_or(format!("unclosed %…% in \"{text}\""))?;
+            let name = &after[..end];
+            let value = self.get(name).ok_or(format!(
+                "the app setting {name} (used as %{name}%) is not set"
+            ))?;
+            out.push_str(&value);
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+/// Invokes one function for each batch, with the function's retry policy.
+pub struct FunctionDispatch {
+    pub invoker: Invoker,
+    pub function: String,
+    /// With `%…%` expanded.
+    pub trigger: EventHubTrigger,
+    pub retry: Option<RetryPolicy>,
+}
+
+impl FunctionDispatch {
+    async fn invoke_once(
+        &self,
+        batch: &PartitionBatch,
+        retry: Option<&RetryContext>,
+    ) -> Result<(), String> {
+        let body = encode_request(&HostInvocation {
+            function: &self.function,
+            trigger: &self.trigger,
+            partition: &batch.context,
+            events: &batch.events,
+            retry,
+            flavor: MetadataFlavor::Current,
+            now: Utc::now(),
+        })
+        .map_err(|e| e.to_string())?;
+        let answer = self
+            .invoker
+            .invoke(&self.function, body)
+            .await
+            .map_err(|e| e.to_string())?;
+        if answer.succeeded() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the handler answered {}: {}",
+                answer.status, answer.body
+            ))
+        }
+    }
+}
+
+/// The wait before retry number `retry` (1-based) of a policy.
+pub fn retry_delay(policy: &RetryPolicy, retry: u32) -> Duration {
+    match &policy.strategy {
+        RetryStrategy::FixedDelay { delay } => *delay,
+        RetryStrategy::ExponentialBackoff { minimum, maximum } => minimum
+            .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
+            .min(*maximum),
+    }
+}
+
+#[async_trait::async_trait]
+impl BatchHandler for FunctionDispatch {
+    async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
+        let mut attempt: u32 = 0;
+        loop {
+            let context = self.retry.as_ref().map(|p| RetryContext {
+                retry_count: i64::from(attempt),
+                max_retry_count: p.max_retry_count,
+            });
+            let error = match self.invoke_once(batch, context.as_ref()).await {
+                Ok(()) => return BatchOutcome::Succeeded,
+                Err(e) => e,
+            };
+            let Some(policy) = &self.retry else {
+                return BatchOutcome::Failed(error);
+            };
+            if policy.max_retry_count >= 0 && i64::from(attempt) >= policy.max_retry_count {
+                return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
+            }
+            attempt += 1;
+            let delay = retry_delay(policy, attempt);
+            tracing::warn!(function = %self.function, partition = %batch.context.partition_id, attempt, ?delay, %error, "invocation failed; retrying");
+            tokio::select! {
+                _ = stop.cancelled() => return BatchOutcome::Failed(format!("{error} (stopping; retries abandoned)")),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}
+
+/// One Event Hubs function, resolved against the settings.
+pub struct FunctionTarget {
+    pub spec: FunctionSpec,
+    pub trigger: EventHubTrigger,
+    pub target: EventHubTarget,
+}
+
+/// Every `eventHubTrigger` function of the app with its event hub resolved.
+pub fn event_hub_functions(
+    app_functions: &[FunctionSpec],
+    settings: &AppSettings,
+) -> Result<Vec<FunctionTarget>, EmulateError> {
+    let mut out = Vec::new();
+    for spec in app_functions {
+        let Some(trigger) = spec.event_hub_trigger() else {
+            continue;
+        };
+        let bad = |problem: String| EmulateError::Function {
+            function: spec.name.clone(),
+            problem,
+        };
+        let mut trigger = trigger.clone();
+        trigger.event_hub_name = settings.expand(&trigger.event_hub_name).map_err(bad)?;
+        trigger.consumer_group = settings.expand(&trigger.consumer_group).map_err(bad)?;
+        let setting = trigger
+            .connection
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CONNECTION_SETTING.to_string());
+        let connection = settings
+            .get(&setting)
+            .or_else(|| settings.get(&format!("{setting}__fullyQualifiedNamespace")))
+            .ok_or(bad(format!(
+                "the connection setting {setting} is not set (local.settings.json Values or the environment)"
+            )))?;
+        let target = EventHubTarget::parse(&connection, Some(&trigger.event_hub_name))
+            .map_err(|e| bad(format!("{setting}: {e}")))?;
+        out.push(FunctionTarget {
+            spec: spec.clone(),
+            trigger,
+            target,
+        });
+    }
+    if out.is_empty() {
+        return Err(EmulateError::NoEventHubFunctions);
+    }
+    Ok(out)
+}
+
+/// One processor per function, all calling the handler at `invoker`.
+pub fn consumers(
+    functions: &[FunctionTarget],
+    store: &CheckpointStore,
+    options: &ProcessorOptions,
+    invoker: &Invoker,
+) -> Result<Vec<Arc<Consumer>>, EmulateError> {
+    functions
+        .iter()
+        .map(|f| {
+            let key = ConsumerGroupKey::new(
+                f.target.namespace.clone(),
+                f.target.hub.clone(),
+                f.trigger.consumer_group.clone(),
+            )?;
+            Ok(Arc::new(Consumer {
+                target: f.target.clone(),
+                key,
+                store: store.clone(),
+                options: options.clone(),
+                single_event: f.trigger.cardinality == crate::function_app::Cardinality::One,
+                handler: Arc::new(FunctionDispatch {
+                    invoker: invoker.clone(),
+                    function: f.spec.name.clone(),
+                    trigger: f.trigger.clone(),
+                    retry: f.spec.retry.clone(),
+                }),
+                stats: Arc::new(ProcessorStats::default()),
+            }))
+        })
+        .collect()
+}
+
+/// A unique owner id for this process, readable in `checkpoints list`.
+pub fn default_instance_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "hubhost".into());
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &id[..8])
+}
+
+/// The custom handler process, started and restarted the way the host does.
+struct HandlerProcess {
+    program: PathBuf,
+    arguments: Vec<String>,
+    working_directory: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl HandlerProcess {
+    /// From host.json `customHandler.description` (or the older `httpWorker`).
+    fn from_app(
+        app: &FunctionApp,
+        settings: &AppSettings,
+        port: u16,
+    ) -> Result<Self, EmulateError> {
+        let section = app
+            .host_json
+            .get("customHandler")
+            .or_else(|| app.host_json.get("httpWorker"))
+            .ok_or(EmulateError::HostJson(
+                "no customHandler section: hubhost emulate runs custom-handler apps".into(),
+            ))?;
+        let description = section
+            .get("description")
+            .ok_or(EmulateError::HostJson("Missing worker Description.".into()))?;
+        let text = |key: &str| description.get(key).and_then(Value::as_str);
+        let executable = text("defaultExecutablePath")
+            .filter(|p| !p.is_empty())
+            .ok_or(EmulateError::HostJson(
+                "WorkerDescription DefaultExecutablePath cannot be empty".into(),
+            ))?;
+        let expand = |s: &str| settings.expand(s).map_err(EmulateError::HostJson);
+        let executable = expand(executable)?;
+        // As the host: relative to the app root if that file exists, else a command on PATH.
+        let in_app = app.root.join(&executable);
+        let program = if in_app.is_file() {
+            in_app
+        } else {
+            PathBuf::from(&executable)
+        };
+        let mut arguments = Vec::new();
+        for a in description
+            .get("arguments")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            arguments.push(expand(a)?);
+        }
+        let working_directory = match text("workingDirectory").filter(|d| !d.is_empty()) {
+            Some(d) => app.root.join(expand(d)?),
+            None => app.root.clone(),
+        };
+        let mut env: Vec<(String, String)> = settings
+            .values
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // `hubhost` in host.json finds this very build first.
+        if let Ok(me) = std::env::current_exe()
+            && let Some(dir) = me.parent()
+        {
+            let path = settings.get("PATH").unwrap_or_default();
+            env.push(("PATH".into(), format!("{}:{path}", dir.display())));
+        }
+        let worker_id = uuid::Uuid::new_v4().to_string();
+        for (k, v) in [
+            ("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string()),
+            ("FUNCTIONS_HTTPWORKER_PORT", port.to_string()),
+            ("FUNCTIONS_CUSTOMHANDLER_WORKER_ID", worker_id.clone()),
+            ("FUNCTIONS_HTTPWORKER_ID", worker_id),
+            ("FUNCTIONS_APP_ROOT_PATH", app.root.display().to_string()),
+        ] {
+            env.push((k.into(), v));
+        }
+        Ok(HandlerProcess {
+            program,
+            arguments,
+            working_directory,
+            env,
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} {}", self.program.display(), self.arguments.join(" "))
+    }
+
+    fn spawn(&self) -> Result<tokio::process::Child, EmulateError> {
+        let mut cmd = tokio::process::Command::new(&self.program);
+        cmd.args(&self.arguments)
+            .current_dir(&self.working_directory)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            // The host's worker does not outlive the host: if this process is killed (kill -9
+            // included), the kernel kills the handler too.
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn().map_err(|e| EmulateError::HandlerStart {
+            command: self.describe(),
+            problem: e.to_string(),
+        })
+    }
+}
+
+/// Starts the handler and waits until it answers, as the host does before any invocation.
+async fn start_handler(
+    process: &HandlerProcess,
+    invoker: &Invoker,
+) -> Result<tokio::process::Child, EmulateError> {
+    let mut child = process.spawn()?;
+    tokio::select! {
+        ready = invoker.wait_ready(HANDLER_START_TIMEOUT) => {
+            ready.map_err(|e| EmulateError::HandlerStart { command: process.describe(), problem: e.to_string() })?;
+        }
+        status = child.wait() => {
+            return Err(EmulateError::HandlerStart {
+                command: process.describe(),
+                problem: format!("it exited ({}) before answering GET /", status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())),
+            });
+        }
+    }
+    Ok(child)
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+pub async fn run(
+    opts: EmulateOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), EmulateError> {
+    let app = FunctionApp::load(&opts.app)?;
+    let settings = AppSettings::load(&opts.app)?;
+    let mut options =
+        ProcessorOptions::from_host_json(&app.host_json).map_err(EmulateError::HostJson)?;
+    options.checkpoint_on_success = opts.checkpoint_on_success;
+    let functions = event_hub_functions(&app.functions, &settings)?;
+
+    let storage = crate::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;
+    let store = CheckpointStore::new(storage.open()?, DEFAULT_CONTAINER);
+    store.ensure_container().await?;
+
+    let port = free_port().map_err(|e| EmulateError::HandlerStart {
+        command: "-".into(),
+        problem: format!("no free port: {e}"),
+    })?;
+    let process = HandlerProcess::from_app(&app, &settings, port)?;
+    let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
+    let mut child = start_handler(&process, &invoker).await?;
+
+    let instance_id = opts.instance_id.clone().unwrap_or_else(default_instance_id);
+    let consumers = consumers(&functions, &store, &options, &invoker)?;
+    println!(
+        "hubhost emulate: instance {instance_id}, handler `{}` on port {port}, checkpoints in {}",
+        process.describe(),
+        store.describe()
+    );
+    for f in &functions {
+        println!(
+            "  {} ← {:?}, consumer group {}",
+            f.spec.name, f.target, f.trigger.consumer_group
+        );
+    }
+    let stop = CancellationToken::new();
+    let mut processors = tokio::task::JoinSet::new();
+    for consumer in &consumers {
+        let processor = EventProcessor::new(consumer.clone(), instance_id.clone());
+        processors.spawn(processor.run(stop.child_token()));
+    }
+    let progress = {
+        let consumers = consumers.clone();
+        crate::progress::Progress::spawn(move || {
+            let parts: Vec<String> = consumers
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}: {} partitions, {} events, {} batches ({} failed)",
+                        c.consumer_group(),
+                        c.stats.pumps_running.load(Ordering::Relaxed),
+                        c.stats.events.load(Ordering::Relaxed),
+                        c.stats.batches.load(Ordering::Relaxed),
+                        c.stats.failed_batches.load(Ordering::Relaxed),
+                    )
+                })
+                .collect();
+            parts.join(" | ")
+        })
+    };
+
+    tokio::pin!(shutdown);
+    let mut restarts = 0;
+    let outcome = loop {
+        tokio::select! {
+            _ = &mut shutdown => break Ok(()),
+            Some(ended) = processors.join_next() => {
+                // A processor ends early only on a configuration error.
+                match ended {
+                    Ok(Err(e)) => break Err(e.into()),
+                    Ok(Ok(())) => continue,
+                    Err(e) => break Err(EmulateError::HostJson(format!("a processor panicked: {e}"))),
+                }
+            }
+            status = child.wait() => {
+                restarts += 1;
+                tracing::error!(status = ?status.ok(), restarts, "the custom handler exited; restarting it");
+                if restarts > HANDLER_RESTARTS {
+                    break Err(EmulateError::HandlerCrashed(restarts));
+                }
+                child = match start_handler(&process, &invoker).await {
+                    Ok(c) => c,
+                    Err(e) => break Err(e),
+                };
+            }
+        }
+    };
+    drop(progress);
+    // Pumps finish their batches (the handler is still up), checkpoint and relinquish.
+    stop.cancel();
+    while processors.join_next().await.is_some() {}
+    stop_child(&mut child).await;
+    println!("hubhost emulate: instance {instance_id} stopped");
+    outcome
+}
+
+/// SIGTERM, a moment to finish, then SIGKILL.
+async fn stop_child(child: &mut tokio::process::Child) {
+    #[cfg(unix)]
+    if let Some(pid) = child.id() {
+        // SAFETY: sending a signal to our own child's pid.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(3), child.wait())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+    let _ = child.kill().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_expand_like_the_host() {
+        let s = AppSettings::from_pairs([("EventHubName", "sensors"), ("X", "y")]);
+        assert_eq!(s.expand("%EventHubName%").unwrap(), "sensors");
+        assert_eq!(s.expand("a-%X%-%X%").unwrap(), "a-y-y");
+        assert_eq!(s.expand("plain").unwrap(), "plain");
+        assert!(s.expand("%Missing%").unwrap_err().contains("Missing"));
+        assert!(s.expand("%open").unwrap_err().contains("unclosed"));
+    }
+
+    #[test]
+    fn retry_delays_follow_the_policy() {
+        let exp = RetryPolicy {
+            strategy: RetryStrategy::ExponentialBackoff {
+                minimum: Duration::from_secs(2),
+                maximum: Duration::from_secs(30),
+            },
+            max_retry_count: 5,
+        };
+        let delays: Vec<u64> = (1..=5).map(|r| retry_delay(&exp, r).as_secs()).collect();
+        assert_eq!(delays, [2, 4, 8, 16, 30]);
+        let fixed = RetryPolicy {
+            strategy: RetryStrategy::FixedDelay {
+                delay: Duration::from_secs(3),
+            },
+            max_retry_count: -1,
+        };
+        assert_eq!(retry_delay(&fixed, 40), Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,382 @@
+//! A pool of `hubhost emulate` processes sharing one event hub (a real `hubhost hub`), one
+//! checkpoint store (a local directory) and one consumer group, each starting its own custom
+//! handler (tests/python/recording_handler.py, which records every batch it is given). The
+//! fleet simulator produces throughout. The pool grows, shrinks gracefully and loses a member
+//! to `kill -9`; after each change the ownership settles to a ±1 balance among the live
+//! instances, and at the end the handlers' own records hold every sequence number the hub
+//! stored, with duplicates only where a partition changed hands.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::Hub;
+use hubhost::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
+use hubhost::eventhubs::EventHubTarget;
+use hubhost::storage::StorageLocation;
+use serde_json::{Value, json};
+
+/// The pool tests each start a hub, a producer and up to five processes with their handlers;
+/// on two cores they run one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const PARTITIONS: usize = 16;
+const MAX_BATCH: u64 = 50;
+const PREFETCH: u64 = 100;
+/// hubhost's defaults: 6 s expiry, cycles of 1.5 s (±30%), 0.25 s while unbalanced.
+const SETTLE: Duration = Duration::from_secs(30);
+
+struct Pool {
+    hub: Hub,
+    dir: tempfile::TempDir,
+    instances: BTreeMap<String, Child>,
+    producer: Option<Child>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Pool {
+    fn new() -> Pool {
+        let hub = Hub::start(None);
+        let dir = tempfile::tempdir().unwrap();
+        let app = dir.path().join("app");
+        std::fs::create_dir_all(app.join("Recorder")).unwrap();
+        std::fs::create_dir_all(dir.path().join("records")).unwrap();
+        let handler =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/recording_handler.py");
+        let host = json!({
+            "version": "2.0",
+            "customHandler": {"description": {
+                "defaultExecutablePath": common::python(),
+                "arguments": [handler],
+            }},
+            "extensions": {"eventHubs": {
+                "maxEventBatchSize": MAX_BATCH,
+                "prefetchCount": PREFETCH,
+                "batchCheckpointFrequency": 1,
+                "initialOffsetOptions": {"type": "fromStart"},
+            }},
+        });
+        std::fs::write(app.join("host.json"), host.to_string()).unwrap();
+        let function = json!({"bindings": [{
+            "type": "eventHubTrigger", "name": "events", "direction": "in",
+            "eventHubName": "%EventHubName%", "consumerGroup": "$Default",
+            "connection": "EventHubConnection", "cardinality": "many", "dataType": "string",
+        }]});
+        std::fs::write(app.join("Recorder/function.json"), function.to_string()).unwrap();
+        let settings = json!({"IsEncrypted": false, "Values": {
+            "FUNCTIONS_WORKER_RUNTIME": "custom",
+            "AzureWebJobsStorage": dir.path().join("store"),
+            "EventHubConnection": hub.connection_string(common::KEY),
+            "EventHubName": "sensors",
+        }});
+        std::fs::write(app.join("local.settings.json"), settings.to_string()).unwrap();
+        Pool {
+            hub,
+            dir,
+            instances: BTreeMap::new(),
+            producer: None,
+            runtime: tokio::runtime::Runtime::new().unwrap(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn start(&mut self, name: &str) {
+        let log = std::fs::File::create(self.path(&format!("{name}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+            .args(["emulate", "--app"])
+            .arg(self.path("app"))
+            .args(["--instance-id", name])
+            .env("RECORD_FILE", self.path(&format!("records/{name}.jsonl")))
+            .env("RECORD_INSTANCE", name)
+            .env_remove("HUBHOST_STORAGE")
+            .env_remove("AzureWebJobsStorage")
+            .env_remove("EventHubConnection")
+            .env_remove("EventHubName")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("hubhost emulate starts");
+        self.instances.insert(name.to_string(), child);
+    }
+
+    /// SIGTERM, as the host's platform stops an instance; waits for it to exit.
+    fn stop(&mut self, name: &str) {
+        let mut child = self.instances.remove(name).unwrap();
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(
+                    status.success(),
+                    "{name} exited with {status}: {}",
+                    self.log(name)
+                );
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not stop: {}",
+                self.log(name)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill_9(&mut self, name: &str) {
+        let mut child = self.instances.remove(name).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// The fleet simulator at a steady rate until `stop_producing`.
+    fn produce(&mut self, rate: u32) {
+        let child = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+            .args([
+                "simulate",
+                "--homes",
+                "500",
+                "--rate",
+                &rate.to_string(),
+                "--connection",
+            ])
+            .arg(self.hub.connection_string(common::KEY))
+            .args(["--hub", "sensors"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.producer = Some(child);
+    }
+
+    fn stop_producing(&mut self) {
+        let mut child = self.producer.take().unwrap();
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "the simulator failed: {status}");
+    }
+
+    fn store(&self) -> (CheckpointStore, ConsumerGroupKey) {
+        let blobs = StorageLocation::Directory(self.path("store"))
+            .open()
+            .unwrap();
+        (
+            CheckpointStore::new(blobs, DEFAULT_CONTAINER),
+            ConsumerGroupKey::new("localhost", "sensors", "$Default").unwrap(),
+        )
+    }
+
+    /// Partition → owner, active ownerships only (owner set, renewed within the expiry).
+    fn owners(&self) -> BTreeMap<String, String> {
+        let (store, key) = self.store();
+        let listed = self
+            .runtime
+            .block_on(store.list_ownership(&key))
+            .unwrap_or_default();
+        let now = chrono::Utc::now();
+        listed
+            .into_iter()
+            .filter(|o| o.is_active(now, Duration::from_secs(6)))
+            .map(|o| (o.partition_id, o.owner_id))
+            .collect()
+    }
+
+    /// Waits until every partition is owned by a live instance and their shares differ by at
+    /// most one; returns how long that took.
+    fn wait_balanced(&self, what: &str) -> Duration {
+        let started = Instant::now();
+        let live: BTreeSet<&str> = self.instances.keys().map(String::as_str).collect();
+        loop {
+            let owners = self.owners();
+            let mut shares: BTreeMap<&str, usize> = live.iter().map(|i| (*i, 0)).collect();
+            let mut foreign = false;
+            for owner in owners.values() {
+                match shares.get_mut(owner.as_str()) {
+                    Some(n) => *n += 1,
+                    None => foreign = true,
+                }
+            }
+            let (lo, hi) = (
+                shares.values().min().copied().unwrap_or(0),
+                shares.values().max().copied().unwrap_or(0),
+            );
+            if owners.len() == PARTITIONS && !foreign && hi - lo <= 1 {
+                let took = started.elapsed();
+                eprintln!("{what}: balanced {shares:?} after {took:?}");
+                return took;
+            }
+            assert!(
+                started.elapsed() < SETTLE,
+                "{what}: not balanced after {SETTLE:?}: {owners:?}\n{}",
+                self.instances
+                    .keys()
+                    .map(|n| format!("--- {n}\n{}", self.log(n)))
+                    .collect::<String>()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Each partition's last sequence number, from the hub itself.
+    fn hub_ends(&self) -> BTreeMap<String, i64> {
+        let target =
+            EventHubTarget::parse(&self.hub.connection_string(common::KEY), Some("sensors"))
+                .unwrap();
+        let ends = self.runtime.block_on(target.partition_ends()).unwrap();
+        ends.into_iter()
+            .map(|e| (e.partition_id, e.last_sequence_number))
+            .collect()
+    }
+
+    /// Every batch the handlers recorded, in each instance's order.
+    fn records(&self) -> Vec<Value> {
+        let mut all = Vec::new();
+        for entry in std::fs::read_dir(self.path("records")).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            // A kill -9 can cut the last line short; a torn line was never answered.
+            all.extend(
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok()),
+            );
+        }
+        all
+    }
+
+    /// Waits until the handlers have seen every stored event; then checks nothing is missing
+    /// and duplicates stay within one batch plus the prefetch per change of hands.
+    fn assert_complete(&self, what: &str) {
+        let ends = self.hub_ends();
+        let total: i64 = ends.values().map(|last| last + 1).sum();
+        assert!(
+            total > 1000,
+            "{what}: the producer sent only {total} events"
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (counts, handoffs) = loop {
+            let mut counts: BTreeMap<String, BTreeMap<i64, u32>> = BTreeMap::new();
+            let mut holders: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for r in self.records() {
+                let p = r["partition"].as_str().unwrap().to_string();
+                let seqs = counts.entry(p.clone()).or_default();
+                for s in r["seqs"].as_array().unwrap() {
+                    *seqs.entry(s.as_i64().unwrap()).or_default() += 1;
+                }
+                let who = r["instance"].as_str().unwrap().to_string();
+                let list = holders.entry(p).or_default();
+                if !list.contains(&who) {
+                    list.push(who);
+                }
+            }
+            let done = ends.iter().all(|(p, last)| {
+                *last < 0
+                    || counts
+                        .get(p)
+                        .is_some_and(|c| (0..=*last).all(|s| c.contains_key(&s)))
+            });
+            if done || Instant::now() > deadline {
+                break (counts, holders);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        let mut duplicates = 0u64;
+        for (p, last) in &ends {
+            let seen = counts.get(p).cloned().unwrap_or_default();
+            let missing: Vec<i64> = (0..=*last).filter(|s| !seen.contains_key(s)).collect();
+            assert!(
+                missing.is_empty(),
+                "{what}: partition {p} lost {} of {} events, first {:?}",
+                missing.len(),
+                last + 1,
+                &missing[..missing.len().min(10)]
+            );
+            let dup: u64 = seen.values().map(|n| u64::from(n - 1)).sum();
+            let moves = handoffs.get(p).map_or(0, |h| h.len().saturating_sub(1)) as u64;
+            assert!(
+                dup <= moves * (MAX_BATCH + PREFETCH),
+                "{what}: partition {p} has {dup} duplicates with {moves} changes of hands"
+            );
+            duplicates += dup;
+        }
+        eprintln!("{what}: {total} events, all processed, {duplicates} duplicates");
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for child in self.instances.values_mut().chain(self.producer.as_mut()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn the_pool_grows_and_shrinks_gracefully_without_losing_events() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pool = Pool::new();
+    pool.produce(600);
+    pool.start("i1");
+    pool.wait_balanced("one instance");
+    pool.start("i2");
+    pool.wait_balanced("grown to two");
+    pool.start("i3");
+    pool.start("i4");
+    pool.wait_balanced("grown to four");
+    // A graceful stop relinquishes: the others take over within a cycle or two, not an expiry.
+    pool.stop("i4");
+    let handoff = pool.wait_balanced("i4 stopped");
+    assert!(
+        handoff < Duration::from_secs(5),
+        "graceful handoff took {handoff:?}"
+    );
+    pool.stop("i3");
+    pool.wait_balanced("i3 stopped");
+    pool.stop_producing();
+    pool.assert_complete("grow and shrink");
+}
+
+#[test]
+fn a_killed_instance_is_replaced_from_its_checkpoints() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pool = Pool::new();
+    pool.produce(600);
+    for name in ["i1", "i2", "i3"] {
+        pool.start(name);
+    }
+    pool.wait_balanced("three instances");
+    std::thread::sleep(Duration::from_secs(2));
+    let orphaned: Vec<String> = pool
+        .owners()
+        .into_iter()
+        .filter(|(_, o)| o == "i2")
+        .map(|(p, _)| p)
+        .collect();
+    pool.kill_9("i2");
+    let takeover = pool.wait_balanced("i2 killed");
+    // Expiry (6 s) plus one cycle.
+    assert!(
+        takeover < Duration::from_secs(10),
+        "takeover took {takeover:?}"
+    );
+    assert!(!orphaned.is_empty());
+    std::thread::sleep(Duration::from_secs(2));
+    pool.stop_producing();
+    pool.assert_complete("kill -9");
+}

@@ -1,0 +1,62 @@
+"""A custom handler for the pool tests: records every invocation, then answers 200.
+
+Started by `hubhost emulate` exactly as the Functions host starts a custom handler
+(FUNCTIONS_CUSTOMHANDLER_PORT). Each invocation appends one JSON line to RECORD_FILE —
+instance, function, partition and the batch's sequence numbers — before it answers, so the
+file is the handler's own account of what it processed. A test that kills the instance with
+kill -9 reads what was recorded up to then.
+"""
+
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PORT = int(os.environ["FUNCTIONS_CUSTOMHANDLER_PORT"])
+RECORD = open(os.environ["RECORD_FILE"], "a", buffering=1)
+INSTANCE = os.environ.get("RECORD_INSTANCE", "?")
+LOCK = threading.Lock()
+
+
+def as_json(value):
+    # The host sends arrays as JSON text inside a string (functions-host-contract.md §1.3).
+    return json.loads(value) if isinstance(value, str) else value
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def answer(self, status, payload):
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self.answer(200, {})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        request = json.loads(self.rfile.read(length))
+        metadata = request["Metadata"]
+        context = as_json(metadata["PartitionContext"])
+        line = json.dumps(
+            {
+                "instance": INSTANCE,
+                "function": self.path.strip("/"),
+                "partition": context["PartitionId"],
+                "seqs": as_json(metadata["SequenceNumberArray"]),
+                "retry": as_json(metadata.get("RetryContext")),
+            }
+        )
+        with LOCK:
+            RECORD.write(line + "\n")
+        self.answer(200, {"Outputs": {}, "Logs": [], "ReturnValue": None})
+
+    def log_message(self, *args):
+        pass
+
+
+ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
