@@ -1,6 +1,6 @@
 //! The typed form of one Event Hubs trigger invocation: where the events came from and the
 //! events themselves. The contract decoder produces it from the host's JSON; the reference app
-//! consumes it; the emulated host (later) produces the host's JSON from it.
+//! consumes it; the emulated host produces the host's JSON from it.
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};

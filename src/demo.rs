@@ -1,29 +1,40 @@
 //! `hubhost demo`: the main job on the embedded default, in one command.
 //!
-//! Starts the custom handler on local-directory storage, then plays the Functions host: the
-//! simulated fleet's events, partition by partition (one batch in flight per partition,
-//! partitions in parallel), go to both functions exactly as the host would send them. A few
-//! poison events are mixed in. At the end it reads the results back from storage and prints
-//! what the app wrote. (Once hubhost has its own event hub and processor, this becomes the full
-//! local pipeline.)
+//! Everything runs in this process, on the same code as the separate commands: the local event
+//! hub (`hub`), the custom handler with the home-security app (`handler`), a pool of instances
+//! each running one processor per function (`processor`, invoking the handler exactly as the
+//! Functions host does), and the fleet simulator (`simulate`) sending through the Rust SDK. Two
+//! poison events show the dead-letter path. Checkpoints, aggregates and the hub's segments live
+//! under one directory (`./hubhost-data`), so a second run resumes where the first stopped. It
+//! runs until Ctrl-C (or `--duration`, after which the pool catches up), then prints what the
+//! app wrote.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use chrono::{Duration as ChronoDuration, Utc};
+use azure_messaging_eventhubs::SendEventOptions;
+use azure_messaging_eventhubs::models::EventData;
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
 
-use crate::app::aggregate::{WindowAggregate, window_start};
+use crate::app::aggregate::WindowAggregate;
 use crate::app::layout::DEFAULT_CONTAINER;
 use crate::app::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION};
 use crate::batch::{EventRecord, PartitionContext};
+use crate::checkpoint::CheckpointStore;
 use crate::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
-use crate::fleet::{Fleet, PartitionFeed};
+use crate::emulate::{self, AppSettings};
+use crate::eventhubs::EventHubTarget;
 use crate::function_app::EventHubTrigger;
 use crate::handler::{self, HandlerConfig, builtin_functions};
+use crate::hub::{HubConfig, HubSpec};
 use crate::invoker::Invoker;
+use crate::processor::{Consumer, EventProcessor, ProcessorOptions};
+use crate::progress::Progress;
+use crate::simulate::{self, Pace, SimulateOptions, StopAfter};
 use crate::storage::{SharedStore, StorageLocation};
 
 pub const DEMO_NAMESPACE: &str = "hubhost.localhost";
@@ -32,12 +43,15 @@ pub const DEMO_HUB: &str = "sensors";
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
     pub homes: u32,
-    pub minutes: u32,
+    /// Simulated minutes per wall-clock minute.
+    pub speed_up: f64,
+    pub instances: u32,
     pub partitions: u32,
-    pub batch_size: usize,
     pub storage: StorageLocation,
-    pub keep_serving: bool,
+    /// The handler's (and the web page's) port; 0: any free port.
     pub port: u16,
+    /// Stop sending after this long, let the pool catch up, and stop [default: at Ctrl-C].
+    pub duration: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -45,16 +59,23 @@ pub enum DemoError {
     #[error(transparent)]
     Serve(#[from] handler::ServeError),
     #[error(transparent)]
+    Hub(#[from] crate::hub::HubError),
+    #[error(transparent)]
     Invoke(#[from] crate::invoker::InvokeError),
     #[error(transparent)]
     Store(#[from] crate::storage::StoreError),
-    #[error("{function} failed on partition {partition}: HTTP {status}: {body}")]
-    Invocation {
-        function: String,
-        partition: u32,
-        status: u16,
-        body: String,
-    },
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    #[error(transparent)]
+    Emulate(#[from] emulate::EmulateError),
+    #[error(transparent)]
+    EventHub(#[from] crate::eventhubs::EventHubsError),
+    #[error(transparent)]
+    Simulate(#[from] simulate::SimulateError),
+    #[error("sending the poison events failed: {0}")]
+    Send(String),
+    #[error("{0} stopped during start-up")]
+    Stopped(&'static str),
 }
 
 /// The partition context the host would send for a demo partition.
@@ -88,24 +109,43 @@ pub fn host_request(
     .expect("the demo's events are JSON")
 }
 
-/// Poison events mixed into partition 0, with the reason each will be set aside for.
-fn poison(seq: i64) -> EventRecord {
-    let bodies = [
-        "this is not json",
-        r#"{"homeId":"home-000000","sensorId":"attic","type":"laser","state":"on","ts":"2026-11-22T13:00:00Z"}"#,
-    ];
-    EventRecord {
-        body: bytes::Bytes::from_static(bodies[(seq % 2) as usize].as_bytes()),
-        sequence_number: Some(seq),
-        offset: Some((seq * 512).to_string()),
-        enqueued_time: Some(Utc::now()),
-        partition_key: None,
-        properties: Default::default(),
-    }
-}
+/// Two poison events the demo sends beside the fleet, so the dead-letter path shows too.
+const POISON: [&str; 2] = [
+    "this is not json",
+    r#"{"homeId":"home-000000","sensorId":"attic","type":"laser","state":"on","ts":"2026-11-22T13:00:00Z"}"#,
+];
 
-pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+/// Everything the demo runs, in one process: the local event hub, the custom handler, a pool
+/// of `instances` processors per function, and the fleet simulator.
+pub async fn run(
+    opts: DemoOptions,
+    interrupted: impl std::future::Future<Output = ()>,
+) -> Result<(), DemoError> {
+    let stop = CancellationToken::new();
+
+    // 1. The event hub, beside the checkpoints and aggregates when those are in a directory.
+    let hub_dir = match &opts.storage {
+        StorageLocation::Directory(dir) => Some(dir.join("hub")),
+        _ => None,
+    };
+    let mut spec = HubSpec::sensors();
+    spec.partitions = opts.partitions;
+    let hub_config = HubConfig::new(([127, 0, 0, 1], 0).into(), vec![spec], hub_dir);
+    let (hub_tx, hub_rx) = tokio::sync::oneshot::channel();
+    let mut hub = tokio::spawn(crate::hub::serve(
+        hub_config,
+        move |_, _, addr| {
+            let _ = hub_tx.send(addr);
+        },
+        stop.clone().cancelled_owned(),
+    ));
+    let hub_addr = address_of(hub_rx, &mut hub, "the event hub").await?;
+    let connection = format!(
+        "Endpoint=sb://localhost:{};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;",
+        hub_addr.port()
+    );
+
+    // 2. The custom handler, on the port the page is served from.
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
     let config = HandlerConfig {
         listen: ([127, 0, 0, 1], opts.port).into(),
@@ -115,134 +155,178 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         window_seconds: 60,
         max_body_bytes: handler::DEFAULT_MAX_BODY_BYTES,
     };
-    let server = tokio::spawn(handler::serve(
+    let mut server = tokio::spawn(handler::serve(
         config,
         move |addr| {
             let _ = addr_tx.send(addr);
         },
-        async move {
-            let _ = stop_rx.await;
-        },
+        stop.clone().cancelled_owned(),
     ));
-    let addr = match addr_rx.await {
-        Ok(addr) => addr,
-        Err(_) => {
-            return match server.await {
-                Ok(Err(e)) => Err(e.into()),
-                _ => Err(DemoError::Serve(handler::ServeError::Server(
-                    std::io::Error::other("the handler stopped during start-up"),
-                ))),
-            };
-        }
-    };
+    let addr = address_of(addr_rx, &mut server, "the custom handler").await?;
     let invoker = Invoker::new(&format!("http://{addr}"));
     invoker.wait_ready(Duration::from_secs(30)).await?;
-    println!(
-        "custom handler listening on http://{addr}  (storage: {:?})",
-        opts.storage
-    );
 
-    let fleet = Fleet {
-        homes: opts.homes,
-        partitions: opts.partitions,
-        seed: 2026,
+    // 3. The pool: each instance runs one processor per function, as Functions instances do.
+    let settings = AppSettings::from_pairs([
+        ("EventHubConnection", connection.as_str()),
+        ("EventHubName", DEMO_HUB),
+    ]);
+    let functions = emulate::event_hub_functions(&builtin_functions(), &settings)?;
+    let store = CheckpointStore::new(opts.storage.open()?, crate::checkpoint::DEFAULT_CONTAINER);
+    store.ensure_container().await?;
+    let options = ProcessorOptions {
+        max_wait_time: Duration::from_secs(1),
+        ..Default::default()
     };
-    let now = Utc::now();
-    let start = window_start(now, 60) - ChronoDuration::minutes(i64::from(opts.minutes));
-    let total: u64 = (0..opts.partitions)
-        .map(|p| {
-            PartitionFeed::new(&fleet, p, start).events_per_minute() as u64
-                * u64::from(opts.minutes)
-        })
-        .sum();
+    let mut pool = Vec::new();
+    let mut processors = tokio::task::JoinSet::new();
+    for i in 1..=opts.instances {
+        let owner = format!("demo-{i}");
+        for consumer in emulate::consumers(&functions, &store, &options, &invoker)? {
+            pool.push((owner.clone(), consumer.clone()));
+            processors.spawn(EventProcessor::new(consumer, owner.clone()).run(stop.child_token()));
+        }
+    }
+    let target = functions[0].target.clone();
+
     println!(
-        "replaying {} minutes of {} homes x {} sensors = {total} events over {} partitions, batches of {}, to {AGGREGATOR_FUNCTION} and {ARCHIVE_FUNCTION}",
-        opts.minutes,
+        "event hub: amqp://{hub_addr} (hub {DEMO_HUB}, {} partitions)",
+        opts.partitions
+    );
+    println!("storage: {}", store.describe());
+    println!(
+        "pool: {} instances x {} functions; fleet: {} homes x {} sensors every simulated minute, {}x real time",
+        opts.instances,
+        functions.len(),
         opts.homes,
         crate::fleet::SENSORS.len(),
-        opts.partitions,
-        opts.batch_size
+        opts.speed_up
     );
+    println!("web page:");
+    println!("http://{addr}/");
 
-    let specs = builtin_functions();
-    let sent = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for partition in 0..opts.partitions {
-        let (invoker, specs, fleet, sent) =
-            (invoker.clone(), specs.clone(), fleet.clone(), sent.clone());
-        let per_partition = PartitionFeed::new(&fleet, partition, start).events_per_minute()
-            * opts.minutes as usize;
-        let batch_size = opts.batch_size;
-        tasks.spawn(async move {
-            let mut feed = PartitionFeed::new(&fleet, partition, start);
-            let mut left = per_partition;
-            let mut first = true;
-            while left > 0 {
-                let mut events = feed.next_batch(batch_size.min(left));
-                left -= events.len();
-                if partition == 0 && first {
-                    // Two poison events in the first batch of partition 0, after the real ones.
-                    let next = events.last().and_then(|e| e.sequence_number).unwrap_or(-1) + 1;
-                    events.push(poison(next));
-                    events.push(poison(next + 1));
-                    feed.advance_sequence(2);
-                }
-                first = false;
-                for spec in &specs {
-                    let trigger = spec
-                        .event_hub_trigger()
-                        .expect("built-in functions are Event Hubs triggered");
-                    let body = host_request(&spec.name, trigger, partition, &events);
-                    let answer = invoker.invoke(&spec.name, body).await?;
-                    if !answer.succeeded() {
-                        return Err(DemoError::Invocation {
-                            function: spec.name.clone(),
-                            partition,
-                            status: answer.status,
-                            body: answer.body.to_string(),
-                        });
-                    }
-                }
-                sent.fetch_add(events.len() as u64, Ordering::Relaxed);
-            }
-            Ok::<_, DemoError>(())
-        });
-    }
-    let progress = {
-        let sent = sent.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let n = sent.load(Ordering::Relaxed);
-                println!(
-                    "  {n:>9} / {total} events ({:.0}%)",
-                    100.0 * n as f64 / total.max(1) as f64
-                );
-            }
-        })
+    // 4. Two poison events, then the fleet.
+    send_poison(&target).await?;
+    let simulation = {
+        let target = target.clone();
+        let options = SimulateOptions {
+            homes: opts.homes,
+            seed: 2026,
+            start: Utc::now(),
+            pace: Pace::SpeedUp(opts.speed_up),
+            stop: StopAfter {
+                duration: opts.duration,
+                ..Default::default()
+            },
+            progress: false,
+        };
+        let stop = stop.clone();
+        tokio::spawn(async move { simulate::run(&target, options, stop.cancelled_owned()).await })
     };
-    while let Some(result) = tasks.join_next().await {
-        result.expect("demo partition task")?;
-    }
-    progress.abort();
-    let elapsed = started.elapsed();
-    let n = sent.load(Ordering::Relaxed);
-    println!(
-        "delivered {n} events (each to both functions) in {:.1} s: {:.0} events/s",
-        elapsed.as_secs_f64(),
-        n as f64 / elapsed.as_secs_f64()
-    );
+    let progress = {
+        let pool = pool.clone();
+        Progress::spawn(move || progress_line(&pool))
+    };
 
-    let store = opts.storage.open()?;
-    summarize(&store).await?;
-
-    if opts.keep_serving {
-        println!("handler still serving at http://{addr}; Ctrl-C to stop");
-        let _ = tokio::signal::ctrl_c().await;
+    tokio::pin!(interrupted);
+    tokio::pin!(simulation);
+    let summary = tokio::select! {
+        _ = &mut interrupted => { stop.cancel(); (&mut simulation).await }
+        done = &mut simulation => done,
+    };
+    let summary = match summary {
+        Ok(Ok(summary)) => summary,
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => return Err(DemoError::Stopped("the simulator")),
+    };
+    // A bounded run lets the pool catch up with what was sent before stopping.
+    let expected = summary.events + POISON.len() as u64;
+    if !stop.is_cancelled() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while processed(&pool, AGGREGATOR_FUNCTION) < expected && Instant::now() < deadline {
+            tokio::select! {
+                _ = &mut interrupted => break,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
     }
-    let _ = stop_tx.send(());
+    drop(progress);
+    stop.cancel();
+    while processors.join_next().await.is_some() {}
     let _ = server.await;
+    let _ = hub.await;
+    summary.print();
+    println!(
+        "processed: {} events by {AGGREGATOR_FUNCTION}, {} by {ARCHIVE_FUNCTION} ({expected} sent, poison included)",
+        processed(&pool, AGGREGATOR_FUNCTION),
+        processed(&pool, ARCHIVE_FUNCTION)
+    );
+    summarize(&opts.storage.open()?).await
+}
+
+/// The address a server task reports once it listens; its error if it stops before.
+async fn address_of<E: Into<DemoError>>(
+    listening: tokio::sync::oneshot::Receiver<std::net::SocketAddr>,
+    task: &mut tokio::task::JoinHandle<Result<(), E>>,
+    what: &'static str,
+) -> Result<std::net::SocketAddr, DemoError> {
+    match listening.await {
+        Ok(addr) => Ok(addr),
+        Err(_) => Err(match task.await {
+            Ok(Err(e)) => e.into(),
+            _ => DemoError::Stopped(what),
+        }),
+    }
+}
+
+type Pool = Vec<(String, Arc<Consumer>)>;
+
+/// Events processed by every instance's processor of `function`.
+fn processed(pool: &Pool, function: &str) -> u64 {
+    let group = if function == AGGREGATOR_FUNCTION {
+        "$Default"
+    } else {
+        "archive"
+    };
+    pool.iter()
+        .filter(|(_, c)| c.consumer_group() == group)
+        .map(|(_, c)| c.stats.events.load(Ordering::Relaxed))
+        .sum()
+}
+
+fn progress_line(pool: &Pool) -> String {
+    let mut owned: BTreeMap<&str, u64> = BTreeMap::new();
+    for (owner, c) in pool {
+        if c.consumer_group() == "$Default" {
+            *owned.entry(owner).or_default() += c.stats.pumps_running.load(Ordering::Relaxed);
+        }
+    }
+    let owned: Vec<String> = owned.iter().map(|(o, n)| format!("{o}:{n}")).collect();
+    format!(
+        "demo: {} events aggregated, {} archived; partitions owned {}",
+        processed(pool, AGGREGATOR_FUNCTION),
+        processed(pool, ARCHIVE_FUNCTION),
+        owned.join(" ")
+    )
+}
+
+async fn send_poison(target: &EventHubTarget) -> Result<(), DemoError> {
+    let producer = target.producer().await?;
+    for body in POISON {
+        let event = EventData::builder()
+            .with_body(body.as_bytes().to_vec())
+            .build();
+        producer
+            .send_event(
+                event,
+                Some(SendEventOptions {
+                    partition_id: Some("0".into()),
+                }),
+            )
+            .await
+            .map_err(|e| DemoError::Send(e.to_string()))?;
+    }
+    let _ = producer.close().await;
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 //!
 //! The custom handler reads it to learn each trigger's binding name, cardinality and data type —
 //! it cannot tell a `string` batch from a `binary` one by looking at the request — and the
-//! emulated host (later) reads it to know what to invoke.
+//! emulated host (`emulate`) reads it to know what to invoke.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

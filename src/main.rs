@@ -57,17 +57,22 @@ enum Command {
         #[arg(long, env = "HUBHOST_MAX_BODY_BYTES", default_value_t = handler::DEFAULT_MAX_BODY_BYTES)]
         max_body_bytes: usize,
     },
-    /// The main job on the embedded default: serve the handler and replay the simulated fleet through it.
+    /// The main job on the embedded default: the local event hub, the fleet simulator, a pool of
+    /// instances and the custom handler, in one process, until Ctrl-C.
     Demo {
-        #[arg(long, default_value_t = 2000)]
+        /// Homes in the simulated fleet (each reports 8 sensors per simulated minute).
+        #[arg(long, default_value_t = 10_000)]
         homes: u32,
-        #[arg(long, default_value_t = 3)]
-        minutes: u32,
+        /// Simulated minutes per wall-clock minute.
+        #[arg(long, default_value_t = 1.0)]
+        speed_up: f64,
+        /// Instances in the pool (each runs one processor per function).
+        #[arg(long, default_value_t = 2)]
+        instances: u32,
         #[arg(long, default_value_t = 16)]
         partitions: u32,
-        #[arg(long, default_value_t = 100)]
-        batch_size: usize,
-        /// Storage: a directory or a connection string.
+        /// Storage for checkpoints, aggregates and the hub's events: a directory or a connection
+        /// string (then the hub keeps its events in memory).
         #[arg(
             long,
             env = "HUBHOST_STORAGE",
@@ -75,12 +80,12 @@ enum Command {
             default_value = "hubhost-data"
         )]
         storage: String,
-        /// Port for the handler (0: any free port).
-        #[arg(long, default_value_t = 0)]
+        /// Port of the handler and its web page (0: any free port).
+        #[arg(long, default_value_t = 7071)]
         port: u16,
-        /// Keep serving after the replay, until Ctrl-C.
+        /// Stop sending after this many seconds, let the pool catch up, and stop [default: at Ctrl-C].
         #[arg(long)]
-        keep_serving: bool,
+        duration: Option<f64>,
     },
     /// The Functions host's Event Hubs trigger, locally: start the app's custom handler and feed it
     /// the trigger's batches; several instances on one event hub and store form a pool.
@@ -338,7 +343,7 @@ fn main() -> ExitCode {
             "info,azure_messaging_eventhubs=warn,azure_core_amqp=error,fe2o3_amqp=error"
         }
         // The SDK warns about connection recovery it then completes; failed sends are reported.
-        Command::Simulate { .. } | Command::Bench { .. } => {
+        Command::Simulate { .. } | Command::Bench { .. } | Command::Demo { .. } => {
             "warn,azure_messaging_eventhubs=error,azure_core_amqp=error"
         }
         _ => "warn",
@@ -377,24 +382,39 @@ fn main() -> ExitCode {
             }
             Command::Demo {
                 homes,
-                minutes,
+                speed_up,
+                instances,
                 partitions,
-                batch_size,
                 storage,
                 port,
-                keep_serving,
+                duration,
             } => {
                 let storage = hubhost::storage::StorageLocation::parse(&storage)
                     .map_err(|e| e.to_string())?;
-                demo::run(demo::DemoOptions {
-                    homes,
-                    minutes,
-                    partitions,
-                    batch_size,
-                    storage,
-                    keep_serving,
-                    port,
-                })
+                if !(speed_up.is_finite() && speed_up > 0.0) {
+                    return Err("--speed-up must be a positive number".into());
+                }
+                if instances == 0 || !(1..=32).contains(&partitions) {
+                    return Err("--instances must be at least 1 and --partitions 1 to 32".into());
+                }
+                let duration = duration
+                    .map(|d| {
+                        std::time::Duration::try_from_secs_f64(d)
+                            .map_err(|_| "--duration must be a number of seconds".to_string())
+                    })
+                    .transpose()?;
+                demo::run(
+                    demo::DemoOptions {
+                        homes,
+                        speed_up,
+                        instances,
+                        partitions,
+                        storage,
+                        port,
+                        duration,
+                    },
+                    shutdown_signal(),
+                )
                 .await
                 .map_err(|e| e.to_string())
             }
@@ -516,6 +536,7 @@ fn main() -> ExitCode {
                         minutes,
                         duration,
                     },
+                    progress: true,
                 };
                 let summary = simulate::run(&target, options, shutdown_signal())
                     .await

@@ -57,6 +57,8 @@ pub struct SimulateOptions {
     pub start: DateTime<Utc>,
     pub pace: Pace,
     pub stop: StopAfter,
+    /// Print a progress line (off when a caller such as the demo shows its own).
+    pub progress: bool,
 }
 
 /// The order and timing of home reports: report `i` is home `i % homes` in simulated minute
@@ -190,7 +192,7 @@ pub async fn run(
     let enqueued = Arc::new(AtomicU64::new(0));
     let simulated_now = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let progress = {
+    let progress = options.progress.then(|| {
         let (outcomes, enqueued, simulated_now) =
             (outcomes.clone(), enqueued.clone(), simulated_now.clone());
         let start = options.start;
@@ -205,7 +207,7 @@ pub async fn run(
                 (start + chrono::Duration::minutes(minute as i64)).format("%H:%M")
             )
         })
-    };
+    });
 
     let mut bytes = 0u64;
     let mut index = 0u64;

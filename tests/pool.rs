@@ -33,6 +33,7 @@ const SETTLE: Duration = Duration::from_secs(30);
 struct Pool {
     hub: Hub,
     dir: tempfile::TempDir,
+    storage: String,
     instances: BTreeMap<String, Child>,
     producer: Option<Child>,
     runtime: tokio::runtime::Runtime,
@@ -40,8 +41,17 @@ struct Pool {
 
 impl Pool {
     fn new() -> Pool {
-        let hub = Hub::start(None);
         let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store").display().to_string();
+        Pool::with_storage(dir, &store)
+    }
+
+    /// `storage`: the checkpoint store (AzureWebJobsStorage): a directory or a connection string.
+    fn with_storage(dir: tempfile::TempDir, storage: &str) -> Pool {
+        Pool::on_hub(Hub::start(None), dir, storage)
+    }
+
+    fn on_hub(hub: Hub, dir: tempfile::TempDir, storage: &str) -> Pool {
         let app = dir.path().join("app");
         std::fs::create_dir_all(app.join("Recorder")).unwrap();
         std::fs::create_dir_all(dir.path().join("records")).unwrap();
@@ -69,7 +79,7 @@ impl Pool {
         std::fs::write(app.join("Recorder/function.json"), function.to_string()).unwrap();
         let settings = json!({"IsEncrypted": false, "Values": {
             "FUNCTIONS_WORKER_RUNTIME": "custom",
-            "AzureWebJobsStorage": dir.path().join("store"),
+            "AzureWebJobsStorage": storage,
             "EventHubConnection": hub.connection_string(common::KEY),
             "EventHubName": "sensors",
         }});
@@ -77,6 +87,7 @@ impl Pool {
         Pool {
             hub,
             dir,
+            storage: storage.to_string(),
             instances: BTreeMap::new(),
             producer: None,
             runtime: tokio::runtime::Runtime::new().unwrap(),
@@ -174,7 +185,8 @@ impl Pool {
     }
 
     fn store(&self) -> (CheckpointStore, ConsumerGroupKey) {
-        let blobs = StorageLocation::Directory(self.path("store"))
+        let blobs = StorageLocation::parse(&self.storage)
+            .unwrap()
             .open()
             .unwrap();
         (
@@ -189,7 +201,7 @@ impl Pool {
         let listed = self
             .runtime
             .block_on(store.list_ownership(&key))
-            .unwrap_or_default();
+            .expect("the ownerships can be listed");
         let now = chrono::Utc::now();
         listed
             .into_iter()
@@ -379,4 +391,78 @@ fn a_killed_instance_is_replaced_from_its_checkpoints() {
     std::thread::sleep(Duration::from_secs(2));
     pool.stop_producing();
     pool.assert_complete("kill -9");
+}
+
+/// The official Python processor and hubhost instances share one consumer group through the
+/// same blobs on Azurite: they divide the partitions ±1, keep them steady (no thrashing
+/// between two load balancers), and between them process every event.
+#[test]
+fn python_and_hubhost_instances_share_one_consumer_group() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let azurite = common::Azurite::start();
+    let dir = tempfile::tempdir().unwrap();
+    // The Python SDK names the checkpoint blobs after `host:port` when the endpoint has a port,
+    // where the .NET host and hubhost use the host alone; on the emulator's default port the
+    // connection string has none and every peer writes `localhost/…`.
+    let hub = Hub::start_on(5672, None);
+    let mut pool = Pool::on_hub(hub, dir, &azurite.connection_string());
+    pool.produce(400);
+    pool.start("h1");
+    pool.start("h2");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pool_member.py");
+    let mut python = Command::new(common::python())
+        .arg(script)
+        .arg(hubhost::eventhubs::EMULATOR_CONNECTION)
+        .arg("sensors")
+        .arg(azurite.connection_string())
+        .arg(pool.path("records/python.jsonl"))
+        .arg("30")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(pool.path("python.log")).unwrap())
+        .spawn()
+        .unwrap();
+    // Balanced among three owners, one of them the Python client.
+    let started = Instant::now();
+    let settled = loop {
+        let owners = pool.owners();
+        let mut shares: BTreeMap<String, usize> = BTreeMap::new();
+        for o in owners.values() {
+            *shares.entry(o.clone()).or_default() += 1;
+        }
+        let (lo, hi) = (
+            shares.values().min().copied().unwrap_or(0),
+            shares.values().max().copied().unwrap_or(0),
+        );
+        if owners.len() == PARTITIONS && shares.len() == 3 && hi - lo <= 1 {
+            eprintln!(
+                "mixed pool: balanced {shares:?} after {:?}",
+                started.elapsed()
+            );
+            break owners;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(25),
+            "the mixed pool did not balance: {shares:?}\n{}",
+            std::fs::read_to_string(pool.path("python.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(settled.values().any(|o| o == "h1") && settled.values().any(|o| o == "h2"));
+    // Steady membership: nobody takes anything from anybody.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        pool.owners(),
+        settled,
+        "ownership changed with steady membership"
+    );
+    // The Python client stops after its 30 s; the hubhost instances take its partitions over.
+    let status = python.wait().unwrap();
+    assert!(
+        status.success(),
+        "the Python client failed: {}",
+        std::fs::read_to_string(pool.path("python.log")).unwrap_or_default()
+    );
+    pool.wait_balanced("python left");
+    pool.stop_producing();
+    pool.assert_complete("mixed pool");
 }

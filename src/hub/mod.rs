@@ -18,6 +18,7 @@ pub mod sas;
 pub mod server;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -265,23 +266,14 @@ impl Partition {
 
 /// Runs the hub until Ctrl-C: opens the logs, listens, and enforces retention every minute.
 pub async fn run(config: HubConfig) -> Result<(), HubError> {
-    let namespace = Arc::new(Namespace::open(&config)?);
-    let listener = compat::listen(config.listen).map_err(|source| HubError::Listen {
-        address: config.listen.to_string(),
-        source,
-    })?;
-    let local = listener.local_addr().map_err(|source| HubError::Listen {
-        address: config.listen.to_string(),
-        source,
-    })?;
-    for hub in namespace.hubs.values() {
-        tracing::info!(
-            hub = %hub.name,
-            partitions = hub.partitions.len(),
-            consumer_groups = ?hub.consumer_groups,
-            "hub ready"
-        );
-    }
+    serve(config, print_connection, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+}
+
+/// What `hubhost hub` prints once it listens: where, and the connection string to use.
+fn print_connection(config: &HubConfig, namespace: &Namespace, local: SocketAddr) {
     println!(
         "hubhost hub listening on amqp://{local} (storage: {})",
         config
@@ -300,6 +292,32 @@ pub async fn run(config: HubConfig) -> Result<(), HubError> {
             .map(|k| k.name.as_str())
             .unwrap_or("-")
     );
+}
+
+/// Runs the hub until `shutdown` resolves; `on_listening` is told the address it listens on.
+pub async fn serve(
+    config: HubConfig,
+    on_listening: impl FnOnce(&HubConfig, &Namespace, SocketAddr),
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), HubError> {
+    let namespace = Arc::new(Namespace::open(&config)?);
+    let listener = compat::listen(config.listen).map_err(|source| HubError::Listen {
+        address: config.listen.to_string(),
+        source,
+    })?;
+    let local = listener.local_addr().map_err(|source| HubError::Listen {
+        address: config.listen.to_string(),
+        source,
+    })?;
+    for hub in namespace.hubs.values() {
+        tracing::info!(
+            hub = %hub.name,
+            partitions = hub.partitions.len(),
+            consumer_groups = ?hub.consumer_groups,
+            "hub ready"
+        );
+    }
+    on_listening(&config, &namespace, local);
     let retention = {
         let namespace = namespace.clone();
         tokio::spawn(async move {
@@ -316,7 +334,7 @@ pub async fn run(config: HubConfig) -> Result<(), HubError> {
     };
     tokio::select! {
         result = server::serve(listener, namespace) => result.map_err(HubError::Accept)?,
-        _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
+        _ = shutdown => tracing::info!("stopping"),
     }
     retention.abort();
     Ok(())
