@@ -174,16 +174,18 @@ pub async fn run(
     let functions = emulate::event_hub_functions(&builtin_functions(), &settings)?;
     let store = CheckpointStore::new(opts.storage.open()?, crate::checkpoint::DEFAULT_CONTAINER);
     store.ensure_container().await?;
-    let options = ProcessorOptions {
-        max_wait_time: Duration::from_secs(1),
-        ..Default::default()
-    };
+    let options = ProcessorOptions::default();
     let mut pool = Vec::new();
     let mut processors = tokio::task::JoinSet::new();
     for i in 1..=opts.instances {
         let owner = format!("demo-{i}");
-        for consumer in emulate::consumers(&functions, &store, &options, &invoker)? {
-            pool.push((owner.clone(), consumer.clone()));
+        let consumers = emulate::consumers(&functions, &store, &options, &invoker)?;
+        for (function, consumer) in functions.iter().zip(consumers) {
+            pool.push(PoolMember {
+                owner: owner.clone(),
+                function: function.spec.name.clone(),
+                consumer: consumer.clone(),
+            });
             processors.spawn(EventProcessor::new(consumer, owner.clone()).run(stop.child_token()));
         }
     }
@@ -279,27 +281,29 @@ async fn address_of<E: Into<DemoError>>(
     }
 }
 
-type Pool = Vec<(String, Arc<Consumer>)>;
+/// One processor of the pool: which instance runs it, for which function.
+#[derive(Clone)]
+struct PoolMember {
+    owner: String,
+    function: String,
+    consumer: Arc<Consumer>,
+}
+
+type Pool = Vec<PoolMember>;
 
 /// Events processed by every instance's processor of `function`.
 fn processed(pool: &Pool, function: &str) -> u64 {
-    let group = if function == AGGREGATOR_FUNCTION {
-        "$Default"
-    } else {
-        "archive"
-    };
     pool.iter()
-        .filter(|(_, c)| c.consumer_group() == group)
-        .map(|(_, c)| c.stats.events.load(Ordering::Relaxed))
+        .filter(|m| m.function == function)
+        .map(|m| m.consumer.stats.events.load(Ordering::Relaxed))
         .sum()
 }
 
 fn progress_line(pool: &Pool) -> String {
     let mut owned: BTreeMap<&str, u64> = BTreeMap::new();
-    for (owner, c) in pool {
-        if c.consumer_group() == "$Default" {
-            *owned.entry(owner).or_default() += c.stats.pumps_running.load(Ordering::Relaxed);
-        }
+    for m in pool.iter().filter(|m| m.function == AGGREGATOR_FUNCTION) {
+        *owned.entry(&m.owner).or_default() +=
+            m.consumer.stats.pumps_running.load(Ordering::Relaxed);
     }
     let owned: Vec<String> = owned.iter().map(|(o, n)| format!("{o}:{n}")).collect();
     format!(

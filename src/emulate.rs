@@ -256,10 +256,7 @@ pub fn event_hub_functions(
             .connection
             .clone()
             .unwrap_or_else(|| DEFAULT_CONNECTION_SETTING.to_string());
-        let connection = settings
-            .get(&setting)
-            .or_else(|| settings.get(&format!("{setting}__fullyQualifiedNamespace")))
-            .ok_or(bad(format!(
+        let connection = settings.get(&setting).ok_or(bad(format!(
                 "the connection setting {setting} is not set (local.settings.json Values or the environment)"
             )))?;
         let target = EventHubTarget::parse(&connection, Some(&trigger.event_hub_name))

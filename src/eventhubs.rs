@@ -82,6 +82,22 @@ pub struct PartitionEnd {
 const PROPERTIES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 const PROPERTIES_ATTEMPTS: u32 = 3;
 
+/// Opens an SDK client from its builder: the emulator's custom endpoint when there is one, the
+/// connection string, the hub. A macro because the SDK's three builders share no trait.
+macro_rules! open_client {
+    ($target:expr, $builder:expr) => {{
+        let target = $target;
+        let mut builder = $builder;
+        if let Some(endpoint) = &target.custom_endpoint {
+            builder = builder.with_custom_endpoint(endpoint.clone());
+        }
+        builder
+            .open_with_connection_string(&target.connection_string, Some(&target.hub))
+            .await
+            .map_err(|e| target.open_error(e))
+    }};
+}
+
 /// Where an event hub is and how to reach it.
 #[derive(Clone)]
 pub struct EventHubTarget {
@@ -174,14 +190,7 @@ impl EventHubTarget {
     }
 
     pub async fn producer(&self) -> Result<ProducerClient, EventHubsError> {
-        let mut builder = ProducerClient::builder();
-        if let Some(endpoint) = &self.custom_endpoint {
-            builder = builder.with_custom_endpoint(endpoint.clone());
-        }
-        builder
-            .open_with_connection_string(&self.connection_string, Some(&self.hub))
-            .await
-            .map_err(|e| self.open_error(e))
+        open_client!(self, ProducerClient::builder())
     }
 
     /// A producer that batches per partition in the background (hashing partition keys the
@@ -193,7 +202,7 @@ impl EventHubTarget {
         outcomes: Arc<SendOutcomes>,
     ) -> Result<BufferedProducerClient, EventHubsError> {
         let failures = outcomes.clone();
-        let mut builder = BufferedProducerClient::builder()
+        let builder = BufferedProducerClient::builder()
             .with_application_id("hubhost".into())
             .with_max_wait_time(
                 azure_core::time::Duration::try_from(max_wait)
@@ -209,13 +218,7 @@ impl EventHubTarget {
                 failures.record_failure(context.events.len(), context.error.to_string());
                 async {}
             });
-        if let Some(endpoint) = &self.custom_endpoint {
-            builder = builder.with_custom_endpoint(endpoint.clone());
-        }
-        builder
-            .open_with_connection_string(&self.connection_string, Some(&self.hub))
-            .await
-            .map_err(|e| self.open_error(e))
+        open_client!(self, builder)
     }
 
     /// Every partition's end (last enqueued sequence number, offset, time), on a connection of
@@ -376,16 +379,12 @@ impl EventHubTarget {
     }
 
     pub async fn consumer(&self, consumer_group: &str) -> Result<ConsumerClient, EventHubsError> {
-        let mut builder = ConsumerClient::builder()
-            .with_application_id("hubhost".into())
-            .with_consumer_group(consumer_group.to_string());
-        if let Some(endpoint) = &self.custom_endpoint {
-            builder = builder.with_custom_endpoint(endpoint.clone());
-        }
-        builder
-            .open_with_connection_string(&self.connection_string, Some(&self.hub))
-            .await
-            .map_err(|e| self.open_error(e))
+        open_client!(
+            self,
+            ConsumerClient::builder()
+                .with_application_id("hubhost".into())
+                .with_consumer_group(consumer_group.to_string())
+        )
     }
 }
 

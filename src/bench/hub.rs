@@ -48,6 +48,25 @@ pub struct HubBenchOptions {
     pub work_dir: PathBuf,
 }
 
+/// A phase's figure once its tasks (each reporting the events it moved) have all finished.
+async fn figure(
+    phase: &'static str,
+    mut tasks: tokio::task::JoinSet<Result<u64, HubBenchError>>,
+    bytes: &AtomicU64,
+    started: Instant,
+) -> Result<Figure, HubBenchError> {
+    let mut events = 0;
+    while let Some(result) = tasks.join_next().await {
+        events += result.expect("benchmark task")?;
+    }
+    Ok(Figure {
+        phase,
+        events,
+        bytes: bytes.load(Ordering::Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
 #[derive(Debug, Clone)]
 pub struct Figure {
     pub phase: &'static str,
@@ -282,17 +301,7 @@ async fn rust_producer(
         });
     }
     ready.wait().await;
-    let started = Instant::now();
-    let mut events = 0;
-    while let Some(result) = tasks.join_next().await {
-        events += result.expect("producer task")?;
-    }
-    Ok(Figure {
-        phase: PHASE,
-        events,
-        bytes: bytes.load(Ordering::Relaxed),
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    figure(PHASE, tasks, &bytes, Instant::now()).await
 }
 
 /// A producer for one partition that opens a new connection when its batch cannot be created:
@@ -419,16 +428,7 @@ async fn rust_consumer(
             Ok::<_, HubBenchError>(got)
         });
     }
-    let mut events = 0;
-    while let Some(result) = tasks.join_next().await {
-        events += result.expect("consumer task")?;
-    }
-    Ok(Figure {
-        phase: PHASE,
-        events,
-        bytes: bytes.load(Ordering::Relaxed),
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    figure(PHASE, tasks, &bytes, started).await
 }
 
 /// Phase 4: the buffered producer with a partition key per event (the simulator's path).
