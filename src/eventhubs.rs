@@ -195,8 +195,38 @@ impl EventHubTarget {
 
     /// A producer that batches per partition in the background (hashing partition keys the
     /// way the service does, and keeping the key on each event); every batch's outcome is
-    /// counted in `outcomes`.
+    /// counted in `outcomes`. Opening reads the hub's partitions over `$management` on a fresh
+    /// connection, so it is bounded and retried like [`EventHubTarget::partition_ends`].
     pub async fn buffered_producer(
+        &self,
+        max_wait: std::time::Duration,
+        outcomes: Arc<SendOutcomes>,
+    ) -> Result<BufferedProducerClient, EventHubsError> {
+        let mut last_error = String::new();
+        for attempt in 1..=PROPERTIES_ATTEMPTS {
+            let opened = tokio::time::timeout(
+                PROPERTIES_TIMEOUT,
+                self.open_buffered_producer(max_wait, outcomes.clone()),
+            )
+            .await;
+            match opened {
+                Ok(Ok(producer)) => return Ok(producer),
+                Ok(Err(e @ EventHubsError::BadConnectionString(_))) => return Err(e),
+                Ok(Err(e)) => last_error = e.to_string(),
+                Err(_) => {
+                    last_error = format!("no answer within {PROPERTIES_TIMEOUT:?}");
+                    tracing::debug!(attempt, hub = %self.hub, "opening the buffered producer stalled; retrying on a new connection");
+                }
+            }
+        }
+        Err(EventHubsError::Properties {
+            hub: self.hub.clone(),
+            namespace: self.namespace.clone(),
+            message: last_error,
+        })
+    }
+
+    async fn open_buffered_producer(
         &self,
         max_wait: std::time::Duration,
         outcomes: Arc<SendOutcomes>,
