@@ -180,10 +180,9 @@ pub async fn run(
     for i in 1..=opts.instances {
         let owner = format!("demo-{i}");
         let consumers = emulate::consumers(&functions, &store, &options, &invoker)?;
-        for (function, consumer) in functions.iter().zip(consumers) {
+        for consumer in consumers {
             pool.push(PoolMember {
                 owner: owner.clone(),
-                function: function.spec.name.clone(),
                 consumer: consumer.clone(),
             });
             processors.spawn(EventProcessor::new(consumer, owner.clone()).run(stop.child_token()));
@@ -281,11 +280,10 @@ async fn address_of<E: Into<DemoError>>(
     }
 }
 
-/// One processor of the pool: which instance runs it, for which function.
+/// One processor of the pool and the instance that runs it.
 #[derive(Clone)]
 struct PoolMember {
     owner: String,
-    function: String,
     consumer: Arc<Consumer>,
 }
 
@@ -294,14 +292,17 @@ type Pool = Vec<PoolMember>;
 /// Events processed by every instance's processor of `function`.
 fn processed(pool: &Pool, function: &str) -> u64 {
     pool.iter()
-        .filter(|m| m.function == function)
+        .filter(|m| m.consumer.function == function)
         .map(|m| m.consumer.stats.events.load(Ordering::Relaxed))
         .sum()
 }
 
 fn progress_line(pool: &Pool) -> String {
     let mut owned: BTreeMap<&str, u64> = BTreeMap::new();
-    for m in pool.iter().filter(|m| m.function == AGGREGATOR_FUNCTION) {
+    for m in pool
+        .iter()
+        .filter(|m| m.consumer.function == AGGREGATOR_FUNCTION)
+    {
         *owned.entry(&m.owner).or_default() +=
             m.consumer.stats.pumps_running.load(Ordering::Relaxed);
     }

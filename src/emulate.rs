@@ -28,10 +28,12 @@ use crate::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
 use crate::eventhubs::EventHubTarget;
 use crate::function_app::{EventHubTrigger, FunctionApp, FunctionSpec, RetryPolicy, RetryStrategy};
 use crate::invoker::Invoker;
+use crate::metrics::{self, Exposition, Kind};
 use crate::processor::{
     BatchHandler, BatchOutcome, Consumer, EventProcessor, PartitionBatch, ProcessorOptions,
     ProcessorStats,
 };
+use crate::storage::counting::{CountingStore, OperationCounts};
 
 /// The setting a trigger without `connection` uses.
 pub const DEFAULT_CONNECTION_SETTING: &str = "EventHubConnection";
@@ -64,6 +66,8 @@ pub enum EmulateError {
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
     #[error(transparent)]
     Processor(#[from] crate::processor::ProcessorError),
+    #[error("metrics endpoint: {0}")]
+    Metrics(String),
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +79,8 @@ pub struct EmulateOptions {
     pub checkpoint_on_success: bool,
     /// This instance's owner id in the checkpoint store [default: unique per process].
     pub instance_id: Option<String>,
+    /// Where to serve Prometheus `/metrics` (none: no endpoint).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// App settings: local.settings.json `Values`, the process environment winning.
@@ -289,6 +295,7 @@ pub fn consumers(
                 f.trigger.consumer_group.clone(),
             )?;
             Ok(Arc::new(Consumer {
+                function: f.spec.name.clone(),
                 target: f.target.clone(),
                 key,
                 store: store.clone(),
@@ -469,7 +476,9 @@ pub async fn run(
     let functions = event_hub_functions(&app.functions, &settings)?;
 
     let storage = crate::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;
-    let store = CheckpointStore::new(storage.open()?, DEFAULT_CONTAINER);
+    let counting = CountingStore::new(storage.open()?);
+    let storage_operations = counting.counts.clone();
+    let store = CheckpointStore::new(Arc::new(counting), DEFAULT_CONTAINER);
     store.ensure_container().await?;
 
     let port = free_port().map_err(|e| EmulateError::HandlerStart {
@@ -494,6 +503,23 @@ pub async fn run(
         );
     }
     let stop = CancellationToken::new();
+    let metrics = match opts.metrics {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| EmulateError::Metrics(format!("cannot listen on {addr}: {e}")))?;
+            let local = listener
+                .local_addr()
+                .map_err(|e| EmulateError::Metrics(e.to_string()))?;
+            println!("  metrics: http://{local}/metrics");
+            let page = MetricsPage {
+                consumers: consumers.clone(),
+                storage_operations,
+            };
+            Some(tokio::spawn(page.serve(listener, stop.child_token())))
+        }
+        None => None,
+    };
     let mut processors = tokio::task::JoinSet::new();
     for consumer in &consumers {
         let processor = EventProcessor::new(consumer.clone(), instance_id.clone());
@@ -549,9 +575,61 @@ pub async fn run(
     // Pumps finish their batches (the handler is still up), checkpoint and relinquish.
     stop.cancel();
     while processors.join_next().await.is_some() {}
+    if let Some(server) = metrics {
+        let _ = server.await;
+    }
     stop_child(&mut child).await;
     println!("hubhost emulate: instance {instance_id} stopped");
     outcome
+}
+
+/// What `GET /metrics` shows: the processors' counters and the checkpoint store traffic.
+#[derive(Clone)]
+struct MetricsPage {
+    consumers: Vec<Arc<Consumer>>,
+    storage_operations: Arc<OperationCounts>,
+}
+
+impl MetricsPage {
+    fn render(&self) -> String {
+        let mut page = Exposition::new();
+        crate::processor::write_metrics(&mut page, &self.consumers);
+        let ops = &self.storage_operations;
+        page.family(
+            "hubhost_storage_operations_total",
+            Kind::Counter,
+            "Requests this instance made to the checkpoint store.",
+            [
+                ("list", &ops.lists),
+                ("read", &ops.reads),
+                ("write", &ops.writes),
+                ("delete", &ops.deletes),
+            ]
+            .map(|(op, n)| (vec![("operation", op)], n.load(Ordering::Relaxed) as f64)),
+        );
+        page.finish()
+    }
+
+    async fn serve(self, listener: tokio::net::TcpListener, stop: CancellationToken) {
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let page = self.render();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+                        page,
+                    )
+                }
+            }),
+        );
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the metrics endpoint stopped");
+        }
+    }
 }
 
 /// SIGTERM, a moment to finish, then SIGKILL.

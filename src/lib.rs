@@ -14,6 +14,7 @@ pub mod function_app;
 pub mod handler;
 pub mod hub;
 pub mod invoker;
+pub mod metrics;
 pub mod processor;
 pub mod progress;
 pub mod settings;

@@ -104,6 +104,13 @@ enum Command {
         /// This instance's owner id in the checkpoint store [default: host-pid-random].
         #[arg(long)]
         instance_id: Option<String>,
+        /// Serve Prometheus metrics on this port at /metrics (0: any free port; the URL is
+        /// printed) [default: no endpoint].
+        #[arg(long)]
+        metrics_port: Option<u16>,
+        /// Address of the metrics endpoint.
+        #[arg(long, default_value = "127.0.0.1")]
+        metrics_bind: IpAddr,
     },
     /// Inspect, reset and migrate checkpoints and ownership (the Functions host's blob format).
     Checkpoints {
@@ -275,6 +282,34 @@ enum CheckpointsCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// A pool of `hubhost emulate` processes on real hubs: crash takeover, graceful handoff,
+    /// scale-out balance, steady ownership, end-to-end throughput with 1 and 4 instances, and
+    /// checkpoint store operations per instance; baseline: the bare SDK consumer.
+    Pool {
+        /// Events prefilled for the throughput phase.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Homes of the simulated fleet (100,000: the reference scenario).
+        #[arg(long, default_value_t = 100_000)]
+        homes: u32,
+        /// Events per second the simulator sends during the membership scenarios.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u32,
+        /// Seconds of steady membership (ownership changes, storage operations).
+        #[arg(long, default_value_t = 600)]
+        steady_seconds: u64,
+        #[arg(long, default_value_t = 16)]
+        partitions: u32,
+        /// host.json maxEventBatchSize of the instances (the function app's value).
+        #[arg(long, default_value_t = 100)]
+        max_batch: u32,
+        /// host.json prefetchCount of the instances (the function app's value).
+        #[arg(long, default_value_t = 300)]
+        prefetch: u32,
+        /// Print the figures as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ingest and read through `hubhost hub` with the Rust and Python SDKs; baseline: raw
     /// segment-file appends.
     Hub {
@@ -423,12 +458,15 @@ fn main() -> ExitCode {
                 storage,
                 checkpoint_on_success,
                 instance_id,
+                metrics_port,
+                metrics_bind,
             } => hubhost::emulate::run(
                 hubhost::emulate::EmulateOptions {
                     app,
                     storage,
                     checkpoint_on_success,
                     instance_id,
+                    metrics: metrics_port.map(|port| (metrics_bind, port).into()),
                 },
                 shutdown_signal(),
             )
@@ -598,6 +636,41 @@ fn main() -> ExitCode {
                     batch_size,
                     partitions,
                     python,
+                    work_dir: work_dir.clone(),
+                })
+                .await;
+                let _ = std::fs::remove_dir_all(&work_dir);
+                result.map(|_| ()).map_err(|e| e.to_string())
+            }
+            Command::Bench {
+                which:
+                    BenchCommand::Pool {
+                        events,
+                        homes,
+                        rate,
+                        steady_seconds,
+                        partitions,
+                        max_batch,
+                        prefetch,
+                        json,
+                    },
+            } => {
+                if partitions == 0 || max_batch == 0 || events < u64::from(partitions) {
+                    return Err(
+                        "--partitions and --max-batch must be at least 1, --events at least --partitions"
+                            .into(),
+                    );
+                }
+                let work_dir = tempdir_for_bench().map_err(|e| e.to_string())?;
+                let result = bench::pool::run(bench::pool::PoolBenchOptions {
+                    partitions,
+                    events,
+                    homes,
+                    rate,
+                    steady: std::time::Duration::from_secs(steady_seconds),
+                    max_batch,
+                    prefetch,
+                    json,
                     work_dir: work_dir.clone(),
                 })
                 .await;

@@ -35,6 +35,8 @@ struct Pool {
     dir: tempfile::TempDir,
     storage: String,
     instances: BTreeMap<String, Child>,
+    /// Each instance's `/metrics` port.
+    metrics: BTreeMap<String, u16>,
     producer: Option<Child>,
     runtime: tokio::runtime::Runtime,
 }
@@ -89,6 +91,7 @@ impl Pool {
             dir,
             storage: storage.to_string(),
             instances: BTreeMap::new(),
+            metrics: BTreeMap::new(),
             producer: None,
             runtime: tokio::runtime::Runtime::new().unwrap(),
         }
@@ -100,10 +103,11 @@ impl Pool {
 
     fn start(&mut self, name: &str) {
         let log = std::fs::File::create(self.path(&format!("{name}.log"))).unwrap();
+        let port = common::free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_hubhost"))
             .args(["emulate", "--app"])
             .arg(self.path("app"))
-            .args(["--instance-id", name])
+            .args(["--instance-id", name, "--metrics-port", &port.to_string()])
             .env("RECORD_FILE", self.path(&format!("records/{name}.jsonl")))
             .env("RECORD_INSTANCE", name)
             .env_remove("HUBHOST_STORAGE")
@@ -115,11 +119,54 @@ impl Pool {
             .spawn()
             .expect("hubhost emulate starts");
         self.instances.insert(name.to_string(), child);
+        self.metrics.insert(name.to_string(), port);
+    }
+
+    /// An instance's `/metrics`, parsed as Prometheus text.
+    fn metrics(&self, name: &str) -> Vec<hubhost::metrics::Sample> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics[name]);
+        let (content_type, page) = self.runtime.block_on(async {
+            let resp = reqwest::get(&url)
+                .await
+                .expect("the metrics endpoint answers");
+            assert!(resp.status().is_success(), "{url}: {}", resp.status());
+            let content_type = resp.headers()["content-type"].to_str().unwrap().to_string();
+            (content_type, resp.text().await.unwrap())
+        });
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        hubhost::metrics::parse(&page).unwrap_or_else(|e| panic!("{url}: {e}\n{page}"))
+    }
+
+    /// Each live instance's owned-partitions gauge agrees with the checkpoint store, and every
+    /// instance counted the events it processed and the store requests it made.
+    fn assert_metrics_match_the_store(&self) {
+        let owners = self.owners();
+        for name in self.instances.keys() {
+            let samples = self.metrics(name);
+            let owned = hubhost::metrics::sum(&samples, "hubhost_owned_partitions", &[]);
+            let in_store = owners.values().filter(|o| *o == name).count();
+            assert_eq!(
+                owned as usize, in_store,
+                "{name}: gauge {owned}, store {owners:?}"
+            );
+            let events = hubhost::metrics::sum(
+                &samples,
+                "hubhost_events_processed_total",
+                &[("function", "Recorder"), ("consumer_group", "$Default")],
+            );
+            assert!(events > 0.0, "{name} processed no events by its metrics");
+            let ops = hubhost::metrics::sum(&samples, "hubhost_storage_operations_total", &[]);
+            assert!(ops > 0.0, "{name} counted no store operations");
+        }
     }
 
     /// SIGTERM, as the host's platform stops an instance; waits for it to exit.
     fn stop(&mut self, name: &str) {
         let mut child = self.instances.remove(name).unwrap();
+        self.metrics.remove(name);
         let status = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()
@@ -146,6 +193,7 @@ impl Pool {
 
     fn kill_9(&mut self, name: &str) {
         let mut child = self.instances.remove(name).unwrap();
+        self.metrics.remove(name);
         child.kill().unwrap();
         child.wait().unwrap();
     }
@@ -354,6 +402,9 @@ fn the_pool_grows_and_shrinks_gracefully_without_losing_events() {
     // A graceful stop relinquishes: the others take over within a cycle or two, not an expiry.
     pool.stop("i4");
     let handoff = pool.wait_balanced("i4 stopped");
+    // Settled: every survivor renewed its claims, its pumps are the ones the store lists.
+    std::thread::sleep(Duration::from_secs(2));
+    pool.assert_metrics_match_the_store();
     assert!(
         handoff < Duration::from_secs(5),
         "graceful handoff took {handoff:?}"

@@ -115,7 +115,7 @@ fn client_error(
 }
 
 /// Distinct fleet readings (about 250 bytes each) the phases send in turn.
-fn readings() -> Vec<(String, String)> {
+pub(crate) fn readings() -> Vec<(String, String)> {
     let fleet = Fleet {
         homes: 100_000,
         partitions: 16,
@@ -134,14 +134,14 @@ fn readings() -> Vec<(String, String)> {
 }
 
 /// A `hubhost hub` child process, killed on drop.
-struct HubProcess {
+pub(crate) struct HubProcess {
     child: Child,
-    connection_string: String,
-    target: EventHubTarget,
+    pub(crate) connection_string: String,
+    pub(crate) target: EventHubTarget,
 }
 
 impl HubProcess {
-    fn start(data_dir: &Path, partitions: u32) -> Result<Self, HubBenchError> {
+    pub(crate) fn start(data_dir: &Path, partitions: u32) -> Result<Self, HubBenchError> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| HubBenchError::Hub(e.to_string()))?
@@ -259,24 +259,25 @@ fn event(body: &str) -> EventData {
 
 /// Phase 2: one task per partition, each with its own `ProducerClient` (connection), sends
 /// batches of `batch_size` to its partition; connections open before the clock starts.
-async fn rust_producer(
+pub(crate) async fn rust_producer(
     target: &EventHubTarget,
-    opts: &HubBenchOptions,
+    per_partition: u64,
+    partitions: u32,
+    batch_size: usize,
     readings: Arc<Vec<(String, String)>>,
 ) -> Result<Figure, HubBenchError> {
     const PHASE: &str = "Rust ProducerClient, batches to each partition";
-    let per_partition = opts.events / u64::from(opts.partitions);
     let bytes = Arc::new(AtomicU64::new(0));
-    let ready = Arc::new(tokio::sync::Barrier::new(opts.partitions as usize + 1));
+    let ready = Arc::new(tokio::sync::Barrier::new(partitions as usize + 1));
     let mut tasks = tokio::task::JoinSet::new();
-    for p in 0..opts.partitions {
+    for p in 0..partitions {
         let (target, readings, bytes, ready) = (
             target.clone(),
             readings.clone(),
             bytes.clone(),
             ready.clone(),
         );
-        let batch_size = opts.batch_size as u64;
+        let batch_size = batch_size as u64;
         tasks.spawn(async move {
             let producer = PartitionProducer::open(&target, p).await;
             ready.wait().await;
@@ -374,25 +375,27 @@ impl<'t> PartitionProducer<'t> {
     }
 }
 
-/// Phase 3: one receiver per partition from the earliest event until `per_partition` arrived.
-async fn rust_consumer(
+/// Phase 3: one receiver per partition from the earliest event until `expected[p]` events of
+/// partition `p` arrived.
+pub(crate) async fn rust_consumer(
     target: &EventHubTarget,
-    opts: &HubBenchOptions,
+    expected: &[u64],
 ) -> Result<Figure, HubBenchError> {
+    let partitions = expected.len() as u32;
     const PHASE: &str = "Rust ConsumerClient, a receiver per partition";
-    let per_partition = opts.events / u64::from(opts.partitions);
     // One connection per CONSUMER_SHARE partitions: a connection's frames are decoded by one
     // task in the SDK, so a single connection caps the read rate at what one core decodes.
     let mut consumers = Vec::new();
-    for _ in 0..opts.partitions.div_ceil(CONSUMER_SHARE) {
+    for _ in 0..partitions.div_ceil(CONSUMER_SHARE) {
         consumers.push(Arc::new(target.consumer("$Default").await?));
     }
     let bytes = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for p in 0..opts.partitions {
+    for p in 0..partitions {
         let consumer = consumers[(p / CONSUMER_SHARE) as usize].clone();
         let bytes = bytes.clone();
+        let per_partition = expected[p as usize];
         tasks.spawn(async move {
             let receiver = consumer
                 .open_receiver_on_partition(
@@ -547,9 +550,18 @@ pub async fn run(opts: HubBenchOptions) -> Result<Vec<Figure>, HubBenchError> {
     let mut figures = vec![base.clone()];
 
     let hub = HubProcess::start(&opts.work_dir.join("hub-rust"), opts.partitions)?;
-    let produced = rust_producer(&hub.target, &opts, readings.clone()).await?;
+    let per_partition = opts.events / u64::from(opts.partitions);
+    let produced = rust_producer(
+        &hub.target,
+        per_partition,
+        opts.partitions,
+        opts.batch_size,
+        readings.clone(),
+    )
+    .await?;
     print(&produced, &base);
-    let consumed = rust_consumer(&hub.target, &opts).await?;
+    let expected = vec![per_partition; opts.partitions as usize];
+    let consumed = rust_consumer(&hub.target, &expected).await?;
     print(&consumed, &base);
     drop(hub);
     figures.extend([produced, consumed]);

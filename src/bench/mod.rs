@@ -6,10 +6,13 @@
 //!   plus the storage operations one instance makes per minute.
 //! - `hub`: the local event hub's ingest and read through the SDKs; baseline: raw segment
 //!   appends.
+//! - `pool`: a pool of `hubhost emulate` processes — takeover, handoff, rebalancing, steady
+//!   ownership, end-to-end throughput, store traffic; baseline: the bare SDK consumer.
 
 pub mod checkpoints;
 pub mod handler;
 pub mod hub;
+pub mod pool;
 
 pub use checkpoints::checkpoint_bench_key;
 pub use handler::{BenchError, BenchOptions, RunFigures, run};

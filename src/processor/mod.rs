@@ -19,7 +19,7 @@ pub mod options;
 pub mod pump;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use instance::{EventProcessor, ProcessorError};
 pub use options::ProcessorOptions;
@@ -28,6 +28,7 @@ pub use pump::{BatchHandler, BatchOutcome, PartitionPump, PumpControl, PumpExit}
 use crate::batch::{EventRecord, PartitionContext};
 use crate::checkpoint::{CheckpointStore, ConsumerGroupKey};
 use crate::eventhubs::EventHubTarget;
+use crate::metrics::{Exposition, Kind};
 
 /// One batch of one partition, as the trigger delivers it.
 #[derive(Debug, Clone)]
@@ -51,6 +52,8 @@ pub struct ProcessorStats {
 /// What every pump of a processor shares: where to read, where ownership and checkpoints live,
 /// how to read, and who processes the batches.
 pub struct Consumer {
+    /// The function this consumer feeds (named in logs and metrics).
+    pub function: String,
     pub target: EventHubTarget,
     pub key: ConsumerGroupKey,
     pub store: CheckpointStore,
@@ -59,6 +62,72 @@ pub struct Consumer {
     pub single_event: bool,
     pub handler: Arc<dyn BatchHandler>,
     pub stats: Arc<ProcessorStats>,
+}
+
+/// The processors' counters as Prometheus families, one sample per consumer.
+pub fn write_metrics(page: &mut Exposition, consumers: &[Arc<Consumer>]) {
+    type Read = fn(&ProcessorStats) -> &AtomicU64;
+    let families: [(&str, Kind, &str, Read); 7] = [
+        (
+            "hubhost_events_processed_total",
+            Kind::Counter,
+            "Events handed to the function (a retried batch counts once).",
+            |s| &s.events,
+        ),
+        (
+            "hubhost_batches_processed_total",
+            Kind::Counter,
+            "Batches handed to the function.",
+            |s| &s.batches,
+        ),
+        (
+            "hubhost_batches_failed_total",
+            Kind::Counter,
+            "Batches whose invocation failed after the function's retries.",
+            |s| &s.failed_batches,
+        ),
+        (
+            "hubhost_checkpoints_written_total",
+            Kind::Counter,
+            "Checkpoints written.",
+            |s| &s.checkpoints,
+        ),
+        (
+            "hubhost_storage_errors_total",
+            Kind::Counter,
+            "Failed checkpoint store operations (ownership or checkpoints).",
+            |s| &s.storage_errors,
+        ),
+        (
+            "hubhost_ownership_claims_lost_total",
+            Kind::Counter,
+            "Ownership claims another instance won (HTTP 412).",
+            |s| &s.ownership_claims_lost,
+        ),
+        (
+            "hubhost_owned_partitions",
+            Kind::Gauge,
+            "Partitions this instance reads now.",
+            |s| &s.pumps_running,
+        ),
+    ];
+    for (name, kind, help, read) in families {
+        page.family(
+            name,
+            kind,
+            help,
+            consumers.iter().map(|c| {
+                (
+                    vec![
+                        ("function", c.function.as_str()),
+                        ("eventhub", c.key.event_hub.as_str()),
+                        ("consumer_group", c.consumer_group()),
+                    ],
+                    read(&c.stats).load(Ordering::Relaxed) as f64,
+                )
+            }),
+        );
+    }
 }
 
 impl Consumer {

@@ -26,7 +26,7 @@ use azure_messaging_eventhubs::{
     ConsumerClient, EventReceiver, OpenReceiverOptions, StartLocation,
     StartPosition as SdkStartPosition,
 };
-use futures::{FutureExt, Stream, StreamExt};
+use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -235,35 +235,58 @@ impl PartitionPump {
     }
 
     /// Reads batches until asked to stop or the receiver fails.
+    ///
+    /// Receiving runs beside processing (two futures of this task): while the handler works
+    /// on one batch, the next one gathers in a queue of up to `max` events, so a partition
+    /// with a backlog gets full batches — the SDK's stream alone rarely says an event is
+    /// ready without a wait, which left batches at a few dozen events.
     async fn read(&mut self, receiver: &EventReceiver) -> ReadEnd {
         let max = self.consumer.max_batch_size();
         let min = self.consumer.options.min_batch_size.min(max);
         let max_wait = self.consumer.options.max_wait_time;
-        let stream = receiver.stream_events();
-        futures::pin_mut!(stream);
-        loop {
-            let collected = tokio::select! {
-                _ = self.control.token.cancelled() => return ReadEnd::Stopped,
-                collected = collect_batch(&mut stream, max, min, max_wait) => collected,
-            };
-            let (events, error) = collected;
-            if !events.is_empty() {
-                let records: Vec<EventRecord> = events.iter().map(to_record).collect();
-                if let Some(end) = self.process(records).await {
-                    return end;
+        let (queue, mut arrived) = tokio::sync::mpsc::channel(max);
+        let receiving = async move {
+            let stream = receiver.stream_events();
+            futures::pin_mut!(stream);
+            loop {
+                let next = stream.next().await.unwrap_or_else(|| Err(stream_ended()));
+                let failed = next.is_err();
+                if queue.send(next).await.is_err() || failed {
+                    break;
                 }
             }
-            if let Some(e) = error {
-                return if matches!(e.kind, ErrorKind::ConsumerDisconnected(_)) {
-                    tracing::info!(partition = %self.partition_id, "another reader took the partition (link stolen)");
-                    ReadEnd::Stolen
-                } else {
-                    ReadEnd::Broken(e.to_string())
+            // Processing ends the read; receiving has nothing more to do.
+            std::future::pending::<()>().await;
+        };
+        let processing = async {
+            loop {
+                let collected = tokio::select! {
+                    _ = self.control.token.cancelled() => return ReadEnd::Stopped,
+                    collected = collect_batch(&mut arrived, max, min, max_wait, stream_ended) => collected,
                 };
+                let (events, error) = collected;
+                if !events.is_empty() {
+                    let records: Vec<EventRecord> = events.iter().map(to_record).collect();
+                    if let Some(end) = self.process(records).await {
+                        return end;
+                    }
+                }
+                if let Some(e) = error {
+                    return if matches!(e.kind, ErrorKind::ConsumerDisconnected(_)) {
+                        tracing::info!(partition = %self.partition_id, "another reader took the partition (link stolen)");
+                        ReadEnd::Stolen
+                    } else {
+                        ReadEnd::Broken(e.to_string())
+                    };
+                }
+                if self.control.token.is_cancelled() {
+                    return ReadEnd::Stopped;
+                }
             }
-            if self.control.token.is_cancelled() {
-                return ReadEnd::Stopped;
-            }
+        };
+        tokio::select! {
+            end = processing => end,
+            _ = receiving => unreachable!("receiving never ends on its own"),
         }
     }
 
@@ -361,42 +384,40 @@ enum ReadEnd {
     Broken(String),
 }
 
-/// The next batch: waits for a first event, then takes what has already arrived, up to
-/// `max`; below `min` it waits for more until `max_wait` has passed since the first event.
-/// An error ends the batch; the events before it are returned with it.
-async fn collect_batch<S>(
-    stream: &mut S,
+/// The next batch from the queue of arrived events: waits for a first event, then takes what
+/// has already arrived, up to `max`; below `min` it waits for more until `max_wait` has passed
+/// since the first event. An error ends the batch; the events before it are returned with it.
+async fn collect_batch<T, E>(
+    arrived: &mut tokio::sync::mpsc::Receiver<Result<T, E>>,
     max: usize,
     min: usize,
     max_wait: Duration,
-) -> (
-    Vec<ReceivedEventData>,
-    Option<azure_messaging_eventhubs::EventHubsError>,
-)
-where
-    S: Stream<Item = azure_messaging_eventhubs::Result<ReceivedEventData>> + Unpin,
-{
+    ended: fn() -> E,
+) -> (Vec<T>, Option<E>) {
+    use tokio::sync::mpsc::error::TryRecvError;
     let mut events = Vec::new();
-    match stream.next().await {
+    match arrived.recv().await {
         Some(Ok(e)) => events.push(e),
         Some(Err(e)) => return (events, Some(e)),
-        None => return (events, Some(stream_ended())),
+        None => return (events, Some(ended())),
     }
     let deadline = tokio::time::Instant::now() + max_wait;
     while events.len() < max {
-        // What is already buffered (prefetched) joins the batch without waiting.
-        let next = match stream.next().now_or_never() {
-            Some(next) => next,
-            None if events.len() >= min => break,
-            None => match tokio::time::timeout_at(deadline, stream.next()).await {
-                Ok(next) => next,
-                Err(_) => break,
-            },
+        let next = match arrived.try_recv() {
+            Ok(next) => Some(next),
+            Err(TryRecvError::Disconnected) => None,
+            Err(TryRecvError::Empty) if events.len() >= min => break,
+            Err(TryRecvError::Empty) => {
+                match tokio::time::timeout_at(deadline, arrived.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                }
+            }
         };
         match next {
             Some(Ok(e)) => events.push(e),
             Some(Err(e)) => return (events, Some(e)),
-            None => return (events, Some(stream_ended())),
+            None => return (events, Some(ended())),
         }
     }
     (events, None)
@@ -472,5 +493,60 @@ fn simple_value_json(v: &AmqpSimpleValue) -> Value {
             b,
         )),
         other => Value::String(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc;
+
+    type Item = Result<u32, &'static str>;
+
+    fn queue(items: &[Item]) -> (mpsc::Sender<Item>, mpsc::Receiver<Item>) {
+        let (tx, rx) = mpsc::channel(64);
+        for item in items {
+            tx.try_send(*item).unwrap();
+        }
+        (tx, rx)
+    }
+
+    const NEVER: Duration = Duration::from_secs(3600);
+
+    #[tokio::test]
+    async fn a_batch_takes_what_has_arrived_up_to_the_maximum() {
+        let (_tx, mut rx) = queue(&[Ok(1), Ok(2), Ok(3), Ok(4), Ok(5)]);
+        let (batch, error) = collect_batch(&mut rx, 3, 1, NEVER, || "ended").await;
+        assert_eq!((batch, error), (vec![1, 2, 3], None));
+        let (batch, error) = collect_batch(&mut rx, 3, 1, NEVER, || "ended").await;
+        assert_eq!((batch, error), (vec![4, 5], None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn below_the_minimum_it_waits_until_the_maximum_wait() {
+        let (tx, mut rx) = queue(&[Ok(1)]);
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            tx.send(Ok(2)).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            tx.send(Ok(3)).await.unwrap();
+        });
+        let started = tokio::time::Instant::now();
+        let (batch, error) =
+            collect_batch(&mut rx, 10, 5, Duration::from_secs(5), || "ended").await;
+        assert_eq!((batch, error), (vec![1, 2], None));
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        late.abort();
+    }
+
+    #[tokio::test]
+    async fn an_error_ends_the_batch_with_the_events_before_it() {
+        let (_tx, mut rx) = queue(&[Ok(1), Ok(2), Err("stolen"), Ok(9)]);
+        let (batch, error) = collect_batch(&mut rx, 10, 1, NEVER, || "ended").await;
+        assert_eq!((batch, error), (vec![1, 2], Some("stolen")));
+        let (tx, mut rx) = queue(&[Ok(1)]);
+        drop(tx);
+        let (batch, error) = collect_batch(&mut rx, 10, 5, NEVER, || "ended").await;
+        assert_eq!((batch, error), (vec![1], Some("ended")));
     }
 }

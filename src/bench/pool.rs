@@ -1,0 +1,941 @@
+//! `hubhost bench pool`: the pool scenarios on real processes — how fast a pool of
+//! `hubhost emulate` instances takes over, hands off, rebalances and processes, and what it
+//! costs the checkpoint store.
+//!
+//! Everything is a child process of this command, as in a deployment: a `hubhost hub`, the
+//! instances (`hubhost emulate` on an app whose function is the real `SensorAggregator`,
+//! handled by `hubhost serve` writing aggregates to blob storage) and, for the membership
+//! scenarios, the fleet simulator. The figures come from outside the instances: the checkpoint
+//! store (who owns what, how far each partition is checkpointed) and each instance's
+//! `/metrics`. A partition counts as *processed by its new owner* when its checkpoint moves past
+//! where the old owner left it: the new owner has then read a batch, had the handler aggregate
+//! it and checkpointed it.
+//!
+//! Phases:
+//! 1. throughput: a hub prefilled with `events` readings, read end to end by one and then by
+//!    four instances (each on a fresh checkpoint store); baseline: the same events read by the
+//!    bare SDK consumer, no handler, no checkpoints;
+//! 2. membership, on a second hub with the simulator producing at `rate`: one instance, grown
+//!    to two and to four (time to ±1 balance, partitions moved vs the minimum), `steady`
+//!    seconds of steady membership (ownership changes, storage operations per minute per
+//!    instance), a graceful stop (SIGTERM) and a `kill -9`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::hub::{HubBenchError, HubProcess, rust_consumer};
+use crate::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
+use crate::metrics;
+use crate::simulate::{self, Pace, SimulateOptions, StopAfter};
+use crate::storage::StorageLocation;
+
+const HUB: &str = "sensors";
+/// The real app's aggregation function, as the repository's function_app declares it.
+const AGGREGATOR_FUNCTION_JSON: &str =
+    include_str!("../../function_app/SensorAggregator/function.json");
+/// hubhost's default ownership expiry: an instance that stopped renewing for this long is gone.
+const EXPIRY: Duration = Duration::from_secs(6);
+const POLL: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone)]
+pub struct PoolBenchOptions {
+    pub partitions: u32,
+    /// Events prefilled for the throughput phase, from `homes` homes.
+    pub events: u64,
+    pub homes: u32,
+    /// Events per second the simulator sends during the membership scenarios.
+    pub rate: u32,
+    /// Steady membership lasts this long.
+    pub steady: Duration,
+    /// Print the figures as JSON on stdout instead of the table.
+    pub json: bool,
+    /// host.json `maxEventBatchSize` and `prefetchCount`.
+    pub max_batch: u32,
+    pub prefetch: u32,
+    pub work_dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PoolBenchError {
+    #[error(transparent)]
+    Hub(#[from] HubBenchError),
+    #[error("{0}")]
+    Io(String),
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    #[error(transparent)]
+    EventHub(#[from] crate::eventhubs::EventHubsError),
+    #[error("prefilling the hub: {0}")]
+    Simulate(#[from] simulate::SimulateError),
+    #[error("{what} did not happen within {within:?}{detail}")]
+    Timeout {
+        what: String,
+        within: Duration,
+        detail: String,
+    },
+    #[error("instance {name}: {problem}")]
+    Instance { name: String, problem: String },
+}
+
+fn io(context: &str) -> impl FnOnce(std::io::Error) -> PoolBenchError + '_ {
+    move |e| PoolBenchError::Io(format!("{context}: {e}"))
+}
+
+/// The fewest partitions that must change hands to go from `shares` (partitions per current
+/// owner) to a ±1 balance among `live` instances (the current owners among them). Owners that
+/// are not live keep nothing; the larger quotas go to the owners holding the most.
+pub fn minimum_moves(shares: &[usize], live: usize, partitions: usize) -> usize {
+    if live == 0 {
+        return 0;
+    }
+    let mut held: Vec<usize> = shares.to_vec();
+    held.sort_unstable_by(|a, b| b.cmp(a));
+    held.resize(live, 0);
+    let (base, extra) = (partitions / live, partitions % live);
+    let stay: usize = held
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (*h).min(base + usize::from(i < extra)))
+        .sum();
+    partitions - stay
+}
+
+/// What the checkpoint store shows at one moment.
+#[derive(Debug, Clone, Default)]
+struct Snapshot {
+    /// Partition → owner, active ownerships only.
+    owners: BTreeMap<String, String>,
+    /// Partition → checkpointed sequence number.
+    checkpoints: BTreeMap<String, i64>,
+}
+
+impl Snapshot {
+    fn owned_by(&self, owner: &str) -> BTreeSet<String> {
+        self.owners
+            .iter()
+            .filter(|(_, o)| *o == owner)
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// Every partition owned by a live instance, shares within one of each other.
+    fn balanced(&self, live: &BTreeSet<String>, partitions: usize) -> bool {
+        let mut shares: BTreeMap<&str, usize> = live.iter().map(|i| (i.as_str(), 0)).collect();
+        for owner in self.owners.values() {
+            match shares.get_mut(owner.as_str()) {
+                Some(n) => *n += 1,
+                None => return false,
+            }
+        }
+        let lo = shares.values().min().copied().unwrap_or(0);
+        let hi = shares.values().max().copied().unwrap_or(0);
+        self.owners.len() == partitions && hi - lo <= 1
+    }
+
+    fn shares(&self) -> Vec<usize> {
+        let mut shares: BTreeMap<&str, usize> = BTreeMap::new();
+        for owner in self.owners.values() {
+            *shares.entry(owner).or_default() += 1;
+        }
+        shares.into_values().collect()
+    }
+
+    fn processed(&self) -> u64 {
+        self.checkpoints.values().map(|s| (s + 1) as u64).sum()
+    }
+}
+
+/// Reads the pool's state from its checkpoint store, as an operator would.
+struct Observer {
+    store: CheckpointStore,
+    key: ConsumerGroupKey,
+}
+
+impl Observer {
+    fn new(store_dir: &Path, namespace: &str) -> Result<Self, PoolBenchError> {
+        let blobs = StorageLocation::Directory(store_dir.to_path_buf())
+            .open()
+            .map_err(|e| PoolBenchError::Io(e.to_string()))?;
+        Ok(Observer {
+            store: CheckpointStore::new(blobs, DEFAULT_CONTAINER),
+            key: ConsumerGroupKey::new(namespace, HUB, "$Default")?,
+        })
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot, PoolBenchError> {
+        let now = chrono::Utc::now();
+        let owners = self
+            .store
+            .list_ownership(&self.key)
+            .await?
+            .into_iter()
+            .filter(|o| o.is_active(now, EXPIRY))
+            .map(|o| (o.partition_id, o.owner_id))
+            .collect();
+        let checkpoints = self
+            .store
+            .list_checkpoints(&self.key)
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|c| Some((c.partition_id, c.sequence_number?)))
+            .collect();
+        Ok(Snapshot {
+            owners,
+            checkpoints,
+        })
+    }
+
+    /// Polls until `done` holds; counts every change of owner seen on the way.
+    async fn wait_for(
+        &self,
+        what: &str,
+        within: Duration,
+        mut done: impl FnMut(&Snapshot) -> bool,
+    ) -> Result<(Duration, Snapshot, usize), PoolBenchError> {
+        let started = Instant::now();
+        let mut last = self.snapshot().await?;
+        let mut moves = 0;
+        loop {
+            let now = self.snapshot().await?;
+            moves += changes(&last, &now);
+            if done(&now) {
+                return Ok((started.elapsed(), now, moves));
+            }
+            if started.elapsed() > within {
+                return Err(PoolBenchError::Timeout {
+                    what: what.into(),
+                    within,
+                    detail: format!(": owners {:?}", now.owners),
+                });
+            }
+            last = now;
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// Partitions whose owner went from one instance to another (a partition between owners, with
+/// no active owner for a moment, counts once, when the next owner shows).
+fn changes(before: &Snapshot, after: &Snapshot) -> usize {
+    after
+        .owners
+        .iter()
+        .filter(|(p, o)| before.owners.get(*p).is_some_and(|b| b != *o))
+        .count()
+}
+
+/// One `hubhost emulate` child.
+struct Instance {
+    child: tokio::process::Child,
+    metrics: String,
+}
+
+/// The app the instances run, in its own directory with its own checkpoint store.
+struct PoolApp {
+    dir: PathBuf,
+    store_dir: PathBuf,
+    observer: Observer,
+    instances: BTreeMap<String, Instance>,
+    partitions: usize,
+    http: reqwest::Client,
+}
+
+impl PoolApp {
+    fn create(
+        dir: PathBuf,
+        hub: &HubProcess,
+        opts: &PoolBenchOptions,
+    ) -> Result<Self, PoolBenchError> {
+        let exe = std::env::current_exe().map_err(io("this executable"))?;
+        let store_dir = dir.join("store");
+        let function_dir = dir.join("SensorAggregator");
+        std::fs::create_dir_all(&function_dir).map_err(io("the app directory"))?;
+        std::fs::create_dir_all(&store_dir).map_err(io("the store directory"))?;
+        let host = json!({
+            "version": "2.0",
+            "customHandler": {"description": {
+                "defaultExecutablePath": exe,
+                "arguments": ["serve"],
+            }},
+            "extensions": {"eventHubs": {
+                "maxEventBatchSize": opts.max_batch,
+                "prefetchCount": opts.prefetch,
+                "batchCheckpointFrequency": 1,
+                "initialOffsetOptions": {"type": "fromStart"},
+            }},
+        });
+        let settings = json!({"IsEncrypted": false, "Values": {
+            "FUNCTIONS_WORKER_RUNTIME": "custom",
+            "AzureWebJobsStorage": store_dir,
+            "EventHubConnection": hub.connection_string,
+            "EventHubName": HUB,
+        }});
+        for (path, text) in [
+            (dir.join("host.json"), host.to_string()),
+            (dir.join("local.settings.json"), settings.to_string()),
+            (
+                function_dir.join("function.json"),
+                AGGREGATOR_FUNCTION_JSON.to_string(),
+            ),
+        ] {
+            std::fs::write(&path, text).map_err(io("the app files"))?;
+        }
+        Ok(PoolApp {
+            observer: Observer::new(&store_dir, &hub.target.namespace)?,
+            dir,
+            store_dir,
+            instances: BTreeMap::new(),
+            partitions: opts.partitions as usize,
+            http: reqwest::Client::new(),
+        })
+    }
+
+    fn live(&self) -> BTreeSet<String> {
+        self.instances.keys().cloned().collect()
+    }
+
+    fn start(&mut self, name: &str) -> Result<(), PoolBenchError> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(io("a free port"))?
+            .port();
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
+            .map_err(io("an instance log"))?;
+        let exe = std::env::current_exe().map_err(io("this executable"))?;
+        let child = tokio::process::Command::new(exe)
+            .args(["emulate", "--app"])
+            .arg(&self.dir)
+            .args(["--instance-id", name, "--metrics-port", &port.to_string()])
+            .env_remove("HUBHOST_STORAGE")
+            .env_remove("AzureWebJobsStorage")
+            .env_remove("EventHubConnection")
+            .env_remove("EventHubName")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io("hubhost emulate"))?;
+        self.instances.insert(
+            name.to_string(),
+            Instance {
+                child,
+                metrics: format!("http://127.0.0.1:{port}/metrics"),
+            },
+        );
+        Ok(())
+    }
+
+    fn instance_error(&self, name: &str, problem: String) -> PoolBenchError {
+        let log = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        PoolBenchError::Instance {
+            name: name.into(),
+            problem: format!(
+                "{problem}; last log lines:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            ),
+        }
+    }
+
+    /// SIGTERM, as the platform stops an instance; returns once it has exited.
+    async fn stop(&mut self, name: &str) -> Result<(), PoolBenchError> {
+        let mut instance = self.instances.remove(name).expect("a running instance");
+        if let Some(pid) = instance.child.id() {
+            // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+        match tokio::time::timeout(Duration::from_secs(60), instance.child.wait()).await {
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(status)) => Err(self.instance_error(name, format!("exited with {status}"))),
+            Ok(Err(e)) => Err(self.instance_error(name, e.to_string())),
+            Err(_) => Err(self.instance_error(name, "did not stop within 60 s".into())),
+        }
+    }
+
+    async fn kill_9(&mut self, name: &str) -> Result<(), PoolBenchError> {
+        let mut instance = self.instances.remove(name).expect("a running instance");
+        instance.child.start_kill().map_err(io("kill -9"))?;
+        instance.child.wait().await.map_err(io("kill -9"))?;
+        Ok(())
+    }
+
+    async fn stop_all(&mut self) -> Result<(), PoolBenchError> {
+        for name in self.live() {
+            self.stop(&name).await?;
+        }
+        Ok(())
+    }
+
+    /// Each instance's `/metrics`, summed per metric (and per `operation` for the store).
+    async fn scrape(&mut self) -> Result<BTreeMap<String, MetricTotals>, PoolBenchError> {
+        let mut out = BTreeMap::new();
+        let names = self.live();
+        for name in names {
+            let instance = self.instances.get_mut(&name).expect("live");
+            if let Ok(Some(status)) = instance.child.try_wait() {
+                return Err(self.instance_error(&name, format!("exited with {status}")));
+            }
+            let url = instance.metrics.clone();
+            let page = match self.http.get(&url).send().await {
+                Ok(resp) => resp.text().await.unwrap_or_default(),
+                Err(e) => return Err(self.instance_error(&name, format!("{url}: {e}"))),
+            };
+            let samples = metrics::parse(&page)
+                .map_err(|e| self.instance_error(&name, format!("{url}: {e}")))?;
+            out.insert(
+                name.clone(),
+                MetricTotals {
+                    events: metrics::sum(&samples, "hubhost_events_processed_total", &[]),
+                    storage_operations: metrics::sum(
+                        &samples,
+                        "hubhost_storage_operations_total",
+                        &[],
+                    ),
+                    checkpoints: metrics::sum(&samples, "hubhost_checkpoints_written_total", &[]),
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// Waits until every instance answers on its metrics endpoint (started and configured).
+    async fn wait_started(&mut self) -> Result<(), PoolBenchError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.scrape().await {
+                Ok(_) => return Ok(()),
+                Err(PoolBenchError::Instance { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(POLL).await
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for PoolApp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.store_dir);
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct MetricTotals {
+    events: f64,
+    storage_operations: f64,
+    checkpoints: f64,
+}
+
+/// The figures the command prints.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PoolFigures {
+    pub baseline_events_per_s: f64,
+    pub throughput: Vec<Throughput>,
+    pub scale_out: Vec<ScaleOut>,
+    pub steady_seconds: f64,
+    pub steady_changes: usize,
+    /// Storage operations per minute per instance during the steady phase: (mean, max).
+    pub storage_ops_per_min: (f64, f64),
+    /// Of those, checkpoint writes (the rest is the balancer: listings and renewals).
+    pub checkpoint_writes_per_min: f64,
+    pub handoff_seconds: f64,
+    pub takeover_seconds: f64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Throughput {
+    pub instances: usize,
+    /// From the first checkpoint to the last event checkpointed.
+    pub events_per_s: f64,
+    /// From starting the processes to the first checkpoint.
+    pub startup_seconds: f64,
+    /// Events the handlers were given more than once (start-up rebalancing).
+    pub duplicates: u64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScaleOut {
+    pub from: usize,
+    pub to: usize,
+    /// From starting the new instances to a ±1 balance.
+    pub seconds: f64,
+    pub moved: usize,
+    pub minimum: usize,
+}
+
+fn note(line: impl AsRef<str>) {
+    eprintln!("bench pool: {}", line.as_ref());
+}
+
+/// Phase 1 for `count` instances: how fast they read the prefilled hub end to end.
+async fn throughput(
+    hub: &HubProcess,
+    opts: &PoolBenchOptions,
+    count: usize,
+    total: u64,
+) -> Result<(f64, f64, u64), PoolBenchError> {
+    let mut app = PoolApp::create(opts.work_dir.join(format!("throughput-{count}")), hub, opts)?;
+    let started = Instant::now();
+    for i in 1..=count {
+        app.start(&format!("t{i}"))?;
+    }
+    app.wait_started().await?;
+    let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let _line = {
+        let progress = progress.clone();
+        crate::progress::Progress::spawn(move || {
+            format!(
+                "bench pool: {count} instance(s): {} of {total} events checkpointed",
+                progress.load(std::sync::atomic::Ordering::Relaxed)
+            )
+        })
+    };
+    let within = Duration::from_secs(60 + total / 2_000);
+    let mut first = None;
+    let mut polls = 0u64;
+    loop {
+        let snapshot = app.observer.snapshot().await?;
+        let processed = snapshot.processed();
+        progress.store(processed, std::sync::atomic::Ordering::Relaxed);
+        if processed > 0 && first.is_none() {
+            first = Some(started.elapsed());
+        }
+        if processed >= total {
+            break;
+        }
+        if started.elapsed() > within {
+            return Err(PoolBenchError::Timeout {
+                what: format!("{count} instance(s) processing {total} events"),
+                within,
+                detail: format!(" ({processed} checkpointed)"),
+            });
+        }
+        polls += 1;
+        if polls.is_multiple_of(10) {
+            // Only to notice an instance that died.
+            app.scrape().await?;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let done = started.elapsed();
+    let events: f64 = app.scrape().await?.values().map(|m| m.events).sum();
+    app.stop_all().await?;
+    let first = first.unwrap_or(done);
+    // The first checkpoint lands after the first batch; its events are not in the window.
+    let rate = total as f64 / (done - first).as_secs_f64().max(1e-3);
+    Ok((
+        rate,
+        first.as_secs_f64(),
+        (events as u64).saturating_sub(total),
+    ))
+}
+
+/// The fleet simulator as a child process, killed when dropped (what it sent is in the hub).
+struct Producer {
+    _child: tokio::process::Child,
+}
+
+impl Producer {
+    fn start(hub: &HubProcess, rate: u32) -> Result<Self, PoolBenchError> {
+        let exe = std::env::current_exe().map_err(io("this executable"))?;
+        let child = tokio::process::Command::new(exe)
+            .args(["simulate", "--homes", "10000", "--rate", &rate.to_string()])
+            .arg("--connection")
+            .arg(&hub.connection_string)
+            .args(["--hub", HUB])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io("hubhost simulate"))?;
+        Ok(Producer { _child: child })
+    }
+}
+
+/// Waits until the pool is balanced among its live instances; returns the time and the moves.
+async fn settle(app: &PoolApp, what: &str) -> Result<(Duration, Snapshot, usize), PoolBenchError> {
+    let live = app.live();
+    app.observer
+        .wait_for(what, Duration::from_secs(60), |s| {
+            s.balanced(&live, app.partitions)
+        })
+        .await
+}
+
+/// Waits until every partition in `orphans` is owned by a live instance and checkpointed past
+/// where `left` shows it: the new owner has processed a batch of it.
+async fn resumed(
+    app: &PoolApp,
+    what: &str,
+    orphans: &BTreeSet<String>,
+    left: &Snapshot,
+) -> Result<(), PoolBenchError> {
+    let live = app.live();
+    app.observer
+        .wait_for(what, Duration::from_secs(120), |s| {
+            orphans.iter().all(|p| {
+                s.owners.get(p).is_some_and(|o| live.contains(o))
+                    && s.checkpoints.get(p).copied().unwrap_or(-1)
+                        > left.checkpoints.get(p).copied().unwrap_or(-1)
+            })
+        })
+        .await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Departure {
+    /// SIGTERM: the instance finishes its batches, checkpoints and relinquishes.
+    Graceful,
+    /// `kill -9`.
+    Crash,
+}
+
+/// Removes `name` from the pool; returns how many partitions it held and the seconds from the
+/// signal until the others had processed a batch of every one of them, then waits for balance.
+async fn departure(
+    app: &mut PoolApp,
+    name: &str,
+    how: Departure,
+) -> Result<(usize, f64), PoolBenchError> {
+    let orphans = app.observer.snapshot().await?.owned_by(name);
+    let started = Instant::now();
+    match how {
+        Departure::Graceful => app.stop(name).await?,
+        Departure::Crash => app.kill_9(name).await?,
+    }
+    // Taken once the instance is gone: its own last checkpoints do not count as a takeover.
+    let left = app.observer.snapshot().await?;
+    resumed(
+        app,
+        &format!("{name}'s partitions processed again ({how:?})"),
+        &orphans,
+        &left,
+    )
+    .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    settle(app, &format!("a ±1 balance after {name} left ({how:?})")).await?;
+    Ok((orphans.len(), seconds))
+}
+
+/// Phase 2: membership changes on a hub the simulator keeps feeding.
+async fn membership(
+    hub: &HubProcess,
+    opts: &PoolBenchOptions,
+    figures: &mut PoolFigures,
+) -> Result<(), PoolBenchError> {
+    let _producer = Producer::start(hub, opts.rate)?;
+    let mut app = PoolApp::create(opts.work_dir.join("membership"), hub, opts)?;
+    app.start("i1")?;
+    app.wait_started().await?;
+    let (took, _, _) = settle(&app, "one instance owning every partition").await?;
+    note(format!(
+        "one instance owns every partition after {took:.1?}"
+    ));
+
+    for (from, names) in [(1, &["i2"][..]), (2, &["i3", "i4"][..])] {
+        let before = app.observer.snapshot().await?;
+        for name in names {
+            app.start(name)?;
+        }
+        let minimum = minimum_moves(&before.shares(), app.live().len(), app.partitions);
+        let to = app.live().len();
+        let (took, _, moved) = settle(&app, &format!("a ±1 balance after growing to {to}")).await?;
+        note(format!(
+            "{from} → {to} instances: balanced after {took:.1?}, {moved} partitions moved (minimum {minimum})"
+        ));
+        figures.scale_out.push(ScaleOut {
+            from,
+            to,
+            seconds: took.as_secs_f64(),
+            moved,
+            minimum,
+        });
+    }
+
+    // Steady membership: nothing should change hands; the store traffic is the renewals,
+    // listings and checkpoints of a settled pool.
+    let steady = opts.steady;
+    note(format!(
+        "{} instances, steady for {steady:?}",
+        app.live().len()
+    ));
+    let before = app.scrape().await?;
+    let started = Instant::now();
+    let changed_hands = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let progress_line = {
+        let changes = changed_hands.clone();
+        crate::progress::Progress::spawn(move || {
+            format!(
+                "bench pool: steady {:.0} of {:.0} s, {} ownership changes",
+                started.elapsed().as_secs_f64(),
+                steady.as_secs_f64(),
+                changes.load(std::sync::atomic::Ordering::Relaxed)
+            )
+        })
+    };
+    let mut last = app.observer.snapshot().await?;
+    while started.elapsed() < steady {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = app.observer.snapshot().await?;
+        // A partition that changed hands, or lost its owner for a moment (a lapse in renewal).
+        let lapsed = last
+            .owners
+            .keys()
+            .filter(|p| !now.owners.contains_key(*p))
+            .count();
+        let changed = changes(&last, &now) + lapsed;
+        changed_hands.fetch_add(changed, std::sync::atomic::Ordering::Relaxed);
+        last = now;
+    }
+    let after = app.scrape().await?;
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    let per_instance: Vec<f64> = after
+        .iter()
+        .map(|(name, m)| {
+            (m.storage_operations - before.get(name).map_or(0.0, |b| b.storage_operations))
+                / minutes
+        })
+        .collect();
+    figures.steady_seconds = started.elapsed().as_secs_f64();
+    figures.steady_changes = changed_hands.load(std::sync::atomic::Ordering::Relaxed);
+    let checkpoints: f64 = after
+        .iter()
+        .map(|(name, m)| m.checkpoints - before.get(name).map_or(0.0, |b| b.checkpoints))
+        .sum();
+    figures.checkpoint_writes_per_min = checkpoints / minutes / after.len().max(1) as f64;
+    figures.storage_ops_per_min = (
+        per_instance.iter().sum::<f64>() / per_instance.len().max(1) as f64,
+        per_instance.iter().copied().fold(0.0, f64::max),
+    );
+    drop(progress_line);
+    note(format!(
+        "steady: {} ownership changes in {:.0} s; {:.0} storage operations per minute per instance",
+        figures.steady_changes, figures.steady_seconds, figures.storage_ops_per_min.0
+    ));
+
+    // Graceful stop: the instance checkpoints and relinquishes; the others take over at once.
+    let (moved, seconds) = departure(&mut app, "i4", Departure::Graceful).await?;
+    figures.handoff_seconds = seconds;
+    note(format!(
+        "graceful stop: {moved} partitions processed by the others {seconds:.2} s after SIGTERM"
+    ));
+    // Crash: the survivors wait for the dead owner's records to expire, then take over from
+    // its last checkpoints.
+    let (moved, seconds) = departure(&mut app, "i3", Departure::Crash).await?;
+    figures.takeover_seconds = seconds;
+    note(format!(
+        "kill -9: {moved} partitions processed by the survivors {seconds:.2} s later"
+    ));
+    app.stop_all().await
+}
+
+pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> {
+    eprintln!(
+        "bench pool: {} partitions; host.json maxEventBatchSize {}, prefetchCount {}; hubhost's balancer defaults (cycle 1.5 s, expiry {} s)",
+        opts.partitions,
+        opts.max_batch,
+        opts.prefetch,
+        EXPIRY.as_secs()
+    );
+    let mut figures = PoolFigures::default();
+
+    let hub = HubProcess::start(&opts.work_dir.join("hub-throughput"), opts.partitions)?;
+    note(format!(
+        "prefilling the hub with {} readings of {} homes (the simulator, unthrottled)",
+        opts.events, opts.homes
+    ));
+    let sent = simulate::run(
+        &hub.target,
+        SimulateOptions {
+            homes: opts.homes,
+            seed: 1,
+            start: chrono::Utc::now() - chrono::Duration::hours(1),
+            pace: Pace::Unthrottled,
+            stop: StopAfter {
+                events: Some(opts.events),
+                ..Default::default()
+            },
+            progress: true,
+        },
+        std::future::pending(),
+    )
+    .await?;
+    let ends = hub.target.partition_ends().await?;
+    let mut expected = vec![0u64; opts.partitions as usize];
+    for end in &ends {
+        if let Some(slot) = end
+            .partition_id
+            .parse::<usize>()
+            .ok()
+            .and_then(|p| expected.get_mut(p))
+        {
+            *slot = (end.last_sequence_number + 1).max(0) as u64;
+        }
+    }
+    let total: u64 = expected.iter().sum();
+    note(format!(
+        "{total} events in the hub ({} simulated minutes)",
+        sent.minutes
+    ));
+    let baseline = rust_consumer(&hub.target, &expected).await?;
+    figures.baseline_events_per_s = baseline.events_per_s();
+    note(format!(
+        "baseline: the SDK consumer alone reads {:.0} events/s",
+        figures.baseline_events_per_s
+    ));
+    for count in [1, 4] {
+        let (rate, startup, duplicates) = throughput(&hub, &opts, count, total).await?;
+        note(format!(
+            "{count} instance(s): {rate:.0} events/s end to end ({startup:.1} s to the first checkpoint, {duplicates} duplicates)"
+        ));
+        figures.throughput.push(Throughput {
+            instances: count,
+            events_per_s: rate,
+            startup_seconds: startup,
+            duplicates,
+        });
+    }
+    drop(hub);
+
+    let hub = HubProcess::start(&opts.work_dir.join("hub-membership"), opts.partitions)?;
+    membership(&hub, &opts, &mut figures).await?;
+    drop(hub);
+    if opts.json {
+        println!(
+            "{}",
+            serde_json::to_string(&figures).expect("figures are JSON")
+        );
+    } else {
+        print(&figures, &opts);
+    }
+    Ok(figures)
+}
+
+fn print(f: &PoolFigures, opts: &PoolBenchOptions) {
+    let row = |what: &str, figure: String, goal: &str, sdks: &str| {
+        println!("  {what:<56} {figure:>22}  {goal:<9} {sdks}");
+    };
+    println!();
+    row(
+        "scenario",
+        "hubhost".into(),
+        "goal",
+        "SDK defaults (derived)",
+    );
+    row(
+        "crash takeover: kill -9 → every orphan processed",
+        format!("{:.1} s", f.takeover_seconds),
+        "≤ 10 s",
+        ".NET/Java ≈150 s, Go/Python ≈72 s",
+    );
+    row(
+        "graceful handoff: SIGTERM → every partition processed",
+        format!("{:.2} s", f.handoff_seconds),
+        "≤ 2 s",
+        "one interval: .NET/Java 30 s, Go/Python 10 s",
+    );
+    for ScaleOut {
+        from,
+        to,
+        seconds,
+        moved,
+        minimum,
+    } in &f.scale_out
+    {
+        row(
+            &format!("scale-out {from} → {to}: time to ±1 balance"),
+            format!("{seconds:.1} s"),
+            "",
+            "",
+        );
+        row(
+            &format!("scale-out {from} → {to}: partitions moved (minimum)"),
+            format!("{moved} ({minimum})"),
+            "minimum",
+            "",
+        );
+    }
+    row(
+        &format!(
+            "ownership changes, {:.0} s steady membership",
+            f.steady_seconds
+        ),
+        f.steady_changes.to_string(),
+        "0",
+        "",
+    );
+    for Throughput {
+        instances: count,
+        events_per_s: rate,
+        startup_seconds: startup,
+        duplicates,
+    } in &f.throughput
+    {
+        row(
+            &format!(
+                "end to end, {count} instance(s) (start-up {startup:.1} s, {duplicates} dups)"
+            ),
+            format!(
+                "{rate:.0} ev/s ({:.2}×)",
+                rate / f.baseline_events_per_s.max(1e-9)
+            ),
+            "≥ 50,000",
+            "",
+        );
+    }
+    row(
+        "baseline: the SDK consumer alone, no handler",
+        format!("{:.0} ev/s (1.00×)", f.baseline_events_per_s),
+        "",
+        "",
+    );
+    row(
+        "checkpoint store operations / min / instance",
+        format!(
+            "{:.0} (max {:.0})",
+            f.storage_ops_per_min.0, f.storage_ops_per_min.1
+        ),
+        "",
+        "",
+    );
+    row(
+        "  of which the balancer (lists, renewals, claims)",
+        format!(
+            "{:.0}",
+            f.storage_ops_per_min.0 - f.checkpoint_writes_per_min
+        ),
+        "",
+        "SDKs: 1 list + 1 renewal per owned partition per cycle",
+    );
+    println!(
+        "  ({} events prefilled; membership scenarios at {} events/s from the simulator)",
+        opts.events, opts.rate
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimum_moves_counts_only_what_balance_requires() {
+        // Growing 1 → 2 and 2 → 4 over 16 partitions.
+        assert_eq!(minimum_moves(&[16], 2, 16), 8);
+        assert_eq!(minimum_moves(&[8, 8], 4, 16), 8);
+        // Already balanced: nothing moves.
+        assert_eq!(minimum_moves(&[4, 4, 4, 4], 4, 16), 0);
+        assert_eq!(minimum_moves(&[6, 5, 5], 3, 16), 0);
+        // 3 → 2 after a crash: the dead owner's five partitions (its share is gone).
+        assert_eq!(minimum_moves(&[6, 5], 2, 16), 5);
+        // Uneven: the holder of 7 keeps 6 (one of the larger quotas), 1 moves; orphans move.
+        assert_eq!(minimum_moves(&[7, 5, 4], 3, 16), 1);
+        assert_eq!(minimum_moves(&[], 3, 16), 16);
+    }
+}

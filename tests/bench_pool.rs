@@ -1,0 +1,71 @@
+//! `hubhost bench pool` — the README's scenario benchmark — run small: it must finish, and its
+//! figures must say what the pool does (a crash taken over within expiry plus a few cycles,
+//! a graceful stop handed over at once, scale-outs moving no more than balance needs, nothing
+//! changing hands while membership is steady, every prefilled event processed).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn the_pool_benchmark_reports_the_scenarios() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+        .args([
+            "bench",
+            "pool",
+            "--events",
+            "20000",
+            "--homes",
+            "2000",
+            "--rate",
+            "500",
+            "--steady-seconds",
+            "8",
+            "--json",
+        ])
+        .env_remove("HUBHOST_STORAGE")
+        .env_remove("AzureWebJobsStorage")
+        .env_remove("EventHubConnection")
+        .output()
+        .expect("hubhost runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench pool failed:\n{stderr}");
+    let f: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON figures ({e}):\n{stderr}"));
+    eprintln!("{f:#}");
+
+    let takeover = f["takeover_seconds"].as_f64().unwrap();
+    assert!(
+        takeover > 3.0 && takeover < 15.0,
+        "a crash is taken over after the 6 s expiry, not before and not much later: {takeover}"
+    );
+    let handoff = f["handoff_seconds"].as_f64().unwrap();
+    assert!(handoff < 5.0, "graceful handoff took {handoff} s");
+    let scale_out = f["scale_out"].as_array().unwrap();
+    assert_eq!(scale_out.len(), 2);
+    for step in scale_out {
+        // The balancer steals only from owners above their share; a partition may move once
+        // more while two newcomers settle between themselves.
+        let (moved, minimum) = (
+            step["moved"].as_u64().unwrap(),
+            step["minimum"].as_u64().unwrap(),
+        );
+        assert_eq!(minimum, 8, "{step}");
+        assert!(moved >= minimum && moved <= minimum + 2, "{step}");
+    }
+    assert_eq!(
+        f["steady_changes"], 0,
+        "ownership changed with steady membership"
+    );
+    let ops = f["storage_ops_per_min"][0].as_f64().unwrap();
+    assert!(
+        ops > 0.0,
+        "the instances' /metrics count their store operations"
+    );
+    let throughput = f["throughput"].as_array().unwrap();
+    assert_eq!(throughput.len(), 2);
+    for t in throughput {
+        assert!(t["events_per_s"].as_f64().unwrap() > 0.0, "{t}");
+    }
+    assert!(f["baseline_events_per_s"].as_f64().unwrap() > 0.0);
+}
