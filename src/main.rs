@@ -597,20 +597,19 @@ fn main() -> ExitCode {
                         partitions,
                     },
             } => {
-                let temp = tempdir_for_bench().map_err(|e| e.to_string())?;
-                let storages = if storage.is_empty() {
-                    vec![temp.to_string_lossy().into_owned()]
-                } else {
-                    storage
-                };
-                let result = bench::checkpoints::run(bench::checkpoints::CheckpointBenchOptions {
-                    storages,
-                    seconds,
-                    partitions,
+                in_bench_dir(|temp| {
+                    let storages = if storage.is_empty() {
+                        vec![temp.to_string_lossy().into_owned()]
+                    } else {
+                        storage
+                    };
+                    bench::checkpoints::run(bench::checkpoints::CheckpointBenchOptions {
+                        storages,
+                        seconds,
+                        partitions,
+                    })
                 })
-                .await;
-                let _ = std::fs::remove_dir_all(&temp);
-                result.map(|_| ()).map_err(|e| e.to_string())
+                .await
             }
             Command::Bench {
                 which:
@@ -629,18 +628,17 @@ fn main() -> ExitCode {
                     let venv = PathBuf::from(".tools/venv/bin/python");
                     venv.exists().then_some(venv)
                 });
-                let work_dir = tempdir_for_bench().map_err(|e| e.to_string())?;
-                let result = bench::hub::run(bench::hub::HubBenchOptions {
-                    events,
-                    python_events,
-                    batch_size,
-                    partitions,
-                    python,
-                    work_dir: work_dir.clone(),
+                in_bench_dir(|work_dir| {
+                    bench::hub::run(bench::hub::HubBenchOptions {
+                        events,
+                        python_events,
+                        batch_size,
+                        partitions,
+                        python,
+                        work_dir,
+                    })
                 })
-                .await;
-                let _ = std::fs::remove_dir_all(&work_dir);
-                result.map(|_| ()).map_err(|e| e.to_string())
+                .await
             }
             Command::Bench {
                 which:
@@ -661,21 +659,20 @@ fn main() -> ExitCode {
                             .into(),
                     );
                 }
-                let work_dir = tempdir_for_bench().map_err(|e| e.to_string())?;
-                let result = bench::pool::run(bench::pool::PoolBenchOptions {
-                    partitions,
-                    events,
-                    homes,
-                    rate,
-                    steady: std::time::Duration::from_secs(steady_seconds),
-                    max_batch,
-                    prefetch,
-                    json,
-                    work_dir: work_dir.clone(),
+                in_bench_dir(|work_dir| {
+                    bench::pool::run(bench::pool::PoolBenchOptions {
+                        partitions,
+                        events,
+                        homes,
+                        rate,
+                        steady: std::time::Duration::from_secs(steady_seconds),
+                        max_batch,
+                        prefetch,
+                        json,
+                        work_dir,
+                    })
                 })
-                .await;
-                let _ = std::fs::remove_dir_all(&work_dir);
-                result.map(|_| ()).map_err(|e| e.to_string())
+                .await
             }
             Command::Bench {
                 which:
@@ -970,14 +967,22 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
 }
 
 /// A fresh directory under the system's temporary directory.
-fn tempdir_for_bench() -> std::io::Result<PathBuf> {
+/// Runs a benchmark in a fresh temporary directory of its own, removed afterwards whatever the
+/// outcome; the benchmark prints its own figures.
+async fn in_bench_dir<T, E, F>(run: impl FnOnce(PathBuf) -> F) -> Result<(), String>
+where
+    E: std::fmt::Display,
+    F: std::future::Future<Output = Result<T, E>>,
+{
     let dir = std::env::temp_dir().join(format!(
         "hubhost-bench-{}-{}",
         std::process::id(),
         chrono::Utc::now().timestamp_millis()
     ));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let result = run(dir.clone()).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result.map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// Asks on the terminal; refuses when nobody can answer (stdin is not a terminal).

@@ -115,7 +115,7 @@ fn client_error(
 }
 
 /// Distinct fleet readings (about 250 bytes each) the phases send in turn.
-pub(crate) fn readings() -> Vec<(String, String)> {
+fn readings() -> Vec<(String, String)> {
     let fleet = Fleet {
         homes: 100_000,
         partitions: 16,
@@ -259,7 +259,7 @@ fn event(body: &str) -> EventData {
 
 /// Phase 2: one task per partition, each with its own `ProducerClient` (connection), sends
 /// batches of `batch_size` to its partition; connections open before the clock starts.
-pub(crate) async fn rust_producer(
+async fn rust_producer(
     target: &EventHubTarget,
     per_partition: u64,
     partitions: u32,

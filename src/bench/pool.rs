@@ -105,7 +105,7 @@ pub fn minimum_moves(shares: &[usize], live: usize, partitions: usize) -> usize 
 }
 
 /// What the checkpoint store shows at one moment.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 struct Snapshot {
     /// Partition → owner, active ownerships only.
     owners: BTreeMap<String, String>,
@@ -196,15 +196,16 @@ impl Observer {
         what: &str,
         within: Duration,
         mut done: impl FnMut(&Snapshot) -> bool,
-    ) -> Result<(Duration, Snapshot, usize), PoolBenchError> {
+    ) -> Result<(Duration, usize), PoolBenchError> {
         let started = Instant::now();
-        let mut last = self.snapshot().await?;
+        let mut owners = OwnerHistory::default();
+        owners.observe(&self.snapshot().await?);
         let mut moves = 0;
         loop {
             let now = self.snapshot().await?;
-            moves += changes(&last, &now);
+            moves += owners.observe(&now);
             if done(&now) {
-                return Ok((started.elapsed(), now, moves));
+                return Ok((started.elapsed(), moves));
             }
             if started.elapsed() > within {
                 return Err(PoolBenchError::Timeout {
@@ -213,20 +214,30 @@ impl Observer {
                     detail: format!(": owners {:?}", now.owners),
                 });
             }
-            last = now;
             tokio::time::sleep(POLL).await;
         }
     }
 }
 
-/// Partitions whose owner went from one instance to another (a partition between owners, with
-/// no active owner for a moment, counts once, when the next owner shows).
-fn changes(before: &Snapshot, after: &Snapshot) -> usize {
-    after
-        .owners
-        .iter()
-        .filter(|(p, o)| before.owners.get(*p).is_some_and(|b| b != *o))
-        .count()
+/// Each partition's last owner seen, kept while the partition has no active owner, so that a
+/// move through a moment without one (A → none → B) still counts once, when B shows.
+#[derive(Debug, Default)]
+struct OwnerHistory {
+    last: BTreeMap<String, String>,
+}
+
+impl OwnerHistory {
+    /// Records `now`; returns how many partitions have an owner other than their last one.
+    fn observe(&mut self, now: &Snapshot) -> usize {
+        let mut moved = 0;
+        for (partition, owner) in &now.owners {
+            match self.last.insert(partition.clone(), owner.clone()) {
+                Some(previous) if previous != *owner => moved += 1,
+                _ => {}
+            }
+        }
+        moved
+    }
 }
 
 /// One `hubhost emulate` child.
@@ -559,7 +570,7 @@ impl Producer {
 }
 
 /// Waits until the pool is balanced among its live instances; returns the time and the moves.
-async fn settle(app: &PoolApp, what: &str) -> Result<(Duration, Snapshot, usize), PoolBenchError> {
+async fn settle(app: &PoolApp, what: &str) -> Result<(Duration, usize), PoolBenchError> {
     let live = app.live();
     app.observer
         .wait_for(what, Duration::from_secs(60), |s| {
@@ -634,7 +645,7 @@ async fn membership(
     let mut app = PoolApp::create(opts.work_dir.join("membership"), hub, opts)?;
     app.start("i1")?;
     app.wait_started().await?;
-    let (took, _, _) = settle(&app, "one instance owning every partition").await?;
+    let (took, _) = settle(&app, "one instance owning every partition").await?;
     note(format!(
         "one instance owns every partition after {took:.1?}"
     ));
@@ -646,7 +657,7 @@ async fn membership(
         }
         let minimum = minimum_moves(&before.shares(), app.live().len(), app.partitions);
         let to = app.live().len();
-        let (took, _, moved) = settle(&app, &format!("a ±1 balance after growing to {to}")).await?;
+        let (took, moved) = settle(&app, &format!("a ±1 balance after growing to {to}")).await?;
         note(format!(
             "{from} → {to} instances: balanced after {took:.1?}, {moved} partitions moved (minimum {minimum})"
         ));
@@ -681,6 +692,8 @@ async fn membership(
         })
     };
     let mut last = app.observer.snapshot().await?;
+    let mut owners = OwnerHistory::default();
+    owners.observe(&last);
     while started.elapsed() < steady {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let now = app.observer.snapshot().await?;
@@ -690,7 +703,7 @@ async fn membership(
             .keys()
             .filter(|p| !now.owners.contains_key(*p))
             .count();
-        let changed = changes(&last, &now) + lapsed;
+        let changed = owners.observe(&now) + lapsed;
         changed_hands.fetch_add(changed, std::sync::atomic::Ordering::Relaxed);
         last = now;
     }
@@ -923,6 +936,28 @@ fn print(f: &PoolFigures, opts: &PoolBenchOptions) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn snapshot(owners: &[(&str, &str)]) -> Snapshot {
+        Snapshot {
+            owners: owners
+                .iter()
+                .map(|(p, o)| (p.to_string(), o.to_string()))
+                .collect(),
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn a_move_counts_once_even_through_a_moment_without_owner() {
+        let mut history = OwnerHistory::default();
+        assert_eq!(history.observe(&snapshot(&[("0", "a"), ("1", "a")])), 0);
+        // Partition 0 relinquished (no active owner), then claimed by b; 1 stolen directly.
+        assert_eq!(history.observe(&snapshot(&[("1", "b")])), 1);
+        assert_eq!(history.observe(&snapshot(&[("0", "b"), ("1", "b")])), 1);
+        // Back to its last owner after a lapse: not a move.
+        assert_eq!(history.observe(&snapshot(&[("1", "b")])), 0);
+        assert_eq!(history.observe(&snapshot(&[("0", "b"), ("1", "b")])), 0);
+    }
 
     #[test]
     fn minimum_moves_counts_only_what_balance_requires() {
