@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use azure_messaging_eventhubs::SendEventOptions;
 use azure_messaging_eventhubs::models::EventData;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::app::aggregate::WindowAggregate;
@@ -341,24 +341,27 @@ pub async fn summarize(store: &SharedStore) -> Result<(), DemoError> {
     let windows = store
         .list(container, &format!("windows/{DEMO_HUB}/"))
         .await?;
-    let mut events = 0u64;
-    let mut alarms: BTreeMap<String, u64> = BTreeMap::new();
-    let mut example: Option<(String, WindowAggregate)> = None;
+    // Blocks of one window merge into the window (see `app::aggregate`).
+    let mut merged: BTreeMap<DateTime<Utc>, WindowAggregate> = BTreeMap::new();
     for w in &windows {
         let Some(blob) = store.get(container, &w.name).await? else {
             continue;
         };
-        let Ok(agg) = serde_json::from_slice::<WindowAggregate>(&blob.data) else {
+        let Ok(block) = serde_json::from_slice::<WindowAggregate>(&blob.data) else {
             continue;
         };
-        events += agg.events;
-        for home in agg.homes.values() {
-            for a in &home.alarms {
-                *alarms.entry(format!("{:?}", a.kind)).or_default() += 1;
+        match merged.entry(block.window_start) {
+            std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().merge(&block),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(block);
             }
         }
-        if example.is_none() {
-            example = Some((w.name.clone(), agg));
+    }
+    let events: u64 = merged.values().map(|w| w.events).sum();
+    let mut alarms: BTreeMap<String, u64> = BTreeMap::new();
+    for home in merged.values().flat_map(|w| w.homes.values()) {
+        for a in &home.alarms {
+            *alarms.entry(format!("{:?}", a.kind)).or_default() += 1;
         }
     }
     let homes = store
@@ -376,8 +379,9 @@ pub async fn summarize(store: &SharedStore) -> Result<(), DemoError> {
         store.describe()
     );
     println!(
-        "  {} window aggregates holding {events} readings",
-        windows.len()
+        "  {} window blocks of {} windows holding {events} readings",
+        windows.len(),
+        merged.len()
     );
     println!(
         "  {homes} home-directory buckets, {} archive chunks",
@@ -392,10 +396,10 @@ pub async fn summarize(store: &SharedStore) -> Result<(), DemoError> {
             println!("    {}: {}", d.name, v["reason"].as_str().unwrap_or("?"));
         }
     }
-    if let Some((name, agg)) = example
+    if let Some((start, agg)) = merged.iter().next()
         && let Some((home, activity)) = agg.homes.iter().next()
     {
-        println!("  example: {home} in {name}:");
+        println!("  example: {home} in the window starting {start}:");
         println!(
             "    {}",
             serde_json::to_string(activity).unwrap_or_default()

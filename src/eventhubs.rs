@@ -78,9 +78,11 @@ pub struct PartitionEnd {
     pub is_empty: bool,
 }
 
-/// Per attempt; the SDK can stall on a fresh connection (see `partition_ends`).
-const PROPERTIES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-const PROPERTIES_ATTEMPTS: u32 = 3;
+/// Per attempt; the SDK can stall on a fresh connection (see `partition_ends`). Generous
+/// because a hub that has just taken a million events answers its first management calls
+/// slowly: three 5 s attempts once all ran out right after `bench pool`'s prefill.
+const PROPERTIES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(8);
+const PROPERTIES_ATTEMPTS: u32 = 5;
 
 /// Opens an SDK client from its builder: the emulator's custom endpoint when there is one, the
 /// connection string, the hub. A macro because the SDK's three builders share no trait.

@@ -172,10 +172,14 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(ServeError::Server)?;
     tracing::info!(%addr, functions = ?state.function_names(), "custom handler listening");
     on_listening(addr);
-    axum::serve(listener, router(state))
+    axum::serve(listener, router(state.clone()))
         .with_graceful_shutdown(shutdown)
         .await
-        .map_err(ServeError::Server)
+        .map_err(ServeError::Server)?;
+    if let Err(e) = state.app.flush().await {
+        tracing::warn!(error = %e, "could not write the home directory's last entries; the homes' next reports add them");
+    }
+    Ok(())
 }
 
 fn reply(status: StatusCode, body: &InvocationResponse) -> Response {

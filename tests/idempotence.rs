@@ -41,7 +41,15 @@ fn request(function_index: usize, events: &[EventRecord]) -> Vec<u8> {
     )
 }
 
-/// The aggregates that folding every event exactly once, in order, gives.
+/// A window as readers see it, whatever blocks it was written in: the record of applied
+/// sequence numbers is the writers' business (its split follows the blocks).
+fn readers_view(mut window: WindowAggregate) -> WindowAggregate {
+    window.block.clear();
+    window.applied = AppliedRanges::default();
+    window
+}
+
+/// The windows that folding every event exactly once, in order, gives.
 fn expected_windows(batches: &[Vec<EventRecord>]) -> BTreeMap<String, WindowAggregate> {
     let mut windows: BTreeMap<String, WindowAggregate> = BTreeMap::new();
     for batch in batches {
@@ -63,25 +71,50 @@ fn expected_windows(batches: &[Vec<EventRecord>]) -> BTreeMap<String, WindowAggr
                 .push((*seq, r));
         }
         for (start, rs) in by_window {
-            let name = layout::window_blob("sensors", start, &PARTITION.to_string());
             windows
-                .entry(name)
+                .entry(layout::window_prefix("sensors", start))
                 .or_insert_with(|| {
-                    WindowAggregate::new("sensors", &PARTITION.to_string(), start, 60)
+                    WindowAggregate::new("sensors", &PARTITION.to_string(), start, 60, "")
                 })
                 .fold(&runs, &rs);
         }
     }
     windows
+        .into_iter()
+        .map(|(k, w)| (k, readers_view(w)))
+        .collect()
 }
 
+/// The stored blocks merged into windows. Also checks that every block records as applied the
+/// sequence numbers of the readings it holds.
 async fn stored_windows(store: &SharedStore) -> BTreeMap<String, WindowAggregate> {
-    let mut out = BTreeMap::new();
+    let mut out: BTreeMap<String, WindowAggregate> = BTreeMap::new();
     for w in store.list("hubhost", "windows/").await.unwrap() {
         let blob = store.get("hubhost", &w.name).await.unwrap().unwrap();
-        out.insert(w.name, serde_json::from_slice(&blob.data).unwrap());
+        let block: WindowAggregate = serde_json::from_slice(&blob.data).unwrap();
+        assert_eq!(
+            w.name,
+            layout::window_block_blob(
+                "sensors",
+                block.window_start,
+                &block.partition,
+                &block.block
+            )
+        );
+        for home in block.homes.values() {
+            for s in home.sensors.values().filter_map(|s| s.seq) {
+                assert!(block.applied.contains(s), "{s} not recorded in {}", w.name);
+            }
+        }
+        let key = layout::window_prefix("sensors", block.window_start);
+        match out.get_mut(&key) {
+            Some(window) => window.merge(&block),
+            None => {
+                out.insert(key, block);
+            }
+        }
     }
-    out
+    out.into_iter().map(|(k, w)| (k, readers_view(w))).collect()
 }
 
 async fn archived_sequence_numbers(store: &SharedStore) -> Vec<i64> {

@@ -297,3 +297,50 @@ async fn azure_auth_failures_are_permanent_errors() {
     );
     assert!(!err.is_transient());
 }
+
+/// Rewriting a local blob trades places with its spare instead of allocating a new file each
+/// time (see `storage/local.rs` for why), the spare is never listed, and a delete removes both.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn local_rewrites_reuse_two_inodes_and_hide_the_spare() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = StorageLocation::Directory(dir.path().to_path_buf())
+        .open()
+        .unwrap();
+    store.ensure_container(C).await.unwrap();
+    let file = dir.path().join(C).join("a/b.json");
+    let mut inodes = std::collections::BTreeSet::new();
+    for i in 0..8u8 {
+        let data = Bytes::from(vec![b'x'; 10 + usize::from(i)]);
+        let written = store
+            .put(
+                C,
+                "a/b.json",
+                data.clone(),
+                &Metadata::new(),
+                &Condition::Always,
+            )
+            .await
+            .unwrap();
+        let blob = store.get(C, "a/b.json").await.unwrap().unwrap();
+        assert_eq!((blob.data, blob.properties.etag), (data, written.etag));
+        if i > 0 {
+            inodes.insert(std::fs::metadata(&file).unwrap().ino());
+        }
+    }
+    assert_eq!(inodes.len(), 2, "seven rewrites used inodes {inodes:?}");
+    let listed: Vec<String> = store
+        .list(C, "")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.name)
+        .collect();
+    assert_eq!(listed, vec!["a/b.json".to_string()]);
+    store.delete(C, "a/b.json").await.unwrap();
+    assert_eq!(
+        std::fs::read_dir(file.parent().unwrap()).unwrap().count(),
+        0
+    );
+}

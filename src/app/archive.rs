@@ -2,7 +2,7 @@
 //! enqueued-time window, so that routing (the aggregator) and storage don't slow each other down
 //! (the design documents' advice: two consumer groups, two processors).
 //!
-//! Events are grouped in blocks of [`layout::ARCHIVE_BLOCK`] sequence numbers and keyed by
+//! Events are grouped in blocks of [`SEQUENCE_BLOCK`](super::aggregate::SEQUENCE_BLOCK) sequence numbers and keyed by
 //! sequence number inside a block, so archiving a replayed batch adds nothing.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::aggregate::window_start;
+use super::aggregate::{block_of, window_start};
 use super::versioned::VersionedDocs;
 use super::{AppError, BatchReport, layout};
 use crate::batch::{EventRecord, TriggerBatch};
@@ -109,10 +109,7 @@ impl Archiver {
         for (i, e) in batch.events.iter().enumerate() {
             let window = window_start(e.enqueued_time.unwrap_or(received), self.window_seconds);
             let (block, key) = match e.sequence_number {
-                Some(seq) => (
-                    format!("{:010}", seq.div_euclid(layout::ARCHIVE_BLOCK)),
-                    seq,
-                ),
+                Some(seq) => (block_of(Some(seq)), seq),
                 None => (unsequenced.clone(), -1 - i as i64),
             };
             chunks.entry((window, block)).or_default().push((key, e));

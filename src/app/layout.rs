@@ -2,12 +2,14 @@
 //! readers (the web page, the tests) agree.
 //!
 //! All in one container (default `hubhost`), names lowercased:
-//! - `windows/{hub}/{yyyy-mm-dd}/{hhmmss}/p{partition}.json` — one [`WindowAggregate`] per
-//!   partition and window: 100,000 homes reporting every minute over 16 partitions write 16 blobs
-//!   a minute, each holding ~6,250 homes, however many batches they arrive in.
+//! - `windows/{hub}/{yyyy-mm-dd}/{hhmmss}/p{partition}/{block}.json` — one [`WindowAggregate`]
+//!   per partition, window and block of 1,000 sequence numbers (`unsequenced` for readings
+//!   without one): a batch rewrites the one or two blocks its readings fall in, and a reader
+//!   merges the blocks under `windows/{hub}/{date}/{hhmmss}/` (see `aggregate.rs` for why).
 //! - `homes/{hub}/{bucket}.json` — the home directory: which partition a home's events arrive on,
-//!   in 256 buckets by a hash of the home id; rewritten only when a home is new (or moves). A page
-//!   showing one home reads one bucket, then that partition's window blobs.
+//!   in 256 buckets by a hash of the home id; written behind the batches (an index, rebuilt by a
+//!   home's next report if lost). A page showing one home reads one bucket, then that
+//!   partition's blocks.
 //! - `archive/{hub}/{consumergroup}/{yyyy-mm-dd}/{hhmmss}/p{partition}/{block}.json` — raw events
 //!   by enqueued-time window, in blocks of 1,000 sequence numbers.
 //! - `deadletter/{hub}/{consumergroup}/p{partition}/{sequence}.json` — poison events with their
@@ -19,7 +21,6 @@ use chrono::{DateTime, Utc};
 
 pub const DEFAULT_CONTAINER: &str = "hubhost";
 pub const HOME_BUCKETS: u64 = 256;
-pub const ARCHIVE_BLOCK: i64 = 1000;
 
 /// Why a name from a request cannot become part of a blob name.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -55,10 +56,20 @@ fn window_path(start: DateTime<Utc>) -> String {
     start.format("%Y-%m-%d/%H%M%S").to_string()
 }
 
-pub fn window_blob(hub: &str, window_start: DateTime<Utc>, partition: &str) -> String {
+/// Where a window's blocks of every partition are.
+pub fn window_prefix(hub: &str, window_start: DateTime<Utc>) -> String {
+    format!("windows/{hub}/{}/", window_path(window_start))
+}
+
+pub fn window_block_blob(
+    hub: &str,
+    window_start: DateTime<Utc>,
+    partition: &str,
+    block: &str,
+) -> String {
     format!(
-        "windows/{hub}/{}/p{partition}.json",
-        window_path(window_start)
+        "{}p{partition}/{block}.json",
+        window_prefix(hub, window_start)
     )
 }
 
@@ -115,8 +126,8 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc);
         assert_eq!(
-            window_blob("sensors", t, "3"),
-            "windows/sensors/2026-11-22/133000/p3.json"
+            window_block_blob("sensors", t, "3", "0000000012"),
+            "windows/sensors/2026-11-22/133000/p3/0000000012.json"
         );
         assert_eq!(home_directory_blob("sensors", 7), "homes/sensors/007.json");
         assert_eq!(

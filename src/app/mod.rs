@@ -2,7 +2,8 @@
 //!
 //! Two functions consume the same event hub on two consumer groups:
 //! - `SensorAggregator` ([`aggregator`]): consolidates readings per home and time window into
-//!   blob storage and sets poison events aside ([`deadletter`]);
+//!   blob storage, notes where each home reports ([`directory`]) and sets poison events aside
+//!   ([`deadletter`]);
 //! - `RawArchive` ([`archive`]): keeps the raw events.
 //!
 //! Data flow: [`sensor`] (schema, validation, alarm rules) → [`aggregate`] (pure fold with
@@ -13,6 +14,7 @@ pub mod aggregate;
 pub mod aggregator;
 pub mod archive;
 pub mod deadletter;
+pub mod directory;
 pub mod layout;
 pub mod sensor;
 pub mod versioned;
@@ -94,5 +96,10 @@ impl App {
             AppFunction::Aggregate => self.aggregator.process(batch).await,
             AppFunction::Archive => self.archiver.process(batch).await,
         }
+    }
+
+    /// Writes what is kept behind the batches (the home directory); call before exiting.
+    pub async fn flush(&self) -> Result<(), AppError> {
+        self.aggregator.flush().await
     }
 }

@@ -8,6 +8,7 @@
 
 use base64::Engine;
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::{dotnet_datetime, dotnet_datetime_offset, dotnet_utc_now};
@@ -54,30 +55,59 @@ fn offset_as_long(offset: Option<&str>) -> i64 {
     offset.and_then(|o| o.parse().ok()).unwrap_or(-1)
 }
 
-fn system_properties(e: &EventRecord, flavor: MetadataFlavor) -> Value {
-    let mut m = Map::new();
-    if let Some(seq) = e.sequence_number {
-        m.insert("x-opt-sequence-number".into(), json!(seq));
-        m.insert("SequenceNumber".into(), json!(seq));
+/// Rule 4 for arrays built from typed values: written straight to JSON text, without building
+/// a `Value` per element first (the emulated host does this for every event of every batch).
+fn json_text<T: Serialize + ?Sized>(v: &T) -> Value {
+    Value::String(serde_json::to_string(v).expect("metadata serializes"))
+}
+
+/// An event's `SystemProperties`. The fields are declared in the byte order of their names,
+/// which is the order serde_json's (sorted) maps give the host's other objects here.
+#[derive(Serialize)]
+struct SystemProperties<'a> {
+    #[serde(rename = "EnqueuedTimeUtc", skip_serializing_if = "Option::is_none")]
+    enqueued_time_utc: Option<String>,
+    #[serde(rename = "Offset")]
+    offset: i64,
+    /// Only in the current flavour, where it may be null.
+    #[serde(rename = "OffsetString", skip_serializing_if = "Option::is_none")]
+    offset_string: Option<Option<&'a str>>,
+    #[serde(rename = "PartitionKey")]
+    partition_key: Option<&'a str>,
+    #[serde(rename = "SequenceNumber", skip_serializing_if = "Option::is_none")]
+    sequence_number: Option<i64>,
+    #[serde(
+        rename = "x-opt-enqueued-time",
+        skip_serializing_if = "Option::is_none"
+    )]
+    x_opt_enqueued_time: Option<String>,
+    #[serde(rename = "x-opt-offset")]
+    x_opt_offset: i64,
+    #[serde(
+        rename = "x-opt-partition-key",
+        skip_serializing_if = "Option::is_none"
+    )]
+    x_opt_partition_key: Option<&'a str>,
+    #[serde(
+        rename = "x-opt-sequence-number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    x_opt_sequence_number: Option<i64>,
+}
+
+fn system_properties(e: &EventRecord, flavor: MetadataFlavor) -> SystemProperties<'_> {
+    let offset = offset_as_long(e.offset.as_deref());
+    SystemProperties {
+        enqueued_time_utc: e.enqueued_time.as_ref().map(dotnet_datetime),
+        offset,
+        offset_string: (flavor == MetadataFlavor::Current).then_some(e.offset.as_deref()),
+        partition_key: e.partition_key.as_deref(),
+        sequence_number: e.sequence_number,
+        x_opt_enqueued_time: e.enqueued_time.as_ref().map(dotnet_datetime_offset),
+        x_opt_offset: offset,
+        x_opt_partition_key: e.partition_key.as_deref(),
+        x_opt_sequence_number: e.sequence_number,
     }
-    let offset = e.offset.as_deref();
-    m.insert("x-opt-offset".into(), json!(offset_as_long(offset)));
-    m.insert("Offset".into(), json!(offset_as_long(offset)));
-    if flavor == MetadataFlavor::Current {
-        m.insert("OffsetString".into(), json!(offset));
-    }
-    if let Some(t) = &e.enqueued_time {
-        m.insert(
-            "x-opt-enqueued-time".into(),
-            json!(dotnet_datetime_offset(t)),
-        );
-        m.insert("EnqueuedTimeUtc".into(), json!(dotnet_datetime(t)));
-    }
-    if let Some(k) = &e.partition_key {
-        m.insert("x-opt-partition-key".into(), json!(k));
-    }
-    m.insert("PartitionKey".into(), json!(e.partition_key));
-    Value::Object(m)
 }
 
 fn partition_context(inv: &HostInvocation) -> Value {
@@ -133,64 +163,72 @@ pub fn encode_request(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     let mut from_body = Map::new();
     let data_value = match trigger.cardinality {
         Cardinality::Many => {
-            let array: Vec<Value> = match trigger.data_type {
-                DataType::String => events.iter().map(|e| Value::String(body_text(e))).collect(),
-                DataType::Binary => events
-                    .iter()
-                    .map(|e| Value::String(base64_body(e)))
-                    .collect(),
-                DataType::Unset => events
-                    .iter()
-                    .enumerate()
-                    .map(|(index, e)| {
-                        serde_json::from_slice(&e.body)
-                            .map_err(|_| EncodeError::BodyNotJson { index })
-                    })
-                    .collect::<Result<_, _>>()?,
+            let data_text = match trigger.data_type {
+                DataType::String => json_text(
+                    &events
+                        .iter()
+                        .map(|e| String::from_utf8_lossy(&e.body))
+                        .collect::<Vec<_>>(),
+                ),
+                DataType::Binary => json_text(&events.iter().map(base64_body).collect::<Vec<_>>()),
+                // Parsed, as the host parses them (its text is re-serialized, not copied).
+                DataType::Unset => as_json_text(&Value::Array(
+                    events
+                        .iter()
+                        .enumerate()
+                        .map(|(index, e)| {
+                            serde_json::from_slice(&e.body)
+                                .map_err(|_| EncodeError::BodyNotJson { index })
+                        })
+                        .collect::<Result<_, _>>()?,
+                )),
             };
-            let seqs: Vec<Value> = events.iter().map(|e| json!(e.sequence_number)).collect();
-            let offsets: Vec<Value> = events.iter().map(|e| json!(e.offset)).collect();
-            let times: Vec<Value> = events
-                .iter()
-                .map(|e| json!(e.enqueued_time.as_ref().map(dotnet_datetime)))
-                .collect();
-            let keys: Vec<Value> = events.iter().map(|e| json!(e.partition_key)).collect();
-            let props: Vec<Value> = events
-                .iter()
-                .map(|e| Value::Object(e.properties.clone()))
-                .collect();
-            let system: Vec<Value> = events
-                .iter()
-                .map(|e| system_properties(e, inv.flavor))
-                .collect();
+            let offsets = json_text(
+                &events
+                    .iter()
+                    .map(|e| e.offset.as_deref())
+                    .collect::<Vec<_>>(),
+            );
             metadata.insert(
                 "PartitionKeyArray".into(),
-                as_json_text(&Value::Array(keys)),
-            );
-            metadata.insert(
-                "OffsetArray".into(),
-                as_json_text(&Value::Array(offsets.clone())),
+                json_text(
+                    &events
+                        .iter()
+                        .map(|e| e.partition_key.as_deref())
+                        .collect::<Vec<_>>(),
+                ),
             );
             if inv.flavor == MetadataFlavor::Current {
-                metadata.insert(
-                    "OffsetStringArray".into(),
-                    as_json_text(&Value::Array(offsets)),
-                );
+                metadata.insert("OffsetStringArray".into(), offsets.clone());
             }
+            metadata.insert("OffsetArray".into(), offsets);
             metadata.insert(
                 "SequenceNumberArray".into(),
-                as_json_text(&Value::Array(seqs)),
+                json_text(&events.iter().map(|e| e.sequence_number).collect::<Vec<_>>()),
             );
             metadata.insert(
                 "EnqueuedTimeUtcArray".into(),
-                as_json_text(&Value::Array(times)),
+                json_text(
+                    &events
+                        .iter()
+                        .map(|e| e.enqueued_time.as_ref().map(dotnet_datetime))
+                        .collect::<Vec<_>>(),
+                ),
             );
-            metadata.insert("PropertiesArray".into(), as_json_text(&Value::Array(props)));
+            metadata.insert(
+                "PropertiesArray".into(),
+                json_text(&events.iter().map(|e| &e.properties).collect::<Vec<_>>()),
+            );
             metadata.insert(
                 "SystemPropertiesArray".into(),
-                as_json_text(&Value::Array(system)),
+                json_text(
+                    &events
+                        .iter()
+                        .map(|e| system_properties(e, inv.flavor))
+                        .collect::<Vec<_>>(),
+                ),
             );
-            as_json_text(&Value::Array(array))
+            data_text
         }
         Cardinality::One => {
             let [e] = events else {
@@ -216,7 +254,11 @@ pub fn encode_request(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
                 );
             }
             metadata.insert("Properties".into(), Value::Object(e.properties.clone()));
-            metadata.insert("SystemProperties".into(), system_properties(e, inv.flavor));
+            metadata.insert(
+                "SystemProperties".into(),
+                serde_json::to_value(system_properties(e, inv.flavor))
+                    .expect("metadata serializes"),
+            );
             match trigger.data_type {
                 DataType::Binary => Value::String(base64_body(e)),
                 DataType::String | DataType::Unset => {
