@@ -27,7 +27,7 @@ use crate::batch::{EventRecord, PartitionContext};
 use crate::checkpoint::CheckpointStore;
 use crate::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
 use crate::emulate::{self, AppSettings};
-use crate::eventhubs::EventHubTarget;
+use crate::eventhubs::{EventHubTarget, on_sending_thread};
 use crate::function_app::EventHubTrigger;
 use crate::handler::{self, HandlerConfig, builtin_functions};
 use crate::hub::{HubConfig, HubSpec};
@@ -76,6 +76,8 @@ pub enum DemoError {
     Send(String),
     #[error("{0} stopped during start-up")]
     Stopped(&'static str),
+    #[error("{0} panicked (its message is above)")]
+    Panicked(&'static str),
 }
 
 /// The partition context the host would send for a demo partition.
@@ -206,8 +208,14 @@ pub async fn run(
     println!("web page:");
     println!("http://{addr}/");
 
-    // 4. Two poison events, then the fleet.
-    send_poison(&target).await?;
+    // 4. Two poison events, then the fleet, sent from a thread of their own (see
+    //    `eventhubs::on_sending_thread`).
+    {
+        let target = target.clone();
+        on_sending_thread(move || async move { send_poison(&target).await })
+            .await
+            .ok_or(DemoError::Panicked("the poison sender"))??;
+    }
     let simulation = {
         let target = target.clone();
         let options = SimulateOptions {
@@ -222,7 +230,9 @@ pub async fn run(
             progress: false,
         };
         let stop = stop.clone();
-        tokio::spawn(async move { simulate::run(&target, options, stop.cancelled_owned()).await })
+        on_sending_thread(move || async move {
+            simulate::run(&target, options, stop.cancelled_owned()).await
+        })
     };
     let progress = {
         let pool = pool.clone();
@@ -236,9 +246,9 @@ pub async fn run(
         done = &mut simulation => done,
     };
     let summary = match summary {
-        Ok(Ok(summary)) => summary,
-        Ok(Err(e)) => return Err(e.into()),
-        Err(_) => return Err(DemoError::Stopped("the simulator")),
+        Some(Ok(summary)) => summary,
+        Some(Err(e)) => return Err(e.into()),
+        None => return Err(DemoError::Panicked("the simulator")),
     };
     // A bounded run lets the pool catch up with what was sent before stopping.
     let expected = summary.events + POISON.len() as u64;
@@ -331,7 +341,7 @@ async fn send_poison(target: &EventHubTarget) -> Result<(), DemoError> {
             .await
             .map_err(|e| DemoError::Send(e.to_string()))?;
     }
-    let _ = producer.close().await;
+    crate::eventhubs::close_quietly("producer", producer.close()).await;
     Ok(())
 }
 

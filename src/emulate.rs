@@ -225,7 +225,12 @@ impl BatchHandler for FunctionDispatch {
             }
             attempt += 1;
             let delay = retry_delay(policy, attempt);
-            tracing::warn!(function = %self.function, partition = %batch.context.partition_id, attempt, ?delay, %error, "invocation failed; retrying");
+            tracing::warn!(
+                function = %self.function, partition = %batch.context.partition_id,
+                first_sequence = ?batch.events.first().and_then(|e| e.sequence_number),
+                last_sequence = ?batch.events.last().and_then(|e| e.sequence_number),
+                attempt, ?delay, %error, "invocation failed; retrying"
+            );
             tokio::select! {
                 _ = stop.cancelled() => return BatchOutcome::Failed(format!("{error} (stopping; retries abandoned)")),
                 _ = tokio::time::sleep(delay) => {}
@@ -412,25 +417,13 @@ impl HandlerProcess {
     }
 
     fn spawn(&self) -> Result<tokio::process::Child, EmulateError> {
-        let mut cmd = tokio::process::Command::new(&self.program);
+        // The host's worker does not outlive the host, even after `kill -9`.
+        let mut cmd = crate::child::command(&self.program);
         cmd.args(&self.arguments)
             .current_dir(&self.working_directory)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        #[cfg(target_os = "linux")]
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            // The host's worker does not outlive the host: if this process is killed (kill -9
-            // included), the kernel kills the handler too.
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+            .stdin(std::process::Stdio::null());
         cmd.spawn().map_err(|e| EmulateError::HandlerStart {
             command: self.describe(),
             problem: e.to_string(),

@@ -78,6 +78,57 @@ pub struct PartitionEnd {
     pub is_empty: bool,
 }
 
+/// Runs `work` — anything that sends through the SDK — on a tokio runtime of its own with a
+/// single thread, and returns what it returned (`None` if it panicked).
+///
+/// Why: the SDK's AMQP layer (`fe2o3-amqp` 0.16, which `azure_messaging_eventhubs` 0.16 pins)
+/// hands a transfer to its session task *before* it records the delivery as awaiting an
+/// outcome. On a multi-threaded runtime the session, the connection and a fast peer can settle
+/// the delivery in that gap; the settlement finds nothing to complete and the send waits
+/// forever (fixed upstream in fe2o3-amqp 0.18.2, which the SDK does not use yet). Against a
+/// hub on loopback about one `hubhost demo` in ten hung this way. When the sending task, the
+/// session and the connection share one thread, the sending task runs to its next `.await` —
+/// past the bookkeeping — before the session can even read the transfer, so the gap is gone.
+pub async fn on_sending_thread<F, Fut, T>(work: F) -> Option<T>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("hubhost-sender".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread tokio runtime");
+            let _ = done.send(runtime.block_on(work()));
+        })
+        .expect("a thread for sending");
+    result.await.ok()
+}
+
+/// How long closing an SDK client may take. Closing is a courtesy to the service (it would
+/// time the link out anyway), and the SDK's close can wait forever for a peer's answer: the
+/// demo once hung at start-up in `ProducerClient::close` after its two sends had been
+/// acknowledged. So every close is bounded, and a stalled one is abandoned (the client is
+/// dropped, which drops its connection).
+pub const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Closes an SDK client within [`CLOSE_TIMEOUT`]; a close that fails or stalls is logged at
+/// debug level and otherwise ignored, since nothing waits on it.
+pub async fn close_quietly<T, E: fmt::Display>(
+    what: &str,
+    close: impl std::future::Future<Output = Result<T, E>>,
+) {
+    match tokio::time::timeout(CLOSE_TIMEOUT, close).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(client = what, error = %e, "closing failed; dropped"),
+        Err(_) => tracing::debug!(client = what, "closing stalled; dropped"),
+    }
+}
+
 /// Per attempt; the SDK can stall on a fresh connection (see `partition_ends`). Generous
 /// because a hub that has just taken a million events answers its first management calls
 /// slowly: three 5 s attempts once all ran out right after `bench pool`'s prefill.
@@ -298,7 +349,7 @@ impl EventHubTarget {
                 is_empty: p.is_empty,
             });
         }
-        let _ = producer.close().await;
+        close_quietly("producer", producer.close()).await;
         Ok(ends)
     }
 
@@ -381,7 +432,7 @@ impl EventHubTarget {
                 Ok(r) => r,
                 Err(e) => {
                     last_error = e.to_string();
-                    let _ = consumer.close().await;
+                    close_quietly("consumer", consumer.close()).await;
                     continue;
                 }
             };
@@ -396,8 +447,8 @@ impl EventHubTarget {
                     Ok(None) | Err(_) => Ok(None),
                 }
             };
-            let _ = receiver.close().await;
-            let _ = consumer.close().await;
+            close_quietly("receiver", receiver.close()).await;
+            close_quietly("consumer", consumer.close()).await;
             match first {
                 Ok(first) => return Ok(first),
                 Err(e) => last_error = e,

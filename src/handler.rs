@@ -2,6 +2,8 @@
 //!
 //! - `GET /` answers the host's start-up probe (any answer means "ready").
 //! - `POST /{FunctionName}` takes one invocation: decode (contract) → process (app) → answer.
+//! - `GET /metrics` is the handler's Prometheus page: per function, batches by outcome, events
+//!   (applied, replayed, dead-lettered as poison), storage errors, and a handling-time histogram.
 //!
 //! Failure policy, in the order a request meets it:
 //! - body over the limit → 413; unknown function → 404; undecodable request → 400: a JSON error
@@ -15,6 +17,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::Router;
@@ -32,6 +35,7 @@ use crate::contract::response::InvocationResponse;
 use crate::function_app::{
     Cardinality, DataType, EventHubTrigger, FunctionApp, FunctionSpec, Trigger,
 };
+use crate::metrics::{self, Exposition, Histogram, Kind, LATENCY_BUCKETS};
 use crate::storage::{SharedStore, StorageLocation, StoreError};
 
 pub const DEFAULT_MAX_BODY_BYTES: usize = 128 * 1024 * 1024;
@@ -67,6 +71,44 @@ struct Registered {
     spec: FunctionSpec,
     trigger: EventHubTrigger,
     logic: AppFunction,
+    stats: FunctionStats,
+}
+
+/// What `/metrics` reports for one function.
+struct FunctionStats {
+    events: AtomicU64,
+    applied: AtomicU64,
+    replayed: AtomicU64,
+    dead_lettered: AtomicU64,
+    storage_errors: AtomicU64,
+    /// Requests by outcome: answered 200, refused as malformed (4xx), failed (5xx), panicked.
+    ok: AtomicU64,
+    bad_request: AtomicU64,
+    failed: AtomicU64,
+    panicked: AtomicU64,
+    /// From the request's arrival to the answer, for every request that reached the function.
+    latency: Histogram,
+}
+
+impl FunctionStats {
+    fn new() -> Self {
+        FunctionStats {
+            events: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            storage_errors: AtomicU64::new(0),
+            ok: AtomicU64::new(0),
+            bad_request: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            panicked: AtomicU64::new(0),
+            latency: Histogram::new(LATENCY_BUCKETS),
+        }
+    }
+
+    fn count(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 pub struct HandlerState {
@@ -122,6 +164,7 @@ impl HandlerState {
                 spec,
                 trigger,
                 logic,
+                stats: FunctionStats::new(),
             });
         }
         let store: SharedStore = config.storage.open()?;
@@ -151,6 +194,7 @@ impl HandlerState {
 pub fn router(state: Arc<HandlerState>) -> Router {
     Router::new()
         .route("/", get(probe))
+        .route("/metrics", get(metrics_page))
         .route("/{function}", post(invoke))
         .fallback(not_found)
         .with_state(state)
@@ -206,7 +250,96 @@ async fn not_found() -> Response {
 
 enum Failure {
     Contract(ContractError),
-    App(AppError),
+    App {
+        error: AppError,
+        partition: String,
+        sequence_numbers: String,
+    },
+}
+
+/// `first..=last` of a batch's sequence numbers, for logs.
+fn sequence_numbers(range: Option<(i64, i64)>) -> String {
+    range
+        .map(|(a, b)| format!("{a}..={b}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+async fn metrics_page(State(state): State<Arc<HandlerState>>) -> Response {
+    type Read = fn(&FunctionStats) -> &AtomicU64;
+    let mut page = Exposition::new();
+    let counters: [(&str, &str, Read); 5] = [
+        (
+            "hubhost_handler_events_total",
+            "Events in batches the function processed (answered 200).",
+            |s| &s.events,
+        ),
+        (
+            "hubhost_handler_events_applied_total",
+            "Events folded in or archived for the first time.",
+            |s| &s.applied,
+        ),
+        (
+            "hubhost_handler_events_replayed_total",
+            "Events an earlier delivery had already applied (at-least-once replays).",
+            |s| &s.replayed,
+        ),
+        (
+            "hubhost_poison_events_total",
+            "Events set aside as poison (dead-lettered with their reason).",
+            |s| &s.dead_lettered,
+        ),
+        (
+            "hubhost_handler_storage_errors_total",
+            "Invocations that failed on storage (answered 500; the host retries).",
+            |s| &s.storage_errors,
+        ),
+    ];
+    for (name, help, read) in counters {
+        page.family(
+            name,
+            Kind::Counter,
+            help,
+            state.functions.iter().map(|f| {
+                (
+                    vec![("function", f.spec.name.as_str())],
+                    read(&f.stats).load(Ordering::Relaxed) as f64,
+                )
+            }),
+        );
+    }
+    let outcomes: [(&str, Read); 4] = [
+        ("ok", |s| &s.ok),
+        ("bad_request", |s| &s.bad_request),
+        ("failed", |s| &s.failed),
+        ("panicked", |s| &s.panicked),
+    ];
+    page.family(
+        "hubhost_handler_batches_total",
+        Kind::Counter,
+        "Invocations by outcome: ok (200), bad_request (4xx), failed (5xx), panicked (500).",
+        state.functions.iter().flat_map(|f| {
+            outcomes.iter().map(move |(outcome, read)| {
+                (
+                    vec![("function", f.spec.name.as_str()), ("outcome", *outcome)],
+                    read(&f.stats).load(Ordering::Relaxed) as f64,
+                )
+            })
+        }),
+    );
+    page.histogram(
+        "hubhost_handler_batch_seconds",
+        "Time from a request's arrival to its answer.",
+        state
+            .functions
+            .iter()
+            .map(|f| (vec![("function", f.spec.name.as_str())], &f.stats.latency)),
+    );
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        page.finish(),
+    )
+        .into_response()
 }
 
 async fn invoke(
@@ -282,7 +415,14 @@ async fn invoke(
         {
             panic!("fault injection: HUBHOST_FAULT_PANIC_HOME matched an event");
         }
-        let report = app.process(logic, &batch).await.map_err(Failure::App)?;
+        let report = app
+            .process(logic, &batch)
+            .await
+            .map_err(|error| Failure::App {
+                error,
+                partition: batch.partition.partition_id.clone(),
+                sequence_numbers: sequence_numbers(batch.sequence_range()),
+            })?;
         Ok::<_, Failure>((
             batch.partition.partition_id.clone(),
             batch.sequence_range(),
@@ -290,11 +430,17 @@ async fn invoke(
         ))
     });
     let function = registered.spec.name.as_str();
-    match task.await {
+    let stats = &registered.stats;
+    let outcome = task.await;
+    stats.latency.observe(started.elapsed());
+    match outcome {
         Ok(Ok((partition, range, report))) => {
-            let seqs = range
-                .map(|(a, b)| format!("{a}..={b}"))
-                .unwrap_or_else(|| "-".into());
+            let seqs = sequence_numbers(range);
+            FunctionStats::count(&stats.ok, 1);
+            FunctionStats::count(&stats.events, report.events);
+            FunctionStats::count(&stats.applied, report.applied);
+            FunctionStats::count(&stats.replayed, report.replayed);
+            FunctionStats::count(&stats.dead_lettered, report.dead_lettered);
             tracing::info!(
                 function, partition = %partition, sequence_numbers = %seqs, events = report.events,
                 applied = report.applied, replayed = report.replayed, dead_lettered = report.dead_lettered,
@@ -309,10 +455,15 @@ async fn invoke(
             reply(StatusCode::OK, &InvocationResponse::ok(vec![log], value))
         }
         Ok(Err(Failure::Contract(e))) => {
+            FunctionStats::count(&stats.bad_request, 1);
             tracing::warn!(function, invocation_id = %invocation_id, code = e.code(), "bad request: {e}");
             error(StatusCode::BAD_REQUEST, e.code(), e.to_string())
         }
-        Ok(Err(Failure::App(e))) => {
+        Ok(Err(Failure::App {
+            error: e,
+            partition,
+            sequence_numbers,
+        })) => {
             let (status, code) = match &e {
                 AppError::BadName(_) => (StatusCode::BAD_REQUEST, "invalid_name"),
                 AppError::Storage(s) if s.is_transient() => {
@@ -324,10 +475,19 @@ async fn invoke(
                 }
                 AppError::Contention { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "contention"),
             };
-            tracing::error!(function, invocation_id = %invocation_id, code, "invocation failed: {e}");
+            if matches!(e, AppError::Storage(_)) {
+                FunctionStats::count(&stats.storage_errors, 1);
+            }
+            if status.is_client_error() {
+                FunctionStats::count(&stats.bad_request, 1);
+            } else {
+                FunctionStats::count(&stats.failed, 1);
+            }
+            tracing::error!(function, partition = %partition, sequence_numbers = %sequence_numbers, invocation_id = %invocation_id, code, "invocation failed: {e}");
             error(status, code, e.to_string())
         }
         Err(join) => {
+            FunctionStats::count(&stats.panicked, 1);
             tracing::error!(function, invocation_id = %invocation_id, "invocation panicked: {join}");
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -5,6 +5,7 @@ pub mod app;
 pub mod batch;
 pub mod bench;
 pub mod checkpoint;
+pub mod child;
 pub mod contract;
 pub mod demo;
 pub mod emulate;

@@ -390,7 +390,15 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     init_logging(cli.log_format, default_level);
-    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    // `simulate` sends through the SDK, whose sends can hang on a multi-threaded runtime
+    // (see `eventhubs::on_sending_thread`); one thread is also all it needs.
+    let runtime = match cli.command {
+        Command::Simulate { .. } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Runtime::new(),
+    }
+    .expect("tokio runtime");
     let result: Result<(), String> = runtime.block_on(async move {
         match cli.command {
             Command::Serve {

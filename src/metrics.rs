@@ -5,6 +5,7 @@
 //! (`# HELP`, `# TYPE`, then `name{label="value"} number`), with label values escaped.
 
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The content type Prometheus expects for this format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -13,6 +14,43 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub enum Kind {
     Counter,
     Gauge,
+}
+
+/// A latency histogram with fixed buckets, updated without locks.
+#[derive(Debug)]
+pub struct Histogram {
+    /// Upper bounds in seconds, ascending; `+Inf` is implied.
+    bounds: &'static [f64],
+    /// Observations at or below each bound (not cumulative), then the ones above every bound.
+    counts: Vec<AtomicU64>,
+    sum_micros: AtomicU64,
+}
+
+/// Bounds for request handling times: 1 ms to 10 s.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, elapsed: std::time::Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let bucket = self.bounds.partition_point(|&b| b < seconds);
+        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
 }
 
 /// A metrics page under construction; families are written one after the other.
@@ -41,19 +79,48 @@ impl Exposition {
         let _ = writeln!(self.text, "# HELP {name} {}", help.replace('\n', " "));
         let _ = writeln!(self.text, "# TYPE {name} {kind}");
         for (labels, value) in samples {
-            self.text.push_str(name);
-            if !labels.is_empty() {
-                self.text.push('{');
-                for (i, (label, value)) in labels.iter().enumerate() {
-                    if i > 0 {
-                        self.text.push(',');
-                    }
-                    let _ = write!(self.text, "{label}=\"{}\"", escape(value));
-                }
-                self.text.push('}');
-            }
-            let _ = writeln!(self.text, " {value}");
+            self.sample(name, &labels, value);
         }
+    }
+
+    /// One histogram family: per label set, cumulative `_bucket{le=…}` samples, `_sum` and
+    /// `_count`.
+    pub fn histogram<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        series: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, &'a Histogram)>,
+    ) {
+        let _ = writeln!(self.text, "# HELP {name} {}", help.replace('\n', " "));
+        let _ = writeln!(self.text, "# TYPE {name} histogram");
+        for (labels, histogram) in series {
+            let mut cumulative = 0;
+            let bounds = histogram.bounds.iter().map(|b| b.to_string());
+            for (bound, count) in bounds.chain(["+Inf".to_string()]).zip(&histogram.counts) {
+                cumulative += count.load(Ordering::Relaxed);
+                let mut with_le = labels.clone();
+                with_le.push(("le", bound.as_str()));
+                self.sample(&format!("{name}_bucket"), &with_le, cumulative as f64);
+            }
+            let sum = histogram.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+            self.sample(&format!("{name}_sum"), &labels, sum);
+            self.sample(&format!("{name}_count"), &labels, cumulative as f64);
+        }
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (i, (label, value)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.text.push(',');
+                }
+                let _ = write!(self.text, "{label}=\"{}\"", escape(value));
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {value}");
     }
 
     pub fn finish(self) -> String {
@@ -189,6 +256,28 @@ pub fn sum(samples: &[Sample], name: &str, matching: &[(&str, &str)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_and_count_every_observation() {
+        let h = Histogram::new(&[0.01, 0.1]);
+        for ms in [1, 5, 50, 500] {
+            h.observe(std::time::Duration::from_millis(ms));
+        }
+        let mut page = Exposition::new();
+        page.histogram("lat_seconds", "Latency.", [(vec![("function", "F")], &h)]);
+        let samples = parse(&page.finish()).unwrap();
+        let bucket = |le: &str| sum(&samples, "lat_seconds_bucket", &[("le", le)]);
+        assert_eq!(
+            (bucket("0.01"), bucket("0.1"), bucket("+Inf")),
+            (2.0, 3.0, 4.0)
+        );
+        assert_eq!(
+            sum(&samples, "lat_seconds_count", &[("function", "F")]),
+            4.0
+        );
+        assert!((sum(&samples, "lat_seconds_sum", &[]) - 0.556).abs() < 1e-9);
+        assert_eq!(h.count(), 4);
+    }
 
     #[test]
     fn a_written_page_reads_back_with_escaped_labels() {

@@ -263,7 +263,7 @@ pub async fn run(
         index += 1;
     }
     let flushed = producer.flush().await;
-    let _ = producer.close().await;
+    crate::eventhubs::close_quietly("producer", producer.close()).await;
     drop(progress);
     ctrl_c.abort();
     flushed.map_err(SimulateError::Enqueue)?;

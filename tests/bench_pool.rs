@@ -3,13 +3,16 @@
 //! a graceful stop handed over at once, scale-outs moving no more than balance needs, nothing
 //! changing hands while membership is steady, every prefilled event processed).
 
+mod common;
+
 use std::process::Command;
 
 use serde_json::Value;
 
 #[test]
 fn the_pool_benchmark_reports_the_scenarios() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+    command
         .args([
             "bench",
             "pool",
@@ -25,9 +28,9 @@ fn the_pool_benchmark_reports_the_scenarios() {
         ])
         .env_remove("HUBHOST_STORAGE")
         .env_remove("AzureWebJobsStorage")
-        .env_remove("EventHubConnection")
-        .output()
-        .expect("hubhost runs");
+        .env_remove("EventHubConnection");
+    // It takes about a minute here; ten mean something hangs.
+    let out = common::output_within(&mut command, std::time::Duration::from_secs(600));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench pool failed:\n{stderr}");
     let f: Value = serde_json::from_slice(&out.stdout)

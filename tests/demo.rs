@@ -8,7 +8,8 @@ mod common;
 use std::process::Command;
 
 fn demo(storage: &std::path::Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+    command
         .args([
             "demo",
             "--homes",
@@ -22,9 +23,9 @@ fn demo(storage: &std::path::Path) -> String {
         ])
         .arg("--storage")
         .arg(storage)
-        .env_remove("HUBHOST_STORAGE")
-        .output()
-        .expect("hubhost demo runs");
+        .env_remove("HUBHOST_STORAGE");
+    // A bounded demo takes seconds; minutes mean it hangs.
+    let out = common::output_within(&mut command, common::COMMAND_LIMIT);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

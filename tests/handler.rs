@@ -369,3 +369,76 @@ async fn a_storage_outage_answers_500_and_the_retry_loses_nothing() {
         "the connection string leaked into the log"
     );
 }
+
+/// The handler's `/metrics` page parses as Prometheus text and its counters match what was sent:
+/// events, first applications, replays, poison events, outcomes, and one latency observation per
+/// request that reached the function.
+#[tokio::test]
+async fn metrics_count_what_the_handler_processed() {
+    use hubhost::metrics::{self, sum};
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(&["--storage", data.path().to_str().unwrap()], &[]);
+    let mut feed = PartitionFeed::new(&fleet(), 1, start_minute());
+    let batches: Vec<_> = (0..3).map(|_| feed.next_batch(50)).collect();
+    for batch in batches.iter().chain([&batches[0]]) {
+        let (status, body) = server.post(AGGREGATOR, aggregator_request(1, batch)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let good = r#"{"homeId":"home-1","sensorId":"front-door","type":"door","state":"open","ts":"2026-11-22T10:00:01Z"}"#;
+    let poison = r#"{"homeId":"home-1","sensorId":"front-door","type":"toaster","state":"on","ts":"2026-11-22T10:00:02Z"}"#;
+    let mixed = json!({
+        "Data": {"events": serde_json::to_string(&[good, poison]).unwrap()},
+        "Metadata": {"TriggerPartitionContext": {"FullyQualifiedNamespace": "ns", "EventHubName": "sensors", "ConsumerGroup": "$Default", "PartitionId": "2"}}
+    });
+    let (status, body) = server.post(AGGREGATOR, mixed.to_string()).await;
+    assert_eq!(
+        (status, &body["ReturnValue"]["deadLettered"]),
+        (200, &json!(1))
+    );
+    let (status, _) = server.post(AGGREGATOR, "{}").await;
+    assert_eq!(status, 400);
+
+    let response = reqwest::get(format!("{}/metrics", server.url()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        metrics::CONTENT_TYPE
+    );
+    let samples = metrics::parse(&response.text().await.unwrap()).unwrap();
+    let f = ("function", AGGREGATOR);
+    let value = |name: &str| sum(&samples, name, &[f]);
+    assert_eq!(value("hubhost_handler_events_total"), 202.0);
+    assert_eq!(value("hubhost_handler_events_applied_total"), 151.0);
+    assert_eq!(value("hubhost_handler_events_replayed_total"), 50.0);
+    assert_eq!(value("hubhost_poison_events_total"), 1.0);
+    assert_eq!(value("hubhost_handler_storage_errors_total"), 0.0);
+    let outcome = |o: &str| {
+        sum(
+            &samples,
+            "hubhost_handler_batches_total",
+            &[f, ("outcome", o)],
+        )
+    };
+    assert_eq!((outcome("ok"), outcome("bad_request")), (5.0, 1.0));
+    assert_eq!(value("hubhost_handler_batch_seconds_count"), 6.0);
+    assert_eq!(
+        sum(
+            &samples,
+            "hubhost_handler_batch_seconds_bucket",
+            &[f, ("le", "+Inf")]
+        ),
+        6.0
+    );
+    assert!(value("hubhost_handler_batch_seconds_sum") > 0.0);
+    // The other function is listed, at zero.
+    assert_eq!(
+        sum(
+            &samples,
+            "hubhost_handler_events_total",
+            &[("function", "RawArchive")]
+        ),
+        0.0
+    );
+}

@@ -100,11 +100,10 @@ fn python_producer_and_consumers_get_every_event_once_per_consumer_group() {
 
     // An unknown consumer group is refused.
     let cs = hub.connection_string(KEY);
-    let out = Command::new(common::python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
-        .args([cs.as_str(), "sensors", "receive", "nosuchgroup", "1", "5"])
-        .output()
-        .unwrap();
+    let mut out = Command::new(common::python());
+    out.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
+        .args([cs.as_str(), "sensors", "receive", "nosuchgroup", "1", "5"]);
+    let out = common::output_within(&mut out, common::COMMAND_LIMIT);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "[]");
 }
 
@@ -112,11 +111,10 @@ fn python_producer_and_consumers_get_every_event_once_per_consumer_group() {
 fn a_wrong_key_is_refused_with_401() {
     let hub = Hub::start(None);
     let cs = hub.connection_string("not-the-key");
-    let out = Command::new(common::python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
-        .args([cs.as_str(), "sensors", "props"])
-        .output()
-        .unwrap();
+    let mut out = Command::new(common::python());
+    out.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
+        .args([cs.as_str(), "sensors", "props"]);
+    let out = common::output_within(&mut out, common::COMMAND_LIMIT);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("401"), "{stderr}");

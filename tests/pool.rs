@@ -228,7 +228,7 @@ impl Pool {
             .args(["-INT", &child.id().to_string()])
             .status()
             .unwrap();
-        let status = child.wait().unwrap();
+        let status = common::wait_within(&mut child, Duration::from_secs(60), "the simulator");
         assert!(status.success(), "the simulator failed: {status}");
     }
 
@@ -507,7 +507,7 @@ fn python_and_hubhost_instances_share_one_consumer_group() {
         "ownership changed with steady membership"
     );
     // The Python client stops after its 30 s; the hubhost instances take its partitions over.
-    let status = python.wait().unwrap();
+    let status = common::wait_within(&mut python, Duration::from_secs(120), "the Python client");
     assert!(
         status.success(),
         "the Python client failed: {}",

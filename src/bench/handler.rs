@@ -172,16 +172,14 @@ async fn run_one(opts: &BenchOptions, batch_size: usize) -> Result<RunFigures, B
         .clone()
         .unwrap_or_else(|| scratch.display().to_string());
     let port = free_port();
-    let mut child =
-        tokio::process::Command::new(std::env::current_exe().map_err(BenchError::Spawn)?)
-            .args(["serve", "--port", &port.to_string()])
-            .env("HUBHOST_STORAGE", &storage)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(BenchError::Spawn)?;
+    let mut child = crate::child::command(std::env::current_exe().map_err(BenchError::Spawn)?)
+        .args(["serve", "--port", &port.to_string()])
+        .env("HUBHOST_STORAGE", &storage)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(BenchError::Spawn)?;
     let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
     invoker.wait_ready(Duration::from_secs(30)).await?;
 

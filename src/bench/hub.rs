@@ -23,7 +23,7 @@ use azure_messaging_eventhubs::{
 use bytes::Bytes;
 use futures::StreamExt;
 
-use crate::eventhubs::{EventHubTarget, SendOutcomes};
+use crate::eventhubs::{EventHubTarget, SendOutcomes, on_sending_thread};
 use crate::fleet::{Fleet, SENSORS};
 use crate::hub::log::{LogOptions, PartitionLog};
 
@@ -105,6 +105,13 @@ pub enum HubBenchError {
     },
 }
 
+fn sender_panicked() -> HubBenchError {
+    HubBenchError::Phase {
+        phase: "Rust producer",
+        message: "the sending thread panicked (its message is above)".into(),
+    }
+}
+
 fn client_error(
     phase: &'static str,
 ) -> impl FnOnce(azure_messaging_eventhubs::EventHubsError) -> HubBenchError {
@@ -147,7 +154,7 @@ impl HubProcess {
             .map_err(|e| HubBenchError::Hub(e.to_string()))?
             .port();
         let exe = std::env::current_exe().map_err(|e| HubBenchError::Hub(e.to_string()))?;
-        let child = Command::new(exe)
+        let child = crate::child::std_command(exe)
             .args(["hub", "--port", &port.to_string(), "--hub"])
             .arg(format!("{HUB}:{partitions}"))
             .arg("--data-dir")
@@ -371,7 +378,7 @@ impl<'t> PartitionProducer<'t> {
     }
 
     async fn close(self) {
-        let _ = self.client.close().await;
+        crate::eventhubs::close_quietly("producer", self.client.close()).await;
     }
 }
 
@@ -463,7 +470,7 @@ async fn rust_buffered_keyed(
     }
     producer.flush().await.map_err(client_error(PHASE))?;
     let seconds = started.elapsed().as_secs_f64();
-    let _ = producer.close().await;
+    crate::eventhubs::close_quietly("producer", producer.close()).await;
     if let Some(message) = outcomes.first_error() {
         return Err(HubBenchError::Phase {
             phase: PHASE,
@@ -551,14 +558,20 @@ pub async fn run(opts: HubBenchOptions) -> Result<Vec<Figure>, HubBenchError> {
 
     let hub = HubProcess::start(&opts.work_dir.join("hub-rust"), opts.partitions)?;
     let per_partition = opts.events / u64::from(opts.partitions);
-    let produced = rust_producer(
-        &hub.target,
-        per_partition,
-        opts.partitions,
-        opts.batch_size,
-        readings.clone(),
-    )
-    .await?;
+    // Both producer phases send from one thread of their own (see `on_sending_thread`).
+    let produced = {
+        let (target, partitions, batch_size, readings) = (
+            hub.target.clone(),
+            opts.partitions,
+            opts.batch_size,
+            readings.clone(),
+        );
+        on_sending_thread(move || async move {
+            rust_producer(&target, per_partition, partitions, batch_size, readings).await
+        })
+        .await
+        .ok_or_else(sender_panicked)??
+    };
     print(&produced, &base);
     let expected = vec![per_partition; opts.partitions as usize];
     let consumed = rust_consumer(&hub.target, &expected).await?;
@@ -567,7 +580,14 @@ pub async fn run(opts: HubBenchOptions) -> Result<Vec<Figure>, HubBenchError> {
     figures.extend([produced, consumed]);
 
     let hub = HubProcess::start(&opts.work_dir.join("hub-keyed"), opts.partitions)?;
-    let keyed = rust_buffered_keyed(&hub.target, &opts, &readings).await?;
+    let keyed = {
+        let (target, opts, readings) = (hub.target.clone(), opts.clone(), readings.clone());
+        on_sending_thread(
+            move || async move { rust_buffered_keyed(&target, &opts, &readings).await },
+        )
+        .await
+        .ok_or_else(sender_panicked)??
+    };
     print(&keyed, &base);
     drop(hub);
     figures.push(keyed);

@@ -318,7 +318,7 @@ impl PoolApp {
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
             .map_err(io("an instance log"))?;
         let exe = std::env::current_exe().map_err(io("this executable"))?;
-        let child = tokio::process::Command::new(exe)
+        let child = crate::child::command(exe)
             .args(["emulate", "--app"])
             .arg(&self.dir)
             .args(["--instance-id", name, "--metrics-port", &port.to_string()])
@@ -329,7 +329,6 @@ impl PoolApp {
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(log)
-            .kill_on_drop(true)
             .spawn()
             .map_err(io("hubhost emulate"))?;
         self.instances.insert(
@@ -555,14 +554,13 @@ struct Producer {
 impl Producer {
     fn start(hub: &HubProcess, rate: u32) -> Result<Self, PoolBenchError> {
         let exe = std::env::current_exe().map_err(io("this executable"))?;
-        let child = tokio::process::Command::new(exe)
+        let child = crate::child::command(exe)
             .args(["simulate", "--homes", "10000", "--rate", &rate.to_string()])
             .arg("--connection")
             .arg(&hub.connection_string)
             .args(["--hub", HUB])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
             .spawn()
             .map_err(io("hubhost simulate"))?;
         Ok(Producer { _child: child })

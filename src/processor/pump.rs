@@ -33,11 +33,10 @@ use tokio_util::sync::CancellationToken;
 use super::{Consumer, PartitionBatch};
 use crate::batch::{EventRecord, PartitionContext};
 use crate::checkpoint::{Checkpoint, StartPosition};
+use crate::eventhubs::close_quietly;
 
 /// Opening a receiver (connection, `$cbs`, attach) gets this long before it is retried.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Closing gets this long; the link is gone either way once the connection drops.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Waits between attempts to (re)open, doubling up to the maximum.
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(10);
@@ -171,8 +170,8 @@ impl PartitionPump {
             };
             backoff = RETRY_MIN;
             let ended = self.read(&receiver).await;
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, receiver.close()).await;
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, client.close()).await;
+            close_quietly("receiver", receiver.close()).await;
+            close_quietly("consumer", client.close()).await;
             match ended {
                 ReadEnd::Stopped => return PumpExit::Stopped,
                 ReadEnd::Stolen => return PumpExit::Stolen,
@@ -224,11 +223,11 @@ impl PartitionPump {
         match opened {
             Ok(Ok(receiver)) => Ok((client, receiver)),
             Ok(Err(e)) => {
-                let _ = tokio::time::timeout(CLOSE_TIMEOUT, client.close()).await;
+                close_quietly("consumer", client.close()).await;
                 Err(e.to_string())
             }
             Err(_) => {
-                let _ = tokio::time::timeout(CLOSE_TIMEOUT, client.close()).await;
+                close_quietly("consumer", client.close()).await;
                 Err(format!("the receiver did not open within {OPEN_TIMEOUT:?}"))
             }
         }

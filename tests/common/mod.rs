@@ -1,11 +1,78 @@
 //! Helpers shared by the integration tests: real `hubhost serve` processes and a real Azurite.
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+/// How long a command run by a test may take before it counts as hung.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(300);
+
+/// Runs `command` to completion (stdin closed, stdout and stderr captured) within `limit`. A
+/// command still running then is killed and the test fails with what it printed, so a hang
+/// is a failure with its evidence instead of a CI run that never ends.
+pub fn output_within(command: &mut Command, limit: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?} does not start: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    let Some(status) = status else {
+        panic!(
+            "{command:?} did not finish within {limit:?} and was killed.\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+    };
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// Waits for `child` to exit within `limit`; one still running then is killed and the test
+/// fails, naming `what`.
+pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {limit:?} and was killed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -229,11 +296,7 @@ pub fn python_json(script: &str, args: &[&str]) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")
         .join(script);
-    let out = Command::new(python())
-        .arg(path)
-        .args(args)
-        .output()
-        .expect("python runs");
+    let out = output_within(Command::new(python()).arg(path).args(args), COMMAND_LIMIT);
     assert!(
         out.status.success(),
         "{script} {args:?} failed: {}",
@@ -249,14 +312,14 @@ pub fn python_json(script: &str, args: &[&str]) -> Value {
 
 /// Runs the hubhost binary to completion; returns (exit code, stdout, stderr).
 pub fn hubhost(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hubhost"))
-        .args(args)
-        .envs(env.iter().copied())
-        .env_remove("HUBHOST_STORAGE")
-        .env_remove("AzureWebJobsStorage")
-        .stdin(Stdio::null())
-        .output()
-        .expect("hubhost runs");
+    let out = output_within(
+        Command::new(env!("CARGO_BIN_EXE_hubhost"))
+            .args(args)
+            .envs(env.iter().copied())
+            .env_remove("HUBHOST_STORAGE")
+            .env_remove("AzureWebJobsStorage"),
+        COMMAND_LIMIT,
+    );
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
