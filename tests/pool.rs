@@ -35,8 +35,6 @@ struct Pool {
     dir: tempfile::TempDir,
     storage: String,
     instances: BTreeMap<String, Child>,
-    /// Each instance's `/metrics` port.
-    metrics: BTreeMap<String, u16>,
     producer: Option<Child>,
     runtime: tokio::runtime::Runtime,
 }
@@ -91,7 +89,6 @@ impl Pool {
             dir,
             storage: storage.to_string(),
             instances: BTreeMap::new(),
-            metrics: BTreeMap::new(),
             producer: None,
             runtime: tokio::runtime::Runtime::new().unwrap(),
         }
@@ -103,28 +100,34 @@ impl Pool {
 
     fn start(&mut self, name: &str) {
         let log = std::fs::File::create(self.path(&format!("{name}.log"))).unwrap();
-        let port = common::free_port();
+        // `--metrics-port 0`: the instance picks its port and prints the URL (a port picked
+        // here could be taken by another process before the instance binds it).
+        let out = std::fs::File::create(self.path(&format!("{name}.out"))).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_hubhost"))
             .args(["emulate", "--app"])
             .arg(self.path("app"))
-            .args(["--instance-id", name, "--metrics-port", &port.to_string()])
+            .args(["--instance-id", name, "--metrics-port", "0"])
             .env("RECORD_FILE", self.path(&format!("records/{name}.jsonl")))
             .env("RECORD_INSTANCE", name)
             .env_remove("HUBHOST_STORAGE")
             .env_remove("AzureWebJobsStorage")
             .env_remove("EventHubConnection")
             .env_remove("EventHubName")
-            .stdout(Stdio::null())
+            .stdout(out)
             .stderr(log)
             .spawn()
             .expect("hubhost emulate starts");
         self.instances.insert(name.to_string(), child);
-        self.metrics.insert(name.to_string(), port);
     }
 
     /// An instance's `/metrics`, parsed as Prometheus text.
     fn metrics(&self, name: &str) -> Vec<hubhost::metrics::Sample> {
-        let url = format!("http://127.0.0.1:{}/metrics", self.metrics[name]);
+        let out = std::fs::read_to_string(self.path(&format!("{name}.out"))).unwrap();
+        let url = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("metrics: "))
+            .unwrap_or_else(|| panic!("{name} printed no metrics URL:\n{out}"))
+            .to_string();
         let (content_type, page) = self.runtime.block_on(async {
             let resp = reqwest::get(&url)
                 .await
@@ -166,7 +169,6 @@ impl Pool {
     /// SIGTERM, as the host's platform stops an instance; waits for it to exit.
     fn stop(&mut self, name: &str) {
         let mut child = self.instances.remove(name).unwrap();
-        self.metrics.remove(name);
         let status = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()
@@ -193,7 +195,6 @@ impl Pool {
 
     fn kill_9(&mut self, name: &str) {
         let mut child = self.instances.remove(name).unwrap();
-        self.metrics.remove(name);
         child.kill().unwrap();
         child.wait().unwrap();
     }

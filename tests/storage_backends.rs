@@ -344,3 +344,57 @@ async fn local_rewrites_reuse_two_inodes_and_hide_the_spare() {
         0
     );
 }
+
+/// A reader does not lock, so the file it opened can become the spare and be rewritten while
+/// it reads. Every read, listing and conditional write racing a stream of rewrites must still
+/// see one whole version: all bytes of one value, the length written, no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_reads_racing_rewrites_see_whole_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StorageLocation::Directory(dir.path().to_path_buf())
+        .open()
+        .unwrap();
+    store.ensure_container(C).await.unwrap();
+    const SIZE: usize = 256 * 1024;
+    let version = |v: u8| Bytes::from(vec![v; SIZE]);
+    store
+        .put(C, "hot", version(0), &Metadata::new(), &Condition::Always)
+        .await
+        .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let (store, stop) = (store.clone(), stop.clone());
+        readers.spawn(async move {
+            let mut reads = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let blob = store.get(C, "hot").await.unwrap().unwrap();
+                let first = blob.data[0];
+                assert!(
+                    blob.data.len() == SIZE && blob.data.iter().all(|&b| b == first),
+                    "a read saw a torn version ({} bytes)",
+                    blob.data.len()
+                );
+                let listed = store.list(C, "").await.unwrap();
+                assert_eq!(listed.len(), 1);
+                assert_eq!(listed[0].size, SIZE as u64);
+                reads += 1;
+            }
+            reads
+        });
+    }
+    for v in 1..=200u8 {
+        store
+            .put(C, "hot", version(v), &Metadata::new(), &Condition::Always)
+            .await
+            .unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut reads = 0;
+    while let Some(r) = readers.join_next().await {
+        reads += r.unwrap();
+    }
+    assert!(reads > 0);
+    let last = store.get(C, "hot").await.unwrap().unwrap();
+    assert_eq!(last.data, version(200));
+}

@@ -243,7 +243,9 @@ impl OwnerHistory {
 /// One `hubhost emulate` child.
 struct Instance {
     child: tokio::process::Child,
-    metrics: String,
+    /// Its `/metrics` URL, once it has printed it (it listens on a port of its own choosing:
+    /// a port picked here and handed over could be taken by another process in between).
+    metrics: Option<String>,
 }
 
 /// The app the instances run, in its own directory with its own checkpoint store.
@@ -311,23 +313,21 @@ impl PoolApp {
     }
 
     fn start(&mut self, name: &str) -> Result<(), PoolBenchError> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(io("a free port"))?
-            .port();
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
             .map_err(io("an instance log"))?;
+        let out = std::fs::File::create(self.dir.join(format!("{name}.out")))
+            .map_err(io("an instance's output"))?;
         let exe = std::env::current_exe().map_err(io("this executable"))?;
         let child = crate::child::command(exe)
             .args(["emulate", "--app"])
             .arg(&self.dir)
-            .args(["--instance-id", name, "--metrics-port", &port.to_string()])
+            .args(["--instance-id", name, "--metrics-port", "0"])
             .env_remove("HUBHOST_STORAGE")
             .env_remove("AzureWebJobsStorage")
             .env_remove("EventHubConnection")
             .env_remove("EventHubName")
             .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
+            .stdout(out)
             .stderr(log)
             .spawn()
             .map_err(io("hubhost emulate"))?;
@@ -335,7 +335,7 @@ impl PoolApp {
             name.to_string(),
             Instance {
                 child,
-                metrics: format!("http://127.0.0.1:{port}/metrics"),
+                metrics: None,
             },
         );
         Ok(())
@@ -391,7 +391,17 @@ impl PoolApp {
             if let Ok(Some(status)) = instance.child.try_wait() {
                 return Err(self.instance_error(&name, format!("exited with {status}")));
             }
-            let url = instance.metrics.clone();
+            if instance.metrics.is_none() {
+                let out = std::fs::read_to_string(self.dir.join(format!("{name}.out")))
+                    .unwrap_or_default();
+                instance.metrics = out
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("metrics: "))
+                    .map(str::to_string);
+            }
+            let Some(url) = instance.metrics.clone() else {
+                return Err(self.instance_error(&name, "no metrics endpoint yet".into()));
+            };
             let page = match self.http.get(&url).send().await {
                 Ok(resp) => resp.text().await.unwrap_or_default(),
                 Err(e) => return Err(self.instance_error(&name, format!("{url}: {e}"))),

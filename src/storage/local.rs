@@ -10,7 +10,11 @@
 //!   never a torn one. Why a spare: renaming a new file over the blob frees an inode and
 //!   allocates one on every write, and on ext4 without a journal (this project's machines)
 //!   allocation scans past every inode freed in the last five minutes — at a hundred writes a
-//!   second that was half of the handler's time. Trading places reuses the two inodes forever;
+//!   second that was half of the handler's time. Trading places reuses the two inodes forever.
+//!   The price: a reader that opened the blob just before a write may find its file becoming
+//!   the spare and rewritten under it, so each file's header carries its content's length
+//!   and CRC-32, and a read counts only if they match and the path still names the file read
+//!   (otherwise it reads again);
 //! - conditional writes hold an exclusive OS file lock (one of 256 lock files per container,
 //!   chosen by a hash of the blob name) between checking the ETag and renaming.
 //!
@@ -50,6 +54,40 @@ struct Header {
     #[serde(rename = "lastModified")]
     last_modified: DateTime<Utc>,
     metadata: Metadata,
+    /// The content's length and CRC-32, by which a reader tells a whole version from one a
+    /// writer was rewriting under it (files written before these existed have neither).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    length: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    crc32: Option<u32>,
+}
+
+/// Reads that raced a writer are retried this many times before the file counts as corrupt.
+const READ_ATTEMPTS: u32 = 5;
+
+/// Why one attempt to read a blob file failed.
+enum ReadFailure {
+    Io(std::io::Error),
+    /// Not a whole version of the blob: corrupt, or rewritten while it was read.
+    Torn(String),
+}
+
+impl From<std::io::Error> for ReadFailure {
+    fn from(e: std::io::Error) -> Self {
+        ReadFailure::Io(e)
+    }
+}
+
+/// Whether `path` still names the file that `opened` describes.
+#[cfg(unix)]
+fn still_at(path: &Path, opened: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).is_ok_and(|now| now.ino() == opened.ino() && now.dev() == opened.dev())
+}
+
+#[cfg(not(unix))]
+fn still_at(_path: &Path, _opened: &fs::Metadata) -> bool {
+    true
 }
 
 #[derive(Clone)]
@@ -192,70 +230,47 @@ impl Inner {
         result
     }
 
-    fn read_header(
+    /// Reads the blob file at `path`: its header, its content (when `with_data`) and its size.
+    ///
+    /// A reader does not lock, so it can race a writer: the file it opened may have traded
+    /// places with the spare and be rewritten while it reads (see the module's notes). A read
+    /// counts only if the content's length and CRC match the header and the path still names
+    /// the file read; otherwise it is read again, and after [`READ_ATTEMPTS`] it is corrupt.
+    fn read_file(
         &self,
         container: &str,
         name: &str,
         path: &Path,
-    ) -> Result<Option<(Header, u64)>, StoreError> {
-        let file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if is_absent(&e) => return Ok(None),
-            Err(e) => return Err(io_error(path, e)),
-        };
-        let len = file.metadata().map_err(|e| io_error(path, e))?.len();
-        if file.metadata().is_ok_and(|m| m.is_dir()) {
-            return Ok(None);
+        with_data: bool,
+    ) -> Result<Option<(Header, Bytes, u64)>, StoreError> {
+        let mut reason = String::new();
+        for _ in 0..READ_ATTEMPTS {
+            match read_once(path, with_data) {
+                Ok(found) => return Ok(found),
+                Err(ReadFailure::Io(e)) if is_absent(&e) => return Ok(None),
+                Err(ReadFailure::Io(e)) => return Err(io_error(path, e)),
+                Err(ReadFailure::Torn(why)) => reason = why,
+            }
         }
-        let mut reader = BufReader::new(file);
-        let mut magic = vec![0u8; MAGIC.len()];
-        let corrupt = |reason: &str| StoreError::Corrupt {
+        Err(StoreError::Corrupt {
             container: container.to_string(),
             name: name.to_string(),
-            reason: reason.to_string(),
-        };
-        if reader.read_exact(&mut magic).is_err() || magic != MAGIC {
-            return Err(corrupt("not a hubhost blob file (bad first line)"));
-        }
-        let mut line = Vec::new();
-        reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| io_error(path, e))?;
-        let header: Header =
-            serde_json::from_slice(&line).map_err(|e| corrupt(&format!("bad header line: {e}")))?;
-        let body_len = len.saturating_sub((MAGIC.len() + line.len()) as u64);
-        Ok(Some((header, body_len)))
+            reason,
+        })
     }
 
     fn read(&self, container: &str, name: &str) -> Result<Option<Blob>, StoreError> {
         let path = self.blob_path(container, name)?;
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if is_absent(&e) || path.is_dir() => return Ok(None),
-            Err(e) => return Err(io_error(&path, e)),
+        let Some((header, data, size)) = self.read_file(container, name, &path, true)? else {
+            return Ok(None);
         };
-        let corrupt = |reason: String| StoreError::Corrupt {
-            container: container.to_string(),
-            name: name.to_string(),
-            reason,
-        };
-        let rest = bytes
-            .strip_prefix(MAGIC)
-            .ok_or_else(|| corrupt("not a hubhost blob file (bad first line)".into()))?;
-        let newline = rest
-            .iter()
-            .position(|&b| b == b'\n')
-            .ok_or_else(|| corrupt("header line is not terminated".into()))?;
-        let header: Header = serde_json::from_slice(&rest[..newline])
-            .map_err(|e| corrupt(format!("bad header line: {e}")))?;
-        let data = Bytes::copy_from_slice(&rest[newline + 1..]);
         Ok(Some(Blob {
             properties: BlobProperties {
                 name: name.to_string(),
                 etag: ETag::new(header.etag),
                 last_modified: header.last_modified,
                 metadata: header.metadata,
-                size: data.len() as u64,
+                size,
             },
             data,
         }))
@@ -290,6 +305,8 @@ impl Inner {
             etag: new_etag(),
             last_modified: Utc::now(),
             metadata: metadata.clone(),
+            length: Some(data.len() as u64),
+            crc32: Some(crc32fast::hash(data)),
         };
         let mut head = Vec::with_capacity(MAGIC.len() + 128);
         head.extend_from_slice(MAGIC);
@@ -401,7 +418,7 @@ impl Inner {
                     self.list_dir(container, base, &path, prefix, out)?;
                 }
             } else if rel.starts_with(prefix)
-                && let Some((header, size)) = self.read_header(container, &rel, &path)?
+                && let Some((header, _, size)) = self.read_file(container, &rel, &path, false)?
             {
                 out.push(BlobProperties {
                     name: rel,
@@ -414,6 +431,60 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// One attempt of [`LocalDirStore::read_file`].
+fn read_once(path: &Path, with_data: bool) -> Result<Option<(Header, Bytes, u64)>, ReadFailure> {
+    let file = File::open(path)?;
+    let opened = file.metadata()?;
+    if opened.is_dir() {
+        return Ok(None);
+    }
+    let mut reader = BufReader::new(file);
+    let mut magic = vec![0u8; MAGIC.len()];
+    if reader.read_exact(&mut magic).is_err() || magic != MAGIC {
+        return Err(ReadFailure::Torn(
+            "not a hubhost blob file (bad first line)".into(),
+        ));
+    }
+    let mut line = Vec::new();
+    reader.read_until(b'\n', &mut line)?;
+    if line.last() != Some(&b'\n') {
+        return Err(ReadFailure::Torn("header line is not terminated".into()));
+    }
+    let header: Header = serde_json::from_slice(&line)
+        .map_err(|e| ReadFailure::Torn(format!("bad header line: {e}")))?;
+    let (data, size) = if with_data {
+        let mut data = Vec::new();
+        reader.read_to_end(&mut data)?;
+        if header
+            .crc32
+            .is_some_and(|crc| crc != crc32fast::hash(&data))
+        {
+            return Err(ReadFailure::Torn(
+                "the content does not match its checksum".into(),
+            ));
+        }
+        let size = data.len() as u64;
+        (Bytes::from(data), size)
+    } else {
+        let size = opened
+            .len()
+            .saturating_sub((MAGIC.len() + line.len()) as u64);
+        (Bytes::new(), size)
+    };
+    if header.length.is_some_and(|length| length != size) {
+        return Err(ReadFailure::Torn(format!(
+            "{size} bytes of content where the header says {}",
+            header.length.unwrap_or_default()
+        )));
+    }
+    if !still_at(path, &opened) {
+        return Err(ReadFailure::Torn(
+            "the file was replaced while it was read".into(),
+        ));
+    }
+    Ok(Some((header, data, size)))
 }
 
 /// Atomically swaps the files at `a` and `b`; fails if either is missing or the file system
@@ -492,8 +563,8 @@ impl BlobStore for LocalDirStore {
             // writer's ETag check and its rename.
             s.locked(&container, &name, || {
                 if condition != Condition::Always {
-                    let current = match s.read_header(&container, &name, &path) {
-                        Ok(h) => h.map(|(h, _)| h.etag),
+                    let current = match s.read_file(&container, &name, &path, false) {
+                        Ok(h) => h.map(|(h, _, _)| h.etag),
                         // A corrupt file exists: it can only be replaced unconditionally.
                         Err(StoreError::Corrupt { .. }) => Some(String::new()),
                         Err(e) => return Err(e),
