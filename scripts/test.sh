@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Node's npm for
-# Azurite; Azurite itself into .tools/; a Python virtualenv with the official Azure SDK
-# packages into .tools/venv), then runs every test. The tests start their own
+# Azurite and playwright-core, both into .tools/; Debian's chromium; a Python virtualenv with
+# the official Azure SDK packages into .tools/venv), then runs every test. The tests start their own
 # services (Azurite, hubhost processes) on free loopback ports and stop them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,10 +12,18 @@ if ! command -v npm >/dev/null 2>&1; then
   echo "== installing Node.js and npm (Debian packages)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
 fi
-if [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
-  echo "== installing azurite@${AZURITE_VERSION} into .tools/"
+PLAYWRIGHT_VERSION=1.65.1  # playwright-core only: it drives Debian's chromium, downloads no browser
+if [ ! -x .tools/node_modules/.bin/azurite-blob ] || [ ! -d .tools/node_modules/playwright-core ]; then
+  echo "== installing azurite@${AZURITE_VERSION} and playwright-core@${PLAYWRIGHT_VERSION} into .tools/"
   mkdir -p .tools
-  npm install --prefix .tools --no-audit --no-fund --loglevel=error "azurite@${AZURITE_VERSION}" >/dev/null
+  npm install --prefix .tools --no-audit --no-fund --loglevel=error \
+    "azurite@${AZURITE_VERSION}" "playwright-core@${PLAYWRIGHT_VERSION}" >/dev/null
+fi
+
+# Headless Chromium for the dashboard's browser test (Debian's package).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "== installing chromium (Debian package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
 # The official Python SDK packages, as independent peers in the interop tests.

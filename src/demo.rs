@@ -24,8 +24,9 @@ use crate::app::aggregate::WindowAggregate;
 use crate::app::layout::DEFAULT_CONTAINER;
 use crate::app::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION};
 use crate::batch::{EventRecord, PartitionContext};
-use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::{CheckpointStore, ConsumerGroupKey};
 use crate::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+use crate::dashboard::DashboardSources;
 use crate::emulate::{self, AppSettings};
 use crate::eventhubs::{EventHubTarget, on_sending_thread};
 use crate::function_app::EventHubTrigger;
@@ -156,6 +157,16 @@ pub async fn run(
         container: DEFAULT_CONTAINER.into(),
         window_seconds: 60,
         max_body_bytes: handler::DEFAULT_MAX_BODY_BYTES,
+        dashboard: {
+            let mut sources = DashboardSources::new(DEMO_HUB);
+            sources.event_hub = Some(EventHubTarget::parse(&connection, Some(DEMO_HUB))?);
+            let key = ConsumerGroupKey::new("localhost", DEMO_HUB, &sources.consumer_group)?;
+            sources.checkpoints = Some((
+                CheckpointStore::new(opts.storage.open()?, crate::checkpoint::DEFAULT_CONTAINER),
+                key,
+            ));
+            sources
+        },
     };
     let mut server = tokio::spawn(handler::serve(
         config,

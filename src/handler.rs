@@ -1,6 +1,9 @@
 //! `hubhost serve`: the custom handler the Functions host starts and calls.
 //!
-//! - `GET /` answers the host's start-up probe (any answer means "ready").
+//! - `GET /` answers the host's start-up probe (any answer means "ready"); a browser (which
+//!   asks for HTML) gets the dashboard page instead.
+//! - `GET /api/dashboard/…` is the page residents and operators watch (see `dashboard`); under
+//!   the Functions host it is the HTTP-triggered function `Dashboard`, forwarded as it came.
 //! - `POST /{FunctionName}` takes one invocation: decode (contract) → process (app) → answer.
 //! - `GET /metrics` is the handler's Prometheus page: per function, batches by outcome, events
 //!   (applied, replayed, dead-lettered as poison), storage errors, and a handling-time histogram.
@@ -32,6 +35,7 @@ use crate::app::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION, App, AppError, AppFuncti
 use crate::contract::ContractError;
 use crate::contract::decode::decode_request;
 use crate::contract::response::InvocationResponse;
+use crate::dashboard::{self, Dashboard, DashboardSources};
 use crate::function_app::{
     Cardinality, DataType, EventHubTrigger, FunctionApp, FunctionSpec, Trigger,
 };
@@ -39,6 +43,8 @@ use crate::metrics::{self, Exposition, Histogram, Kind, LATENCY_BUCKETS};
 use crate::storage::{SharedStore, StorageLocation, StoreError};
 
 pub const DEFAULT_MAX_BODY_BYTES: usize = 128 * 1024 * 1024;
+/// The HTTP-triggered function that serves the dashboard (`function_app/Dashboard`).
+pub const DASHBOARD_FUNCTION: &str = "Dashboard";
 
 #[derive(Debug, Clone)]
 pub struct HandlerConfig {
@@ -50,6 +56,8 @@ pub struct HandlerConfig {
     pub container: String,
     pub window_seconds: u32,
     pub max_body_bytes: usize,
+    /// What the dashboard reads besides the app's blobs.
+    pub dashboard: DashboardSources,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +122,7 @@ impl FunctionStats {
 pub struct HandlerState {
     functions: Vec<Registered>,
     app: Arc<App>,
+    dashboard: Arc<Dashboard>,
     max_body_bytes: usize,
     /// Fault injection for tests and drills: a batch with an event of this home panics.
     panic_home: Option<String>,
@@ -153,6 +162,11 @@ impl HandlerState {
         };
         let mut functions = Vec::new();
         for spec in specs {
+            if spec.name.eq_ignore_ascii_case(DASHBOARD_FUNCTION)
+                && matches!(spec.trigger, Trigger::Http { .. })
+            {
+                continue; // served by the dashboard's own routes
+            }
             let (Some(trigger), Some(logic)) = (
                 spec.event_hub_trigger().cloned(),
                 AppFunction::for_name(&spec.name),
@@ -170,9 +184,16 @@ impl HandlerState {
         let store: SharedStore = config.storage.open()?;
         store.ensure_container(&config.container).await?;
         tracing::info!(storage = %store.describe(), container = %config.container, "storage ready");
+        let dashboard = Dashboard::new(
+            store.clone(),
+            &config.container,
+            config.window_seconds,
+            config.dashboard.clone(),
+        );
         Ok(HandlerState {
             functions,
             app: Arc::new(App::new(store, &config.container, config.window_seconds)),
+            dashboard: Arc::new(dashboard),
             max_body_bytes: config.max_body_bytes,
             panic_home: std::env::var("HUBHOST_FAULT_PANIC_HOME")
                 .ok()
@@ -197,7 +218,8 @@ pub fn router(state: Arc<HandlerState>) -> Router {
         .route("/metrics", get(metrics_page))
         .route("/{function}", post(invoke))
         .fallback(not_found)
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(dashboard::router(state.dashboard.clone()))
 }
 
 /// Runs the handler until `shutdown` resolves.
@@ -235,7 +257,14 @@ fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response
     reply(status, &InvocationResponse::error(code, message))
 }
 
-async fn probe(State(state): State<Arc<HandlerState>>) -> Response {
+async fn probe(State(state): State<Arc<HandlerState>>, headers: HeaderMap) -> Response {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"));
+    if wants_html {
+        return dashboard::index().await;
+    }
     let body = json!({"status": "ready", "functions": state.function_names()});
     (StatusCode::OK, axum::Json(body)).into_response()
 }
@@ -244,7 +273,7 @@ async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
         "not_found",
-        "no such route: the host calls GET / and POST /{FunctionName}",
+        "no such route: the host calls GET / and POST /{FunctionName}; the dashboard is at /api/dashboard/",
     )
 }
 

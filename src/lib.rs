@@ -7,6 +7,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod child;
 pub mod contract;
+pub mod dashboard;
 pub mod demo;
 pub mod emulate;
 pub mod eventhubs;

@@ -424,6 +424,7 @@ fn main() -> ExitCode {
                     container,
                     window_seconds,
                     max_body_bytes,
+                    dashboard: hubhost::dashboard::DashboardSources::from_app_settings(env),
                 };
                 handler::serve(config, |_| {}, shutdown_signal())
                     .await

@@ -69,7 +69,7 @@ fn every_function_json_is_valid() {
             seen += 1;
         }
     }
-    assert_eq!(seen, 2);
+    assert_eq!(seen, 3);
 }
 
 /// The validation is real: a wrong binding fails it.
@@ -82,10 +82,18 @@ fn the_schema_rejects_a_broken_function_json() {
 }
 
 #[test]
-fn the_host_discovers_both_functions_on_their_consumer_groups() {
+fn the_host_discovers_the_functions_and_their_triggers() {
     let app = FunctionApp::load(&repo().join("function_app")).unwrap();
     let names: Vec<&str> = app.functions.iter().map(|f| f.name.as_str()).collect();
-    assert_eq!(names, ["RawArchive", "SensorAggregator"]);
+    assert_eq!(names, ["Dashboard", "RawArchive", "SensorAggregator"]);
+    // The page is an HTTP-only function, so the host forwards its requests as they came.
+    let dashboard = app.function("Dashboard").unwrap();
+    assert!(matches!(
+        dashboard.trigger,
+        hubhost::function_app::Trigger::Http { .. }
+    ));
+    let host = json(&repo().join("host.json"));
+    assert_eq!(host["customHandler"]["enableForwardingHttpRequest"], true);
     for (name, group) in [("SensorAggregator", "$Default"), ("RawArchive", "archive")] {
         let f = app.function(name).unwrap();
         let t = f.event_hub_trigger().unwrap();
@@ -99,8 +107,8 @@ fn the_host_discovers_both_functions_on_their_consumer_groups() {
     }
     let settings = json(&repo().join("local.settings.json.example"));
     assert_eq!(settings["Values"]["FUNCTIONS_WORKER_RUNTIME"], "custom");
-    for f in &app.functions {
-        let connection = f.event_hub_trigger().unwrap().connection.clone().unwrap();
+    for t in app.functions.iter().filter_map(|f| f.event_hub_trigger()) {
+        let connection = t.connection.clone().unwrap();
         assert!(
             settings["Values"][&connection].is_string(),
             "local.settings.json.example defines {connection}"

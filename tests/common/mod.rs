@@ -205,6 +205,22 @@ pub fn azurite_bin() -> PathBuf {
     )
 }
 
+/// The `node_modules` where the test command installed `playwright-core` (scripts/test.sh),
+/// or HUBHOST_NODE_MODULES.
+pub fn node_modules() -> PathBuf {
+    let modules = installed_tool(
+        "HUBHOST_NODE_MODULES",
+        ".tools/node_modules",
+        "The test tools' node_modules",
+    );
+    assert!(
+        modules.join("playwright-core").exists(),
+        "playwright-core is not installed in {}: run scripts/test.sh (it installs it)",
+        modules.display()
+    );
+    modules
+}
+
 /// A real Azurite blob service on a free port, killed on drop.
 pub struct Azurite {
     child: Child,

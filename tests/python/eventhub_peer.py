@@ -7,6 +7,7 @@ The connection string is the one users write for the official emulator
   props                              hub and partition properties
   send <count> <batch> <tag>         sends events in batches keyed by home; properties carry i and tag
   send-to <partition> <count> <tag>  sends events one by one to a partition
+  send-keyed <key> <body>...         sends the bodies as one batch with that partition key
   receive <group> <expect> <seconds> receives from every partition from the start
   receive-checkpointed <group> <expect> <seconds> <storage connection string> <container>
                                      the same through BlobCheckpointStore, checkpointing every event
@@ -64,6 +65,15 @@ def send_to(cs, hub, partition, count, tag):
             event.properties = {"i": i, "tag": tag}
             producer.send_event(event, partition_id=partition)
     return {"sent": count}
+
+
+def send_keyed(cs, hub, key, bodies):
+    with EventHubProducerClient.from_connection_string(cs, eventhub_name=hub) as producer:
+        batch = producer.create_batch(partition_key=key)
+        for body in bodies:
+            batch.add(EventData(body))
+        producer.send_batch(batch)
+    return {"sent": len(bodies)}
 
 
 def _event_json(partition_id, event):
@@ -161,6 +171,8 @@ def main():
         out = send(cs, hub, int(args[0]), int(args[1]), args[2])
     elif op == "send-to":
         out = send_to(cs, hub, args[0], int(args[1]), args[2])
+    elif op == "send-keyed":
+        out = send_keyed(cs, hub, args[0], args[1:])
     elif op == "receive":
         out = receive(cs, hub, args[0], int(args[1]), float(args[2]))
     elif op == "receive-checkpointed":

@@ -1,0 +1,89 @@
+// The dashboard in headless Chromium (Debian's `chromium`, driven by playwright-core), run by
+// tests/dashboard.rs against a live `hubhost demo`:
+//   node dashboard.cjs <page URL> <home> <home id made of HTML> <latency home> <sent at, ms> <screenshot dir>
+// Fails (exit 1) on any console error, page error or dialog, when a view does not show what the
+// test sent, or when the HTML home id is rendered as markup. Prints its timings as JSON.
+"use strict";
+
+const { chromium } = require("playwright-core");
+const path = require("path");
+
+const [url, home, htmlHome, latencyHome, sentAt, shots] = process.argv.slice(2);
+const TITLE = "hubhost — home security";
+const problems = [];
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+async function show(page, hash) {
+  await page.evaluate((h) => { location.hash = h; }, hash);
+}
+
+(async () => {
+  const browser = await chromium.launch({
+    executablePath: process.env.HUBHOST_CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-gpu"],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+    page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
+    page.on("pageerror", (e) => problems.push(`page error: ${e}`));
+    page.on("dialog", (d) => { problems.push(`dialog: ${d.message()}`); d.dismiss(); });
+
+    // First: the home the Rust side sent just before starting us — send → page.
+    const started = Date.now();
+    await page.goto(`${url}/#home=${encodeURIComponent(latencyHome)}`);
+    await page.waitForSelector("body[data-updated]");
+    const firstRenderMs = Date.now() - started;
+    await page.waitForFunction(() => document.querySelectorAll("#home-chart rect").length > 0,
+      null, { timeout: 30000 });
+    const sendToPageMs = Date.now() - Number(sentAt);
+
+    // Fleet: the chart, and both test homes among the active alarms, as text.
+    await show(page, "fleet");
+    await page.waitForFunction(([a, b]) => {
+      const homes = [...document.querySelectorAll("#fleet-active tbody td:first-child")].map((t) => t.textContent);
+      return document.querySelectorAll("#fleet-chart rect").length > 0 && homes.includes(a) && homes.includes(b);
+    }, [home, htmlHome], { timeout: 30000 });
+    const events = Number(await page.textContent("#fleet-events"));
+    check(events >= 6, `fleet shows ${events} events in the last hour`);
+    await page.screenshot({ path: path.join(shots, "fleet.png"), fullPage: true });
+
+    // Home: chart bars, the glass-break alarm, the sensors' latest states.
+    await show(page, `home=${encodeURIComponent(home)}`);
+    await page.waitForFunction((h) => document.getElementById("home-title").textContent === h
+      && document.querySelectorAll("#home-chart rect").length > 0, home, { timeout: 30000 });
+    const alarms = await page.$$eval("#home-alarms tbody td:first-child", (tds) => tds.map((t) => t.textContent));
+    check(alarms.includes("glass_break"), `home alarms: ${JSON.stringify(alarms)}`);
+    const sensors = await page.$$eval("#home-sensors tbody tr", (trs) => trs.map((tr) => tr.textContent));
+    check(sensors.some((s) => s.includes("front-door") && s.includes("open")), `home sensors: ${JSON.stringify(sensors)}`);
+    await page.screenshot({ path: path.join(shots, "home.png"), fullPage: true });
+
+    // A home id made of HTML is shown as text and never becomes an element.
+    await show(page, `home=${encodeURIComponent(htmlHome)}`);
+    await page.waitForFunction((h) => document.getElementById("home-title").textContent === h
+      && document.querySelectorAll("#home-alarms tbody tr").length > 0, htmlHome, { timeout: 30000 });
+    check(await page.$$eval("img", (imgs) => imgs.length) === 0, "the HTML home id became an <img>");
+    check(await page.title() === TITLE, `the page title changed to ${await page.title()}`);
+    await page.screenshot({ path: path.join(shots, "home-html-id.png"), fullPage: true });
+
+    // Operations: 16 partitions, each owned, and the pool's two instances.
+    await show(page, "operations");
+    await page.waitForFunction(() => {
+      const rows = [...document.querySelectorAll("#ops-partitions tbody tr")];
+      return rows.length === 16 && rows.every((r) => !r.children[1].textContent.includes("(none)"))
+        && document.getElementById("ops-instance-count").textContent === "2";
+    }, null, { timeout: 30000 });
+    await page.screenshot({ path: path.join(shots, "operations.png"), fullPage: true });
+
+    check(problems.length === 0, problems.join("\n"));
+    console.log(JSON.stringify({ firstRenderMs, sendToPageMs }));
+  } finally {
+    await browser.close();
+  }
+})().catch((e) => {
+  console.error(String(e && e.stack || e));
+  if (problems.length) console.error(problems.join("\n"));
+  process.exit(1);
+});
