@@ -505,9 +505,15 @@ pub async fn run(
                 .local_addr()
                 .map_err(|e| EmulateError::Metrics(e.to_string()))?;
             println!("  metrics: http://{local}/metrics");
+            let last_enqueued = Arc::new(LastEnqueued::default());
+            tokio::spawn(last_enqueued.clone().refresh(
+                consumers.iter().map(|c| c.target.clone()).collect(),
+                stop.child_token(),
+            ));
             let page = MetricsPage {
                 consumers: consumers.clone(),
                 storage_operations,
+                last_enqueued,
             };
             Some(tokio::spawn(page.serve(listener, stop.child_token())))
         }
@@ -581,6 +587,48 @@ pub async fn run(
 struct MetricsPage {
     consumers: Vec<Arc<Consumer>>,
     storage_operations: Arc<OperationCounts>,
+    last_enqueued: Arc<LastEnqueued>,
+}
+
+/// How often `/metrics` learns the hubs' last enqueued sequence numbers (for the lag).
+const LAG_REFRESH: Duration = Duration::from_secs(5);
+
+/// Each hub's partitions' last enqueued sequence numbers, as last read.
+#[derive(Default)]
+struct LastEnqueued {
+    /// hub → partition → last enqueued sequence number.
+    by_hub: std::sync::Mutex<BTreeMap<String, BTreeMap<String, i64>>>,
+}
+
+impl LastEnqueued {
+    /// Reads every target's partition ends every [`LAG_REFRESH`] until `stop`.
+    async fn refresh(self: Arc<Self>, mut targets: Vec<EventHubTarget>, stop: CancellationToken) {
+        targets.dedup_by(|a, b| a.hub == b.hub && a.namespace == b.namespace);
+        loop {
+            for target in &targets {
+                let reading = target.clone();
+                // Management calls send through the SDK: from a thread of their own.
+                let ends = crate::eventhubs::on_sending_thread(move || async move {
+                    reading.partition_ends().await
+                })
+                .await;
+                if let Some(Ok(ends)) = ends {
+                    let last = ends
+                        .into_iter()
+                        .map(|e| (e.partition_id, e.last_sequence_number))
+                        .collect();
+                    self.by_hub
+                        .lock()
+                        .expect("lag lock")
+                        .insert(target.hub.clone(), last);
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(LAG_REFRESH) => {}
+            }
+        }
+    }
 }
 
 impl MetricsPage {
@@ -599,6 +647,35 @@ impl MetricsPage {
                 ("delete", &ops.deletes),
             ]
             .map(|(op, n)| (vec![("operation", op)], n.load(Ordering::Relaxed) as f64)),
+        );
+        let last_enqueued = self.last_enqueued.by_hub.lock().expect("lag lock").clone();
+        let mut lag = Vec::new();
+        for c in &self.consumers {
+            let progress = c.stats.progress.lock().expect("progress lock").clone();
+            for (partition, processed) in progress {
+                if let Some(last) = last_enqueued
+                    .get(&c.target.hub)
+                    .and_then(|p| p.get(&partition))
+                {
+                    lag.push((c, partition, (last - processed).max(0)));
+                }
+            }
+        }
+        page.family(
+            "hubhost_partition_lag",
+            Kind::Gauge,
+            "Events enqueued after the last one handed to the function, per owned partition (hub state read every 5 s).",
+            lag.iter().map(|(c, partition, lag)| {
+                (
+                    vec![
+                        ("function", c.function.as_str()),
+                        ("eventhub", c.key.event_hub.as_str()),
+                        ("consumer_group", c.consumer_group()),
+                        ("partition", partition.as_str()),
+                    ],
+                    *lag as f64,
+                )
+            }),
         );
         page.finish()
     }

@@ -120,6 +120,49 @@ impl Pool {
         self.instances.insert(name.to_string(), child);
     }
 
+    /// Polls the dashboard's operations view until its instances (owner → partitions)
+    /// satisfy `ready`, and checks every row against the checkpoint store and the hub.
+    fn wait_for_operations(
+        &self,
+        dashboard: &common::Server,
+        ready: impl Fn(&BTreeMap<String, Vec<String>>) -> bool,
+    ) -> BTreeMap<String, Vec<String>> {
+        let url = format!("{}/api/dashboard/operations.json", dashboard.url());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let view: serde_json::Value = self.runtime.block_on(async {
+                let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+                serde_json::from_str(&text).unwrap()
+            });
+            let owners: BTreeMap<String, Vec<String>> = view["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| {
+                    let partitions = i["partitions"].as_array().unwrap();
+                    (
+                        i["owner"].as_str().unwrap().to_string(),
+                        partitions
+                            .iter()
+                            .map(|p| p.as_str().unwrap().to_string())
+                            .collect(),
+                    )
+                })
+                .collect();
+            let rows = view["partitions"].as_array().unwrap();
+            if ready(&owners) && rows.len() == 16 && rows.iter().all(|r| r["lastEnqueued"].is_i64())
+            {
+                return owners;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the operations view never got there: {view:#}\n{}",
+                dashboard.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// An instance's `/metrics`, parsed as Prometheus text.
     fn metrics(&self, name: &str) -> Vec<hubhost::metrics::Sample> {
         let out = std::fs::read_to_string(self.path(&format!("{name}.out"))).unwrap();
@@ -163,6 +206,25 @@ impl Pool {
             assert!(events > 0.0, "{name} processed no events by its metrics");
             let ops = hubhost::metrics::sum(&samples, "hubhost_storage_operations_total", &[]);
             assert!(ops > 0.0, "{name} counted no store operations");
+            // Lag per partition it reads: only partitions the store says it owns, never negative.
+            let lag: Vec<&hubhost::metrics::Sample> = samples
+                .iter()
+                .filter(|s| s.name == "hubhost_partition_lag")
+                .collect();
+            assert!(!lag.is_empty(), "{name} reports no partition lag");
+            for s in lag {
+                let partition = s.label("partition").unwrap();
+                assert_eq!(
+                    owners.get(partition),
+                    Some(name),
+                    "{name} reports lag of {partition}"
+                );
+                assert!(
+                    s.value >= 0.0 && s.value < 100_000.0,
+                    "{name}: lag {}",
+                    s.value
+                );
+            }
         }
     }
 
@@ -425,6 +487,19 @@ fn a_killed_instance_is_replaced_from_its_checkpoints() {
         pool.start(name);
     }
     pool.wait_balanced("three instances");
+    // The dashboard's operations view, served by a handler pointed at the pool's hub and
+    // checkpoint store as the Functions host's app settings would point it.
+    let appdata = pool.path("appdata").display().to_string();
+    let hub_connection = pool.hub.connection_string(common::KEY);
+    let dashboard = common::Server::start(
+        &["--storage", &appdata],
+        &[
+            ("AzureWebJobsStorage", pool.storage.as_str()),
+            ("EventHubConnection", hub_connection.as_str()),
+            ("EventHubName", "sensors"),
+        ],
+    );
+    let before = pool.wait_for_operations(&dashboard, |owners| owners.len() == 3);
     std::thread::sleep(Duration::from_secs(2));
     let orphaned: Vec<String> = pool
         .owners()
@@ -440,6 +515,12 @@ fn a_killed_instance_is_replaced_from_its_checkpoints() {
         "takeover took {takeover:?}"
     );
     assert!(!orphaned.is_empty());
+    // The operations view shows the failover: i2 is gone and its partitions have new owners.
+    let after = pool.wait_for_operations(&dashboard, |owners| {
+        owners.keys().all(|o| o != "i2") && owners.values().map(Vec::len).sum::<usize>() == 16
+    });
+    assert_eq!(before.keys().collect::<Vec<_>>(), ["i1", "i2", "i3"]);
+    assert_eq!(after.keys().collect::<Vec<_>>(), ["i1", "i3"]);
     std::thread::sleep(Duration::from_secs(2));
     pool.stop_producing();
     pool.assert_complete("kill -9");

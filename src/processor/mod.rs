@@ -47,6 +47,8 @@ pub struct ProcessorStats {
     pub storage_errors: AtomicU64,
     pub ownership_claims_lost: AtomicU64,
     pub pumps_running: AtomicU64,
+    /// The last sequence number handed to the function, per partition this instance reads.
+    pub progress: std::sync::Mutex<std::collections::BTreeMap<String, i64>>,
 }
 
 /// What every pump of a processor shares: where to read, where ownership and checkpoints live,

@@ -133,6 +133,11 @@ impl PartitionPump {
             self.checkpoint_if_unsaved().await;
         }
         stats.pumps_running.fetch_sub(1, Ordering::Relaxed);
+        stats
+            .progress
+            .lock()
+            .expect("progress lock")
+            .remove(&self.partition_id);
         tracing::info!(partition = %self.partition_id, consumer_group = %self.consumer.consumer_group(), ?exit, "pump stopped");
         exit
     }
@@ -330,6 +335,13 @@ impl PartitionPump {
                     delay = (delay * 2).min(RETRY_MAX);
                 }
             }
+        }
+        if let Some((sequence, _)) = &last {
+            stats
+                .progress
+                .lock()
+                .expect("progress lock")
+                .insert(self.partition_id.clone(), *sequence);
         }
         if last.is_some() {
             self.last = last;
