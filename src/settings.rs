@@ -39,6 +39,19 @@ pub fn resolve_storage(
     if let Some(value) = env(&setting).filter(|v| !v.trim().is_empty()) {
         return parse(&value, &format!("app setting {setting}"));
     }
+    // An identity-based connection, as Functions apps write it: no secret in the settings,
+    // the app's identity signs in with Entra ID.
+    let identity =
+        |suffix: &str| env(&format!("{setting}__{suffix}")).filter(|v| !v.trim().is_empty());
+    if let Some(uri) = identity("blobServiceUri") {
+        return parse(&uri, &format!("app setting {setting}__blobServiceUri"));
+    }
+    if let Some(account) = identity("accountName") {
+        return parse(
+            &format!("https://{}.blob.core.windows.net", account.trim()),
+            &format!("app setting {setting}__accountName"),
+        );
+    }
     Ok(StorageLocation::Directory(crate::demo::default_data_dir()))
 }
 
@@ -61,10 +74,13 @@ pub fn eventhub_namespace(env: impl Fn(&str) -> Option<String>) -> Option<String
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+    /// An environment of fixed pairs, for tests of code that reads settings.
+    pub(crate) fn env_of(
+        pairs: &'static [(&'static str, &'static str)],
+    ) -> impl Fn(&str) -> Option<String> {
         move |k| {
             pairs
                 .iter()
@@ -94,6 +110,33 @@ mod tests {
         assert!(
             matches!(resolve_storage(None, &env).unwrap(), StorageLocation::Directory(d) if d.ends_with("hubhost-data"))
         );
+    }
+
+    #[test]
+    fn identity_based_connections_sign_in_with_entra_id() {
+        use crate::storage::connection::Credential;
+        fn entra(env: impl Fn(&str) -> Option<String>) -> String {
+            match resolve_storage(None, env).unwrap() {
+                StorageLocation::Azure(c) if c.credential == Credential::EntraId => c.blob_endpoint,
+                other => panic!("not Entra ID: {other:?}"),
+            }
+        }
+        assert_eq!(
+            entra(env_of(&[("AzureWebJobsStorage__accountName", "acct")])),
+            "https://acct.blob.core.windows.net"
+        );
+        assert_eq!(
+            entra(env_of(&[(
+                "AzureWebJobsStorage__blobServiceUri",
+                "https://acct.blob.core.chinacloudapi.cn/"
+            )])),
+            "https://acct.blob.core.chinacloudapi.cn"
+        );
+        // Bearer tokens only over TLS.
+        let message = resolve_storage(Some("http://127.0.0.1:10000/acct"), env_of(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("https://"), "{message}");
     }
 
     #[test]

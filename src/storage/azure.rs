@@ -23,6 +23,7 @@ use reqwest::{Method, StatusCode};
 use sha2::Sha256;
 
 use super::connection::{Credential, StorageConnection};
+use super::entra::{TokenSource, Tokens};
 use super::{
     Blob, BlobProperties, BlobStore, Condition, ETag, Metadata, StoreError, WriteOutcome,
     validate_blob_name, validate_container_name, validate_metadata,
@@ -55,6 +56,8 @@ pub struct AzureBlobStore {
     /// Path of the endpoint (empty for real Azure, `/devstoreaccount1` for Azurite).
     base_path: String,
     key: Option<Vec<u8>>,
+    /// Entra ID tokens, for `Credential::EntraId`.
+    tokens: Option<Tokens>,
 }
 
 struct Request<'a> {
@@ -85,7 +88,7 @@ impl AzureBlobStore {
                         message: "the account key is not valid base64".into(),
                     })?,
             ),
-            Credential::Sas(_) => None,
+            Credential::Sas(_) | Credential::EntraId => None,
         };
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
@@ -93,12 +96,20 @@ impl AzureBlobStore {
             .pool_max_idle_per_host(32)
             .build()
             .map_err(|e| StoreError::Unavailable(format!("cannot build HTTP client: {e}")))?;
+        let tokens = match &conn.credential {
+            Credential::EntraId => Some(Tokens::new(
+                TokenSource::from_env(|k| std::env::var(k).ok())?,
+                http.clone(),
+            )),
+            _ => None,
+        };
         Ok(AzureBlobStore {
             http,
             conn,
             origin,
             base_path,
             key,
+            tokens,
         })
     }
 
@@ -216,6 +227,11 @@ impl AzureBlobStore {
                 headers.push(("Authorization".into(), auth));
             }
             Credential::Sas(sas) => query.push(sas.clone()),
+            Credential::EntraId => {
+                let tokens = self.tokens.as_ref().expect("Entra ID stores have tokens");
+                let token = tokens.token().await?;
+                headers.push(("Authorization".into(), format!("Bearer {token}")));
+            }
         }
         let mut url = format!("{}{}", self.origin, path);
         if !query.is_empty() {

@@ -4,6 +4,8 @@
 //! (`AccountName=…;AccountKey=…`, with `DefaultEndpointsProtocol`, `EndpointSuffix` or an explicit
 //! `BlobEndpoint`) and SAS strings (`BlobEndpoint=…;SharedAccessSignature=…`). The key and the
 //! SAS are secrets: `Debug` shows neither, and nothing here formats them into a message.
+//! Without a secret, a blob service URL (`https://acct.blob.core.windows.net`) signs in with
+//! Entra ID, as identity-based connections of Functions apps do.
 
 use std::fmt;
 
@@ -21,6 +23,8 @@ pub enum Credential {
     },
     /// A SAS token (query string without the leading `?`).
     Sas(String),
+    /// Entra ID bearer tokens for the identity the environment offers (see `entra.rs`).
+    EntraId,
 }
 
 #[derive(Clone, PartialEq)]
@@ -49,9 +53,27 @@ pub enum ConnectionStringError {
     Malformed,
     #[error("the AccountKey in the storage connection string is not valid base64")]
     BadKey,
+    #[error(
+        "a blob service signed in to with Entra ID must be an https:// URL, e.g. \
+         https://myaccount.blob.core.windows.net"
+    )]
+    NotHttps,
 }
 
 impl StorageConnection {
+    /// A blob service signed in to with Entra ID. Only `https`: bearer tokens never travel
+    /// in clear text.
+    pub fn entra_id(blob_endpoint: &str) -> Result<Self, ConnectionStringError> {
+        let endpoint = blob_endpoint.trim().trim_end_matches('/');
+        if !endpoint.starts_with("https://") || endpoint.len() <= "https://".len() {
+            return Err(ConnectionStringError::NotHttps);
+        }
+        Ok(StorageConnection {
+            blob_endpoint: endpoint.to_string(),
+            credential: Credential::EntraId,
+        })
+    }
+
     pub fn development() -> Self {
         StorageConnection {
             blob_endpoint: DEV_BLOB_ENDPOINT.to_string(),
@@ -125,6 +147,7 @@ impl fmt::Debug for StorageConnection {
         let auth = match &self.credential {
             Credential::SharedKey { account, .. } => format!("shared key of account {account}"),
             Credential::Sas(_) => "SAS".to_string(),
+            Credential::EntraId => "Entra ID".to_string(),
         };
         write!(f, "Azure Blob Storage at {} ({auth})", self.blob_endpoint)
     }

@@ -10,6 +10,7 @@
 pub mod azure;
 pub mod connection;
 pub mod counting;
+pub mod entra;
 pub mod local;
 pub mod memory;
 
@@ -170,14 +171,17 @@ pub enum StorageLocation {
 }
 
 impl StorageLocation {
-    /// Interprets a user-supplied value: anything with `=` is a connection string, `memory:`
-    /// is the in-memory store, anything else a directory.
+    /// Interprets a user-supplied value: anything with `=` is a connection string, an
+    /// `https://` URL a blob service signed in to with Entra ID, `memory:` the in-memory store,
+    /// anything else a directory.
     pub fn parse(value: &str) -> Result<Self, connection::ConnectionStringError> {
         let value = value.trim();
         if value == "memory:" {
             Ok(StorageLocation::Memory)
         } else if value.contains('=') {
             Ok(StorageLocation::Azure(StorageConnection::parse(value)?))
+        } else if value.starts_with("https://") || value.starts_with("http://") {
+            Ok(StorageLocation::Azure(StorageConnection::entra_id(value)?))
         } else {
             Ok(StorageLocation::Directory(PathBuf::from(value)))
         }

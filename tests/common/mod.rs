@@ -240,7 +240,13 @@ impl Azurite {
 
     /// Starts Azurite keeping its data in `location`, so that a restart keeps the blobs.
     pub fn start_at(location: &Path, port: u16) -> Azurite {
+        Azurite::start_with(location, port, &[])
+    }
+
+    /// Azurite with extra flags, e.g. `--oauth basic --cert … --key …` (HTTPS and bearer tokens).
+    pub fn start_with(location: &Path, port: u16, extra: &[&str]) -> Azurite {
         let child = Command::new(azurite_bin())
+            .args(extra)
             .args([
                 "--blobHost",
                 "127.0.0.1",
