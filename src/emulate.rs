@@ -603,20 +603,12 @@ struct LastEnqueued {
 impl LastEnqueued {
     /// Reads every target's partition ends every [`LAG_REFRESH`] until `stop`.
     async fn refresh(self: Arc<Self>, mut targets: Vec<EventHubTarget>, stop: CancellationToken) {
+        // One reading per hub, however many functions read it.
+        targets.sort_by(|a, b| (&a.namespace, &a.hub).cmp(&(&b.namespace, &b.hub)));
         targets.dedup_by(|a, b| a.hub == b.hub && a.namespace == b.namespace);
         loop {
             for target in &targets {
-                let reading = target.clone();
-                // Management calls send through the SDK: from a thread of their own.
-                let ends = crate::eventhubs::on_sending_thread(move || async move {
-                    reading.partition_ends().await
-                })
-                .await;
-                if let Some(Ok(ends)) = ends {
-                    let last = ends
-                        .into_iter()
-                        .map(|e| (e.partition_id, e.last_sequence_number))
-                        .collect();
+                if let Ok(last) = target.last_enqueued().await {
                     self.by_hub
                         .lock()
                         .expect("lag lock")

@@ -328,6 +328,28 @@ impl EventHubTarget {
         })
     }
 
+    /// Each partition's last enqueued sequence number (-1: none yet), for lag figures: the
+    /// partition ends, read from a sending thread (management calls send through the SDK; see
+    /// [`on_sending_thread`]).
+    pub async fn last_enqueued(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, i64>, EventHubsError> {
+        let target = self.clone();
+        let ends = on_sending_thread(move || async move { target.partition_ends().await })
+            .await
+            .unwrap_or_else(|| {
+                Err(EventHubsError::Properties {
+                    hub: self.hub.clone(),
+                    namespace: self.namespace.clone(),
+                    message: "the reading thread panicked".into(),
+                })
+            })?;
+        Ok(ends
+            .into_iter()
+            .map(|e| (e.partition_id, e.last_sequence_number))
+            .collect())
+    }
+
     async fn read_partition_ends(&self) -> Result<Vec<PartitionEnd>, String> {
         let producer = self.producer().await.map_err(|e| e.to_string())?;
         let hub = producer

@@ -76,8 +76,7 @@ impl Exposition {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
         };
-        let _ = writeln!(self.text, "# HELP {name} {}", help.replace('\n', " "));
-        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+        self.header(name, help, kind);
         for (labels, value) in samples {
             self.sample(name, &labels, value);
         }
@@ -91,8 +90,7 @@ impl Exposition {
         help: &str,
         series: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, &'a Histogram)>,
     ) {
-        let _ = writeln!(self.text, "# HELP {name} {}", help.replace('\n', " "));
-        let _ = writeln!(self.text, "# TYPE {name} histogram");
+        self.header(name, help, "histogram");
         for (labels, histogram) in series {
             let mut cumulative = 0;
             let bounds = histogram.bounds.iter().map(|b| b.to_string());
@@ -106,6 +104,11 @@ impl Exposition {
             self.sample(&format!("{name}_sum"), &labels, sum);
             self.sample(&format!("{name}_count"), &labels, cumulative as f64);
         }
+    }
+
+    fn header(&mut self, name: &str, help: &str, kind: &str) {
+        let _ = writeln!(self.text, "# HELP {name} {}", help.replace('\n', " "));
+        let _ = writeln!(self.text, "# TYPE {name} {kind}");
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {

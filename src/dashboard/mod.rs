@@ -30,7 +30,7 @@ use crate::app::aggregate::{WindowAggregate, window_start};
 use crate::app::directory::HomeDirectory;
 use crate::app::layout;
 use crate::checkpoint::{CheckpointStore, ConsumerGroupKey};
-use crate::eventhubs::{EventHubTarget, on_sending_thread};
+use crate::eventhubs::EventHubTarget;
 use crate::storage::{ETag, SharedStore, StoreError};
 use views::{OperationsSample, OperationsView};
 
@@ -70,23 +70,7 @@ impl DashboardSources {
                 .ownership_expiry,
         }
     }
-}
 
-impl std::fmt::Debug for DashboardSources {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DashboardSources")
-            .field("hub", &self.hub)
-            .field("consumer_group", &self.consumer_group)
-            .field(
-                "checkpoints",
-                &self.checkpoints.as_ref().map(|(s, _)| s.describe()),
-            )
-            .field("event_hub", &self.event_hub)
-            .finish()
-    }
-}
-
-impl DashboardSources {
     /// From the app settings the Functions host passes (as `hubhost emulate` does too):
     /// `EventHubName` (default `sensors`), `EventHubConnection` for the hub, and the host's
     /// checkpoint store in `AzureWebJobsStorage` (else `./hubhost-data`). A setting that is
@@ -110,6 +94,20 @@ impl DashboardSources {
             sources.checkpoints = Some((store, key));
         }
         sources
+    }
+}
+
+impl std::fmt::Debug for DashboardSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DashboardSources")
+            .field("hub", &self.hub)
+            .field("consumer_group", &self.consumer_group)
+            .field(
+                "checkpoints",
+                &self.checkpoints.as_ref().map(|(s, _)| s.describe()),
+            )
+            .field("event_hub", &self.event_hub)
+            .finish()
     }
 }
 
@@ -267,22 +265,12 @@ impl Dashboard {
                 .to_std()
                 .is_ok_and(|age| age < PARTITION_ENDS_EVERY)
         });
-        if !fresh && let Some(target) = self.sources.event_hub.clone() {
-            // Management calls send through the SDK: on a thread of their own (see there).
-            let ends =
-                on_sending_thread(move || async move { target.partition_ends().await }).await;
-            match ends {
-                Some(Ok(ends)) => {
-                    let last = ends
-                        .into_iter()
-                        .map(|e| (e.partition_id, e.last_sequence_number))
-                        .collect();
-                    previous.partition_ends = Some((now, last));
-                }
-                Some(Err(e)) => {
+        if !fresh && let Some(target) = &self.sources.event_hub {
+            match target.last_enqueued().await {
+                Ok(last) => previous.partition_ends = Some((now, last)),
+                Err(e) => {
                     tracing::warn!(error = %e, "the hub's partition properties could not be read")
                 }
-                None => {}
             }
         }
         if let Some((_, last)) = &previous.partition_ends {
