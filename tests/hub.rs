@@ -160,16 +160,28 @@ fn acknowledged_events_survive_kill_9_of_the_hub() {
     assert!(p0["last"].as_i64().unwrap() >= 1);
 }
 
+/// The Rust SDK's clients on `hub`, through the custom-endpoint option (the SDK has no
+/// development-emulator setting).
+async fn rust_producer(hub: &Hub) -> ProducerClient {
+    ProducerClient::builder()
+        .with_custom_endpoint(format!("amqp://127.0.0.1:{}", hub.port))
+        .open_with_connection_string(&hub.connection_string(KEY), Some("sensors"))
+        .await
+        .expect("producer opens")
+}
+
+async fn rust_consumer(hub: &Hub) -> ConsumerClient {
+    ConsumerClient::builder()
+        .with_custom_endpoint(format!("amqp://127.0.0.1:{}", hub.port))
+        .open_with_connection_string(&hub.connection_string(KEY), Some("sensors"))
+        .await
+        .expect("consumer opens")
+}
+
 #[tokio::test]
 async fn the_rust_client_sends_and_receives_through_its_custom_endpoint() {
     let hub = Hub::start(None);
-    let cs = hub.connection_string(KEY);
-    let endpoint = format!("amqp://127.0.0.1:{}", hub.port);
-    let producer = ProducerClient::builder()
-        .with_custom_endpoint(endpoint.clone())
-        .open_with_connection_string(&cs, Some("sensors"))
-        .await
-        .expect("producer opens");
+    let producer = rust_producer(&hub).await;
     let properties = producer.get_eventhub_properties().await.unwrap();
     assert_eq!(properties.partition_ids.len(), 16);
     let batch = producer
@@ -191,11 +203,7 @@ async fn the_rust_client_sends_and_receives_through_its_custom_endpoint() {
     assert_eq!(partition.last_enqueued_sequence_number, 19);
     assert!(!partition.is_empty);
 
-    let consumer = ConsumerClient::builder()
-        .with_custom_endpoint(endpoint)
-        .open_with_connection_string(&cs, Some("sensors"))
-        .await
-        .expect("consumer opens");
+    let consumer = rust_consumer(&hub).await;
     let receiver = consumer
         .open_receiver_on_partition(
             "7".into(),
@@ -230,6 +238,96 @@ async fn the_rust_client_sends_and_receives_through_its_custom_endpoint() {
     let mut indexes: Vec<i64> = events.iter().map(|e| e["i"].as_i64().unwrap()).collect();
     indexes.sort();
     assert_eq!(indexes, (0..20).collect::<Vec<_>>());
+}
+
+/// Events up to the 1 MB limit travel in several frames each way and arrive whole, in both SDKs;
+/// a larger one is refused and the hub carries on.
+#[tokio::test]
+async fn events_up_to_one_megabyte_arrive_whole_and_larger_ones_are_refused() {
+    let hub = Hub::start(None);
+    let producer = rust_producer(&hub).await;
+    // Bodies of distinct bytes, so that a lost, doubled or misplaced frame shows.
+    let body = |len: usize, seed: u8| -> Vec<u8> {
+        (0..len)
+            .map(|i| b'a' + ((i / 7 + seed as usize) % 26) as u8)
+            .collect()
+    };
+    let sizes = [1_000_000usize, 300_000, 70_000, 10];
+    for (seed, len) in sizes.iter().enumerate() {
+        let event = azure_messaging_eventhubs::models::EventData::builder()
+            .with_body(body(*len, seed as u8))
+            .add_property("i".to_string(), seed as i64)
+            .add_property("tag".to_string(), "big")
+            .build();
+        producer
+            .send_event(
+                event,
+                Some(azure_messaging_eventhubs::SendEventOptions {
+                    partition_id: Some("3".into()),
+                }),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("a {len}-byte event is accepted: {e}"));
+    }
+
+    let consumer = rust_consumer(&hub).await;
+    let receiver = consumer
+        .open_receiver_on_partition(
+            "3".into(),
+            Some(OpenReceiverOptions {
+                start_position: Some(StartPosition {
+                    location: StartLocation::Earliest,
+                    inclusive: true,
+                }),
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap();
+    let mut stream = receiver.stream_events().take(sizes.len());
+    let mut sequence = 0;
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(30), stream.next())
+        .await
+        .expect("events arrive")
+    {
+        let event = event.unwrap();
+        let seed = sequence as usize;
+        assert_eq!(event.sequence_number(), Some(sequence));
+        assert!(
+            event.event_data().body() == Some(&body(sizes[seed], seed as u8)[..]),
+            "event {seed} ({} bytes) arrived whole",
+            sizes[seed]
+        );
+        sequence += 1;
+    }
+    assert_eq!(sequence, sizes.len() as i64);
+
+    // The Python package reads them whole too.
+    let events = hub.python("receive", &["archive", "4", "60"]);
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), sizes.len());
+    for e in events {
+        let seed = e["i"].as_u64().unwrap() as usize;
+        assert_eq!(e["sequence"].as_u64(), Some(seed as u64));
+        assert_eq!(
+            e["body"].as_str().unwrap().as_bytes(),
+            &body(sizes[seed], seed as u8)[..],
+            "event {seed} in Python"
+        );
+    }
+
+    // 1 MiB + 1 byte is refused: the hub detaches the sending link with
+    // amqp:link:message-size-exceeded (the Python package reports a failed send), and is still
+    // there for the next send.
+    let refused = hub.python("oversize", &[]);
+    assert_eq!(refused["refused"], true, "{refused}");
+    assert_eq!(refused["type"], "EventDataSendError", "{refused}");
+    assert_eq!(hub.python("send-to", &["0", "2", "after"])["sent"], 2);
+    let partition = producer.get_partition_properties("0").await.unwrap();
+    assert_eq!(
+        partition.last_enqueued_sequence_number, 1,
+        "partition 0 holds the two later events and nothing of the refused one"
+    );
 }
 
 #[test]

@@ -13,12 +13,14 @@ use fe2o3_amqp::link::{Receiver, Sender};
 use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
 use fe2o3_amqp::types::messaging::annotations::OwnedKey;
 use fe2o3_amqp::types::messaging::message::__private::{Deserializable, Serializable};
-use fe2o3_amqp::types::messaging::{Body, MessageAnnotations};
-use fe2o3_amqp::types::primitives::{Timestamp, Value};
+use fe2o3_amqp::types::messaging::{Body, Message, MessageAnnotations};
+use fe2o3_amqp::types::primitives::{Binary, Timestamp, Value};
 
 use super::filter::StartFilter;
 use super::log::{Seek, StoredEvent};
+use super::received;
 use super::requests::AmqpMessage;
+use super::wire::PRE_ENCODED;
 use super::{Hub, MAX_MESSAGE_BYTES, Partition, ReceiverLease};
 
 /// The message format of a batch: its body is Data sections, each one encoded message.
@@ -81,6 +83,16 @@ pub async fn ingest(mut receiver: Receiver, hub: Arc<Hub>, partition: Option<Arc
             Err(fe2o3_amqp::link::RecvError::MessageDecode(e)) => {
                 tracing::info!(error = ?e, "a sent message could not be decoded");
                 continue;
+            }
+            // fe2o3 has already detached the link with amqp:link:message-size-exceeded, which
+            // is what the service does with a message over the limit it advertised.
+            Err(fe2o3_amqp::link::RecvError::MessageSizeExceeded(e)) => {
+                tracing::warn!(
+                    size = e.size,
+                    limit = e.max_size,
+                    "refused a sent message larger than the limit (amqp:link:message-size-exceeded)"
+                );
+                break;
             }
             Err(e) => {
                 tracing::debug!(error = %e, "producer link ended");
@@ -208,6 +220,18 @@ fn encode(message: &AmqpMessage) -> Result<Bytes, definitions::Error> {
         })
 }
 
+/// The encoded message a consumer receives for `event`: spliced without decoding where
+/// `received` can, else decoded, stamped and encoded again.
+fn received_bytes(event: &StoredEvent) -> Option<Vec<u8>> {
+    super::received::received_bytes(
+        &event.payload,
+        event.sequence,
+        event.offset,
+        event.enqueued_ms,
+    )
+    .or_else(|| serde_amqp::to_vec(&Serializable(to_received(event)?)).ok())
+}
+
 /// The stored event as the message a consumer receives: as sent, plus the annotations the
 /// service stamps (sequence number, offset as a string, enqueued time).
 pub fn to_received(event: &StoredEvent) -> Option<AmqpMessage> {
@@ -218,15 +242,15 @@ pub fn to_received(event: &StoredEvent) -> Option<AmqpMessage> {
         .get_or_insert_with(MessageAnnotations::default)
         .0;
     annotations.insert(
-        OwnedKey::from("x-opt-sequence-number"),
+        OwnedKey::from(received::SEQUENCE_NUMBER),
         Value::Long(event.sequence),
     );
     annotations.insert(
-        OwnedKey::from("x-opt-offset"),
+        OwnedKey::from(received::OFFSET),
         Value::String(event.offset.to_string()),
     );
     annotations.insert(
-        OwnedKey::from("x-opt-enqueued-time"),
+        OwnedKey::from(received::ENQUEUED_TIME),
         Value::Timestamp(Timestamp::from_milliseconds(event.enqueued_ms)),
     );
     Some(message)
@@ -288,11 +312,16 @@ pub async fn deliver(
         let mut stop = None;
         for event in &events {
             next = event.sequence + 1;
-            let Some(message) = to_received(event) else {
+            let Some(bytes) = received_bytes(event) else {
                 tracing::warn!(partition = %partition.id, sequence = event.sequence, "skipping an undecodable stored event");
                 continue;
             };
-            let sendable = Sendable::builder().message(message).settled(true).build();
+            // Wrapped for fe2o3, which sends only typed messages; `wire` unwraps it.
+            let sendable = Sendable::builder()
+                .message(Message::builder().value(Binary::from(bytes)).build())
+                .message_format(PRE_ENCODED)
+                .settled(true)
+                .build();
             tokio::select! {
                 sent = sender.send_batchable(sendable) => if let Err(e) = sent {
                     tracing::debug!(error = %e, "consumer link ended");

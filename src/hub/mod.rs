@@ -7,15 +7,16 @@
 //! holds the namespace's configuration and its shared state: hubs, partitions, and which
 //! receivers hold a partition (owner levels).
 
-pub mod compat;
 pub mod config;
 pub mod filter;
 pub mod links;
 pub mod log;
 pub mod partition_key;
+pub mod received;
 pub mod requests;
 pub mod sas;
 pub mod server;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -301,7 +302,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), HubError> {
     let namespace = Arc::new(Namespace::open(&config)?);
-    let listener = compat::listen(config.listen).map_err(|source| HubError::Listen {
+    let listener = wire::listen(config.listen).map_err(|source| HubError::Listen {
         address: config.listen.to_string(),
         source,
     })?;

@@ -70,10 +70,7 @@ async fn connection(stream: tokio::net::TcpStream, namespace: Arc<Namespace>) {
         .properties(product_properties())
         .sasl_acceptor(SaslAnonymousMechanism::new())
         .build();
-    let mut connection = match acceptor
-        .accept(super::compat::FullFrames::new(stream))
-        .await
-    {
+    let mut connection = match acceptor.accept(super::wire::WireStream::new(stream)).await {
         Ok(c) => c,
         Err(e) => {
             tracing::info!(error = %e, "AMQP connection refused");
