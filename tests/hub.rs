@@ -125,6 +125,46 @@ fn a_wrong_key_is_refused_with_401() {
     );
 }
 
+/// A connection string carrying a SAS token (as users hand out instead of keys): one that
+/// expired is refused at `$cbs` with 401 and the reason; the same token still valid works.
+#[test]
+fn an_expired_token_is_refused_and_a_valid_one_accepted() {
+    let hub = Hub::start(None);
+    let key = hubhost::hub::sas::SharedAccessKey {
+        name: "RootManageSharedAccessKey".into(),
+        key: KEY.into(),
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let run = |expires_at: i64| {
+        let resource = format!("sb://localhost:{}/sensors", hub.port);
+        let token = hubhost::hub::sas::sign(&resource, &key, expires_at);
+        let cs = format!(
+            "Endpoint=sb://localhost:{};SharedAccessSignature={token};EntityPath=sensors;UseDevelopmentEmulator=true;",
+            hub.port
+        );
+        let mut cmd = Command::new(common::python());
+        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
+            .args([cs.as_str(), "sensors", "props"]);
+        common::output_within(&mut cmd, common::COMMAND_LIMIT)
+    };
+    let expired = run(now - 60);
+    assert!(!expired.status.success());
+    let stderr = String::from_utf8_lossy(&expired.stderr);
+    assert!(stderr.contains("401"), "{stderr}");
+    assert!(stderr.contains("expired"), "{stderr}");
+    let valid = run(now + 3600);
+    assert!(
+        valid.status.success(),
+        "{}",
+        String::from_utf8_lossy(&valid.stderr)
+    );
+    let props: Value = serde_json::from_slice(&valid.stdout).unwrap();
+    assert_eq!(props["partition_ids"].as_array().unwrap().len(), 16);
+}
+
 #[test]
 fn a_higher_owner_level_steals_the_partition() {
     let hub = Hub::start(None);
