@@ -109,10 +109,15 @@ fn map_items(map: &[u8]) -> Option<MapItems<'_>> {
         let len = value_len(&items[at..], 0)?;
         if index % 2 == 0 {
             let key = &items[at..at + len];
-            let is_stamp = [SEQUENCE_NUMBER, OFFSET, ENQUEUED_TIME]
+            let name = match key[0] {
+                0xa3 => &key[2..],
+                0xb3 => &key[5..],
+                _ => &[][..], // a ulong key: not one of the stamps
+            };
+            if [SEQUENCE_NUMBER, OFFSET, ENQUEUED_TIME]
                 .iter()
-                .any(|s| key.len() == s.len() + 2 && &key[2..] == s.as_bytes());
-            if is_stamp {
+                .any(|s| name == s.as_bytes())
+            {
                 return None;
             }
         }
@@ -321,6 +326,15 @@ mod tests {
             .get(&OFFSET as &dyn fe2o3_amqp::types::messaging::annotations::AnnotationKey)
             .cloned();
         assert_eq!(offset, Some(Value::String(event.offset.to_string())));
+
+        // The same stamp with its key written as a 32-bit symbol.
+        let mut sym32 = vec![0x00, 0x53, MESSAGE_ANNOTATIONS, 0xc1, 0, 2];
+        sym32.push(0xb3);
+        sym32.extend_from_slice(&(OFFSET.len() as u32).to_be_bytes());
+        sym32.extend_from_slice(OFFSET.as_bytes());
+        sym32.extend_from_slice(&[0xa1, 1, b'1']);
+        sym32[4] = (sym32.len() - 5) as u8;
+        assert_eq!(received_bytes(&sym32, 1, 2, 3), None, "32-bit symbol key");
 
         let good = encode(&shapes()[2]);
         assert_eq!(
