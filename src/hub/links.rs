@@ -223,7 +223,7 @@ fn encode(message: &AmqpMessage) -> Result<Bytes, definitions::Error> {
 /// The encoded message a consumer receives for `event`: spliced without decoding where
 /// `received` can, else decoded, stamped and encoded again.
 fn received_bytes(event: &StoredEvent) -> Option<Vec<u8>> {
-    super::received::received_bytes(
+    received::received_bytes(
         &event.payload,
         event.sequence,
         event.offset,

@@ -108,17 +108,33 @@ async fn session_loop(
 ) {
     // Like the service, settle in the first mode only: a receiver's disposition settles the
     // delivery (Python's producer asks for `second` and waits for a settled disposition).
-    let acceptor = LinkAcceptor::builder()
-        .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
-        .fallback_receiver_settle_mode(ReceiverSettleMode::First)
-        .max_message_size(MAX_MESSAGE_BYTES)
-        .properties(product_properties())
-        .build();
-    while let Some(attach) = session.next_incoming_attach().await {
+    let acceptor = |max_message_size: u64| {
+        LinkAcceptor::builder()
+            .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
+            .fallback_receiver_settle_mode(ReceiverSettleMode::First)
+            .max_message_size(max_message_size)
+            .properties(product_properties())
+            .build()
+    };
+    // What a client sends is held to the service's limit. What it receives is not: the three
+    // stamps take an event sent at the limit past it, and a limit there would end the link at
+    // that event every time the consumer came back — its partition stuck for good. So the hub
+    // sets none on the links it sends on, and passes over the one a receiver states (Python's
+    // says 1 MiB, and neither SDK checks what arrives), as the service delivers such events.
+    let links_clients_send_on = acceptor(MAX_MESSAGE_BYTES);
+    let links_clients_receive_on = acceptor(0);
+    while let Some(mut attach) = session.next_incoming_attach().await {
         let address = link_address(&attach);
         let owner_level = owner_level(&attach);
         let filter = selector(&attach);
         let name = attach.name.clone();
+        let acceptor = match attach.role {
+            Role::Sender => &links_clients_send_on,
+            Role::Receiver => {
+                attach.max_message_size = None;
+                &links_clients_receive_on
+            }
+        };
         let endpoint = match acceptor.accept_incoming_attach(attach, &mut session).await {
             Ok(link) => link,
             Err(e) => {
