@@ -8,6 +8,7 @@
 //! receivers hold a partition (owner levels).
 
 pub mod config;
+pub mod encoding;
 pub mod filter;
 pub mod links;
 pub mod log;

@@ -9,6 +9,8 @@
 //! returns `None`, and the caller takes the typed path (`links::to_received`), which handles every
 //! message fe2o3 can decode.
 
+use super::encoding::{self, CompoundKind, value_len};
+
 /// Section descriptors (AMQP 1.0 §3.2), in the order a message carries them: header (0x70),
 /// delivery annotations (0x71), message annotations, then the bare message up to the footer (0x78).
 const HEADER: u8 = 0x70;
@@ -18,9 +20,6 @@ const FOOTER: u8 = 0x78;
 pub const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
 pub const OFFSET: &str = "x-opt-offset";
 pub const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
-
-/// How deep descriptors may nest before a value counts as malformed (real ones nest once).
-const MAX_DESCRIPTOR_DEPTH: usize = 8;
 
 /// The stored message `payload` as a consumer receives it, stamped with its sequence number,
 /// offset and enqueued time; `None` when the bytes are not a message this fast path handles.
@@ -36,11 +35,11 @@ pub fn received_bytes(
     let mut at = 0;
     while at < payload.len() {
         let rest = &payload[at..];
-        let len = value_len(rest, 0)?;
-        let code = section_code(rest)?;
+        let len = value_len(rest)?;
+        let (code, value_at) = section(rest)?;
         if !stamped && code >= MESSAGE_ANNOTATIONS {
             let stored = if code == MESSAGE_ANNOTATIONS {
-                Some(map_items(&rest[3..len])?)
+                Some(map_items(&rest[value_at..len])?)
             } else {
                 None
             };
@@ -96,19 +95,15 @@ struct MapItems<'a> {
 /// The entries of an encoded map, refusing one that already has a stamp (the typed path
 /// overwrites it, as the service does).
 fn map_items(map: &[u8]) -> Option<MapItems<'_>> {
-    let (count, items) = match *map.first()? {
-        0xc1 => (*map.get(2)? as usize, map.get(3..)?),
-        0xd1 => (
-            u32::from_be_bytes(map.get(5..9)?.try_into().ok()?) as usize,
-            map.get(9..)?,
-        ),
-        _ => return None,
-    };
+    let map = encoding::compound(map)?;
+    if map.kind != CompoundKind::Map || !map.rest.is_empty() {
+        return None;
+    }
     let mut at = 0;
-    for index in 0..count {
-        let len = value_len(&items[at..], 0)?;
+    for index in 0..map.count {
+        let len = value_len(&map.items[at..])?;
         if index % 2 == 0 {
-            let key = &items[at..at + len];
+            let key = &map.items[at..at + len];
             let name = match key[0] {
                 0xa3 => &key[2..],
                 0xb3 => &key[5..],
@@ -123,68 +118,35 @@ fn map_items(map: &[u8]) -> Option<MapItems<'_>> {
         }
         at += len;
     }
-    (at == items.len()).then_some(MapItems { count, items })
+    (at == map.items.len()).then_some(MapItems {
+        count: map.count,
+        items: map.items,
+    })
 }
 
 /// A message-annotations section: the stored entries, then the stamps.
 fn write_annotations(out: &mut Vec<u8>, stored: Option<MapItems>, stamps: &[u8]) -> Option<()> {
     let (count, items) = stored.map_or((0, &[][..]), |s| (s.count, s.items));
-    let count = count + 6;
-    let items_len = items.len() + stamps.len();
     out.extend_from_slice(&[0x00, 0x53, MESSAGE_ANNOTATIONS]);
-    if items_len < 255 && count <= 255 {
-        out.extend_from_slice(&[0xc1, (items_len + 1) as u8, count as u8]);
-    } else {
-        out.push(0xd1);
-        out.extend_from_slice(&u32::try_from(items_len + 4).ok()?.to_be_bytes());
-        out.extend_from_slice(&u32::try_from(count).ok()?.to_be_bytes());
-    }
+    encoding::write_compound_header(
+        out,
+        CompoundKind::Map,
+        count + 6,
+        items.len() + stamps.len(),
+    )?;
     out.extend_from_slice(items);
     out.extend_from_slice(stamps);
     Some(())
 }
 
-/// The descriptor code of the section at the start of `bytes`: a described value whose
-/// descriptor is a small ulong (`0x53`) or a ulong (`0x80`) in the AMQP domain (high bytes 0).
-fn section_code(bytes: &[u8]) -> Option<u8> {
-    if *bytes.first()? != 0x00 {
-        return None;
-    }
-    let code = match *bytes.get(1)? {
-        0x53 => *bytes.get(2)?,
-        0x80 => {
-            let descriptor = u64::from_be_bytes(bytes.get(2..10)?.try_into().ok()?);
-            u8::try_from(descriptor).ok()?
-        }
-        _ => return None,
-    };
-    (HEADER..=FOOTER).contains(&code).then_some(code)
-}
-
-/// The encoded length of the AMQP value at the start of `bytes` (AMQP 1.0 §1.6: a format
-/// code's high nibble says how its width is found), or `None` when it does not fit.
-pub fn value_len(bytes: &[u8], depth: usize) -> Option<usize> {
-    let code = *bytes.first()?;
-    let len = if code == 0x00 {
-        if depth >= MAX_DESCRIPTOR_DEPTH {
-            return None;
-        }
-        let descriptor = value_len(&bytes[1..], depth + 1)?;
-        1 + descriptor + value_len(&bytes[1 + descriptor..], depth + 1)?
-    } else {
-        match code >> 4 {
-            0x4 => 1,
-            0x5 => 2,
-            0x6 => 3,
-            0x7 => 5,
-            0x8 => 9,
-            0x9 => 17,
-            0xa | 0xc | 0xe => 2 + *bytes.get(1)? as usize,
-            0xb | 0xd | 0xf => 5 + u32::from_be_bytes(bytes.get(1..5)?.try_into().ok()?) as usize,
-            _ => return None,
-        }
-    };
-    (len <= bytes.len()).then_some(len)
+/// The section at the start of `bytes`: its descriptor code, which must name a message section,
+/// and where its value starts.
+fn section(bytes: &[u8]) -> Option<(u8, usize)> {
+    let (code, value_at) = encoding::descriptor(bytes)?;
+    let code = u8::try_from(code).ok()?;
+    (HEADER..=FOOTER)
+        .contains(&code)
+        .then_some((code, value_at))
 }
 
 #[cfg(test)]
@@ -312,6 +274,31 @@ mod tests {
     }
 
     #[test]
+    fn a_section_with_a_full_ulong_descriptor_is_spliced_too() {
+        let keyed = encode(&shapes()[3]);
+        let at = keyed
+            .windows(3)
+            .position(|w| w == [0x00, 0x53, MESSAGE_ANNOTATIONS])
+            .unwrap();
+        let mut full = keyed[..at].to_vec();
+        full.extend_from_slice(&[0x00, 0x80]);
+        full.extend_from_slice(&(MESSAGE_ANNOTATIONS as u64).to_be_bytes());
+        full.extend_from_slice(&keyed[at + 3..]);
+        let event = StoredEvent {
+            payload: Bytes::from(full),
+            ..stored(&shapes()[3])
+        };
+        let spliced = received_bytes(
+            &event.payload,
+            event.sequence,
+            event.offset,
+            event.enqueued_ms,
+        )
+        .expect("the fast path takes it");
+        assert_eq!(decode(&spliced), to_received(&event).unwrap());
+    }
+
+    #[test]
     fn a_producer_set_stamp_or_odd_bytes_take_the_typed_path() {
         let mut stamped = message(Body::Empty);
         stamped.message_annotations = Some(annotations(&[(OFFSET, Value::String("1".into()))]));
@@ -360,18 +347,5 @@ mod tests {
             None,
             "nested descriptors"
         );
-    }
-
-    #[test]
-    fn value_lengths_follow_the_format_codes() {
-        assert_eq!(value_len(&[0x40], 0), Some(1));
-        assert_eq!(value_len(&[0x52, 7], 0), Some(2));
-        assert_eq!(value_len(&[0x81, 0, 0, 0, 0, 0, 0, 0, 1], 0), Some(9));
-        assert_eq!(value_len(&[0x98; 17], 0), Some(17));
-        assert_eq!(value_len(&[0xa1, 2, b'h', b'i', 0xff], 0), Some(4));
-        assert_eq!(value_len(&[0xb0, 0, 0, 0, 1, 9], 0), Some(6));
-        assert_eq!(value_len(&[0x00, 0x53, 0x75, 0xa0, 1, 9], 0), Some(6));
-        assert_eq!(value_len(&[0xa1, 5, b'h'], 0), None, "runs past the end");
-        assert_eq!(value_len(&[0x20], 0), None, "no such format code");
     }
 }

@@ -31,6 +31,8 @@ use std::task::{Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf};
 use tokio::sync::Notify;
 
+use super::encoding::{self, CompoundKind};
+
 /// The segment size the listener advertises: below Linux's 32767 limit on `TCP_MAXSEG`.
 const LISTENER_MSS: u32 = 32_000;
 
@@ -89,35 +91,17 @@ struct Performative<'a> {
 fn performative(frame: &[u8]) -> Option<Performative<'_>> {
     let doff = *frame.get(4)? as usize * 4;
     let body = frame.get(doff..)?;
-    if body.len() < 3 || body[0] != 0x00 {
+    let (code, list_at) = encoding::descriptor(body)?;
+    let list = encoding::compound(&body[list_at..])?;
+    if list.kind != CompoundKind::List {
         return None;
     }
-    let (code, list_at) = match body[1] {
-        0x53 => (body[2] as u64, 3),
-        0x80 => (u64::from_be_bytes(body.get(2..10)?.try_into().ok()?), 10),
-        _ => return None,
-    };
-    let list = body.get(list_at..)?;
-    let (count, items, payload) = match *list.first()? {
-        0x45 => (0usize, &list[1..1], &list[1..]),
-        0xc0 => {
-            let size = *list.get(1)? as usize;
-            let count = *list.get(2)? as usize;
-            (count, list.get(3..1 + 1 + size)?, list.get(1 + 1 + size..)?)
-        }
-        0xd0 => {
-            let size = u32::from_be_bytes(list.get(1..5)?.try_into().ok()?) as usize;
-            let count = u32::from_be_bytes(list.get(5..9)?.try_into().ok()?) as usize;
-            (count, list.get(9..5 + size)?, list.get(5 + size..)?)
-        }
-        _ => return None,
-    };
     Some(Performative {
         head: &frame[..doff + list_at],
         code,
-        count,
-        items,
-        payload,
+        count: list.count,
+        items: list.items,
+        payload: list.rest,
     })
 }
 
@@ -130,7 +114,7 @@ fn pre_encoded(p: &Performative) -> Option<(usize, usize)> {
     // handle, delivery-id, delivery-tag, then message-format.
     let mut at = 0;
     for _ in 0..3 {
-        at += super::received::value_len(&p.items[at..], 0)?;
+        at += encoding::value_len(&p.items[at..])?;
     }
     let format = p.items.get(at..at + 5)?;
     if format[0] != 0x70 || format[1..] != PRE_ENCODED.to_be_bytes() {
@@ -166,15 +150,9 @@ pub fn write_frame(frame: &[u8], out: &mut Vec<u8>) {
     let fields = p.count.max(need);
     let items_len = p.items.len() + (fields - p.count);
     out.extend_from_slice(p.head);
-    if items_len < 255 {
-        out.push(0xc0);
-        out.push((items_len + 1) as u8);
-        out.push(fields as u8);
-    } else {
-        out.push(0xd0);
-        out.extend_from_slice(&((items_len + 4) as u32).to_be_bytes());
-        out.extend_from_slice(&(fields as u32).to_be_bytes());
-    }
+    // A performative is far below 4 GiB: fe2o3 bounds frames by the negotiated frame size.
+    encoding::write_compound_header(out, CompoundKind::List, fields, items_len)
+        .expect("a frame's list fits the 32-bit form");
     let payload = match unwrap {
         Some((format_at, wrapper)) => {
             // The format becomes 0 in the same five bytes (a uint), so nothing else moves.
