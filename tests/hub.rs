@@ -7,8 +7,6 @@ mod common;
 use common::{Hub, KEY};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use azure_messaging_eventhubs::{
@@ -100,10 +98,10 @@ fn python_producer_and_consumers_get_every_event_once_per_consumer_group() {
 
     // An unknown consumer group is refused.
     let cs = hub.connection_string(KEY);
-    let mut out = Command::new(common::python());
-    out.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
-        .args([cs.as_str(), "sensors", "receive", "nosuchgroup", "1", "5"]);
-    let out = common::output_within(&mut out, common::COMMAND_LIMIT);
+    let out = common::python_output(
+        "eventhub_peer.py",
+        &[&cs, "sensors", "receive", "nosuchgroup", "1", "5"],
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "[]");
 }
 
@@ -111,10 +109,7 @@ fn python_producer_and_consumers_get_every_event_once_per_consumer_group() {
 fn a_wrong_key_is_refused_with_401() {
     let hub = Hub::start(None);
     let cs = hub.connection_string("not-the-key");
-    let mut out = Command::new(common::python());
-    out.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
-        .args([cs.as_str(), "sensors", "props"]);
-    let out = common::output_within(&mut out, common::COMMAND_LIMIT);
+    let out = common::python_output("eventhub_peer.py", &[&cs, "sensors", "props"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("401"), "{stderr}");
@@ -145,10 +140,7 @@ fn an_expired_token_is_refused_and_a_valid_one_accepted() {
             "Endpoint=sb://localhost:{};SharedAccessSignature={token};EntityPath=sensors;UseDevelopmentEmulator=true;",
             hub.port
         );
-        let mut cmd = Command::new(common::python());
-        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/eventhub_peer.py"))
-            .args([cs.as_str(), "sensors", "props"]);
-        common::output_within(&mut cmd, common::COMMAND_LIMIT)
+        common::python_output("eventhub_peer.py", &[&cs, "sensors", "props"])
     };
     let expired = run(now - 60);
     assert!(!expired.status.success());

@@ -313,12 +313,17 @@ pub fn python() -> PathBuf {
     )
 }
 
-/// Runs a Python script from tests/python with arguments; returns its stdout parsed as JSON.
-pub fn python_json(script: &str, args: &[&str]) -> Value {
+/// Runs a Python script from tests/python with arguments, to completion, whatever its exit.
+pub fn python_output(script: &str, args: &[&str]) -> Output {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")
         .join(script);
-    let out = output_within(Command::new(python()).arg(path).args(args), COMMAND_LIMIT);
+    output_within(Command::new(python()).arg(path).args(args), COMMAND_LIMIT)
+}
+
+/// Runs a Python script from tests/python with arguments; returns its stdout parsed as JSON.
+pub fn python_json(script: &str, args: &[&str]) -> Value {
+    let out = python_output(script, args);
     assert!(
         out.status.success(),
         "{script} {args:?} failed: {}",
