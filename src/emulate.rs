@@ -27,7 +27,7 @@ use crate::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use crate::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
 use crate::eventhubs::EventHubTarget;
 use crate::function_app::{EventHubTrigger, FunctionApp, FunctionSpec, RetryPolicy, RetryStrategy};
-use crate::invoker::Invoker;
+use crate::invoker::{InvokeError, Invoker};
 use crate::metrics::{self, Exposition, Kind};
 use crate::processor::{
     BatchHandler, BatchOutcome, Consumer, EventProcessor, PartitionBatch, ProcessorOptions,
@@ -162,12 +162,22 @@ pub struct FunctionDispatch {
     pub retry: Option<RetryPolicy>,
 }
 
+/// Why one invocation did not succeed.
+enum InvocationFailure {
+    /// The function ran and failed (a non-2xx answer, or one that is not JSON): the retry
+    /// policy applies, and after it the host's rule (checkpoint anyway).
+    Function(String),
+    /// The handler gave no answer (down, restarting, died mid-request): the function may
+    /// never have seen the batch, so it is neither a failure nor a success.
+    NoAnswer(String),
+}
+
 impl FunctionDispatch {
     async fn invoke_once(
         &self,
         batch: &PartitionBatch,
         retry: Option<&RetryContext>,
-    ) -> Result<(), String> {
+    ) -> Result<(), InvocationFailure> {
         let body = encode_request(&HostInvocation {
             function: &self.function,
             trigger: &self.trigger,
@@ -177,19 +187,21 @@ impl FunctionDispatch {
             flavor: MetadataFlavor::Current,
             now: Utc::now(),
         })
-        .map_err(|e| e.to_string())?;
-        let answer = self
-            .invoker
-            .invoke(&self.function, body)
-            .await
-            .map_err(|e| e.to_string())?;
+        .map_err(|e| InvocationFailure::Function(e.to_string()))?;
+        let answer = match self.invoker.invoke(&self.function, body).await {
+            Ok(answer) => answer,
+            Err(e @ InvokeError::NoAnswer(_)) => {
+                return Err(InvocationFailure::NoAnswer(e.to_string()));
+            }
+            Err(e) => return Err(InvocationFailure::Function(e.to_string())),
+        };
         if answer.succeeded() {
             Ok(())
         } else {
-            Err(format!(
+            Err(InvocationFailure::Function(format!(
                 "the handler answered {}: {}",
                 answer.status, answer.body
-            ))
+            )))
         }
     }
 }
@@ -206,6 +218,11 @@ pub fn retry_delay(policy: &RetryPolicy, retry: u32) -> Duration {
 
 #[async_trait::async_trait]
 impl BatchHandler for FunctionDispatch {
+    /// One delivery of the batch with the function's retry policy. A handler that gives no
+    /// answer ends it at once as [`BatchOutcome::NotProcessed`] (the pump delivers the batch
+    /// again once the handler is back); so does a stop during the retries, because the host
+    /// (Event Hubs extension 6.2.0 and later) writes no checkpoint while its listener stops
+    /// and the next owner starts the batch over.
     async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
         let mut attempt: u32 = 0;
         loop {
@@ -215,7 +232,8 @@ impl BatchHandler for FunctionDispatch {
             });
             let error = match self.invoke_once(batch, context.as_ref()).await {
                 Ok(()) => return BatchOutcome::Succeeded,
-                Err(e) => e,
+                Err(InvocationFailure::NoAnswer(e)) => return BatchOutcome::NotProcessed(e),
+                Err(InvocationFailure::Function(e)) => e,
             };
             let Some(policy) = &self.retry else {
                 return BatchOutcome::Failed(error);
@@ -232,7 +250,7 @@ impl BatchHandler for FunctionDispatch {
                 attempt, ?delay, %error, "invocation failed; retrying"
             );
             tokio::select! {
-                _ = stop.cancelled() => return BatchOutcome::Failed(format!("{error} (stopping; retries abandoned)")),
+                _ = stop.cancelled() => return BatchOutcome::NotProcessed(format!("{error} (stopping; retries abandoned)")),
                 _ = tokio::time::sleep(delay) => {}
             }
         }
@@ -724,6 +742,133 @@ mod tests {
         assert_eq!(s.expand("plain").unwrap(), "plain");
         assert!(s.expand("%Missing%").unwrap_err().contains("Missing"));
         assert!(s.expand("%open").unwrap_err().contains("unclosed"));
+    }
+
+    /// A handler on a real socket that answers 500 to its first `failures` requests, then 200,
+    /// recording each request's `RetryContext.RetryCount`.
+    async fn flaky_handler(failures: usize) -> (Invoker, Arc<std::sync::Mutex<Vec<i64>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let app = axum::Router::new().route(
+            "/{function}",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let record = record.clone();
+                async move {
+                    let request: Value = serde_json::from_slice(&body).unwrap();
+                    let retry: Value = match &request["Metadata"]["RetryContext"] {
+                        Value::String(text) => serde_json::from_str(text).unwrap(),
+                        other => other.clone(),
+                    };
+                    let mut seen = record.lock().unwrap();
+                    seen.push(retry["RetryCount"].as_i64().unwrap());
+                    let status = if seen.len() <= failures {
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                    } else {
+                        axum::http::StatusCode::OK
+                    };
+                    (
+                        status,
+                        axum::Json(serde_json::json!({"Outputs": {}, "Logs": []})),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (Invoker::new(&base), seen)
+    }
+
+    fn dispatch(invoker: Invoker, max_retry_count: i64) -> FunctionDispatch {
+        FunctionDispatch {
+            invoker,
+            function: "F".into(),
+            trigger: EventHubTrigger {
+                binding_name: "events".into(),
+                event_hub_name: "sensors".into(),
+                consumer_group: "$Default".into(),
+                cardinality: crate::function_app::Cardinality::Many,
+                data_type: crate::function_app::DataType::String,
+                connection: None,
+            },
+            retry: Some(RetryPolicy {
+                strategy: RetryStrategy::FixedDelay {
+                    delay: Duration::from_millis(1),
+                },
+                max_retry_count,
+            }),
+        }
+    }
+
+    fn one_event_batch() -> PartitionBatch {
+        PartitionBatch {
+            context: crate::batch::PartitionContext {
+                partition_id: "0".into(),
+                ..Default::default()
+            },
+            events: vec![crate::batch::EventRecord {
+                body: bytes::Bytes::from_static(b"{}"),
+                sequence_number: Some(7),
+                offset: Some("700".into()),
+                enqueued_time: Some(Utc::now()),
+                partition_key: None,
+                properties: Default::default(),
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn retrying_forever_outlasts_any_number_of_failures() {
+        // maxRetryCount -1, the reference app's policy: a storage outage answered with 500
+        // is retried until it is over, never given up and checkpointed.
+        let (invoker, seen) = flaky_handler(25).await;
+        let outcome = dispatch(invoker, -1)
+            .handle(&one_event_batch(), &CancellationToken::new())
+            .await;
+        assert_eq!(outcome, BatchOutcome::Succeeded);
+        assert_eq!(*seen.lock().unwrap(), (0..=25).collect::<Vec<i64>>());
+    }
+
+    #[tokio::test]
+    async fn a_finite_policy_fails_the_batch_after_its_retries() {
+        let (invoker, seen) = flaky_handler(25).await;
+        let outcome = dispatch(invoker, 3)
+            .handle(&one_event_batch(), &CancellationToken::new())
+            .await;
+        assert!(
+            matches!(&outcome, BatchOutcome::Failed(e) if e.contains("after 3 retries")),
+            "{outcome:?}"
+        );
+        assert_eq!(*seen.lock().unwrap(), [0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn no_answer_or_a_stop_is_not_a_function_failure() {
+        // Nothing listens on the port: the handler is down.
+        let port = free_port().unwrap();
+        let down = Invoker::new(&format!("http://127.0.0.1:{port}"));
+        let outcome = dispatch(down, -1)
+            .handle(&one_event_batch(), &CancellationToken::new())
+            .await;
+        assert!(
+            matches!(&outcome, BatchOutcome::NotProcessed(e) if e.contains("no answer")),
+            "{outcome:?}"
+        );
+        // A stop during the retries abandons them without a verdict (no checkpoint follows).
+        let (invoker, _) = flaky_handler(usize::MAX).await;
+        let stop = CancellationToken::new();
+        let stopper = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            stopper.cancel();
+        });
+        let outcome = dispatch(invoker, -1)
+            .handle(&one_event_batch(), &stop)
+            .await;
+        assert!(
+            matches!(&outcome, BatchOutcome::NotProcessed(e) if e.contains("stopping")),
+            "{outcome:?}"
+        );
     }
 
     #[test]

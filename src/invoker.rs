@@ -14,8 +14,11 @@ pub const HOST_VERSION: &str = "4.1037.0.0";
 pub enum InvokeError {
     #[error("the custom handler at {0} did not start within {1:?}")]
     NotReady(String, Duration),
-    #[error("calling the custom handler failed: {0}")]
-    Transport(String),
+    /// No answer: the handler refused the connection, or the connection ended before a whole
+    /// response came back (the process died or is restarting). The function's outcome is
+    /// unknown, so this is not a function failure: the caller delivers the batch again.
+    #[error("the custom handler gave no answer: {0}")]
+    NoAnswer(String),
     #[error("the custom handler answered {status} with a body that is not JSON")]
     NotJson { status: u16 },
 }
@@ -88,12 +91,12 @@ impl Invoker {
             .body(body)
             .send()
             .await
-            .map_err(|e| InvokeError::Transport(e.without_url().to_string()))?;
+            .map_err(|e| InvokeError::NoAnswer(e.without_url().to_string()))?;
         let status = resp.status().as_u16();
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| InvokeError::Transport(e.without_url().to_string()))?;
+            .map_err(|e| InvokeError::NoAnswer(e.without_url().to_string()))?;
         let body = serde_json::from_slice(&bytes).map_err(|_| InvokeError::NotJson { status })?;
         Ok(Invocation { status, body })
     }

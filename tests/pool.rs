@@ -255,6 +255,30 @@ impl Pool {
         }
     }
 
+    /// The pid of the custom handler an instance started (its child running the recording
+    /// handler), if it has one now.
+    fn handler_pid(&self, name: &str) -> Option<u32> {
+        let pid = self.instances[name].id();
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .find(|child| {
+                std::fs::read(format!("/proc/{child}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("recording_handler.py"))
+            })
+    }
+
+    /// Waits for an instance to exit on its own; returns its status.
+    fn wait_exit(&mut self, name: &str, limit: Duration) -> std::process::ExitStatus {
+        let mut child = self.instances.remove(name).unwrap();
+        common::wait_within(&mut child, limit, name)
+    }
+
     fn kill_9(&mut self, name: &str) {
         let mut child = self.instances.remove(name).unwrap();
         child.kill().unwrap();
@@ -385,6 +409,12 @@ impl Pool {
     /// Waits until the handlers have seen every stored event; then checks nothing is missing
     /// and duplicates stay within one batch plus the prefetch per change of hands.
     fn assert_complete(&self, what: &str) {
+        self.assert_complete_allowing(what, 0);
+    }
+
+    /// As `assert_complete`, allowing `redelivered` more duplicates per partition: batches a
+    /// handler recorded but died before answering are delivered again.
+    fn assert_complete_allowing(&self, what: &str, redelivered: u64) {
         let ends = self.hub_ends();
         let total: i64 = ends.values().map(|last| last + 1).sum();
         assert!(
@@ -432,7 +462,7 @@ impl Pool {
             let dup: u64 = seen.values().map(|n| u64::from(n - 1)).sum();
             let moves = handoffs.get(p).map_or(0, |h| h.len().saturating_sub(1)) as u64;
             assert!(
-                dup <= moves * (MAX_BATCH + PREFETCH),
+                dup <= moves * (MAX_BATCH + PREFETCH) + redelivered,
                 "{what}: partition {p} has {dup} duplicates with {moves} changes of hands"
             );
             duplicates += dup;
@@ -524,6 +554,46 @@ fn a_killed_instance_is_replaced_from_its_checkpoints() {
     std::thread::sleep(Duration::from_secs(2));
     pool.stop_producing();
     pool.assert_complete("kill -9");
+}
+
+/// A custom handler that dies is not a function failure. The handler of one instance is
+/// killed (`kill -9`) five times, 2 s apart, while readings flow: the instance restarts it
+/// three times, then gives up as the Functions host does, and the other instance takes its
+/// partitions over. Every stored event reaches a handler: no batch the handler never answered
+/// was checkpointed, neither while it was restarting nor when the instance gave up.
+#[test]
+fn a_handler_that_keeps_dying_loses_no_event() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pool = Pool::new();
+    pool.produce(600);
+    pool.start("i1");
+    pool.start("i2");
+    pool.wait_balanced("two instances");
+    let mut kills = 0;
+    for _ in 0..5 {
+        let Some(pid) = pool.handler_pid("i1") else {
+            break;
+        };
+        let status = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        kills += 1;
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(kills >= 4, "i1's handler was killed only {kills} times");
+    let status = pool.wait_exit("i1", Duration::from_secs(60));
+    let log = pool.log("i1");
+    assert!(
+        !status.success() && log.contains("the custom handler exited 4 times"),
+        "i1 should give up after the handler's fourth exit ({status}):\n{log}"
+    );
+    pool.wait_balanced("i1 gave up");
+    std::thread::sleep(Duration::from_secs(2));
+    pool.stop_producing();
+    // A killed handler may have recorded a batch it never answered: one batch per death.
+    pool.assert_complete_allowing("handler killed", kills * MAX_BATCH);
 }
 
 /// The official Python processor and hubhost instances share one consumer group through the

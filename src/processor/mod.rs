@@ -43,6 +43,8 @@ pub struct ProcessorStats {
     pub events: AtomicU64,
     pub batches: AtomicU64,
     pub failed_batches: AtomicU64,
+    /// Deliveries the handler gave no answer to (each is delivered again, never checkpointed).
+    pub undelivered_batches: AtomicU64,
     pub checkpoints: AtomicU64,
     pub storage_errors: AtomicU64,
     pub ownership_claims_lost: AtomicU64,
@@ -69,7 +71,7 @@ pub struct Consumer {
 /// The processors' counters as Prometheus families, one sample per consumer.
 pub fn write_metrics(page: &mut Exposition, consumers: &[Arc<Consumer>]) {
     type Read = fn(&ProcessorStats) -> &AtomicU64;
-    let families: [(&str, Kind, &str, Read); 7] = [
+    let families: [(&str, Kind, &str, Read); 8] = [
         (
             "hubhost_events_processed_total",
             Kind::Counter,
@@ -87,6 +89,12 @@ pub fn write_metrics(page: &mut Exposition, consumers: &[Arc<Consumer>]) {
             Kind::Counter,
             "Batches whose invocation failed after the function's retries.",
             |s| &s.failed_batches,
+        ),
+        (
+            "hubhost_batches_not_processed_total",
+            Kind::Counter,
+            "Deliveries the handler gave no answer to (down or restarting); delivered again, never checkpointed.",
+            |s| &s.undelivered_batches,
         ),
         (
             "hubhost_checkpoints_written_total",

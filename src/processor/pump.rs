@@ -7,10 +7,12 @@
 //! - **Fencing**: the receiver opens with owner level 0, as the Functions host's processor
 //!   does; the next owner's receiver (same level) detaches ours with `amqp:link:stolen`, so a
 //!   stale owner stops reading even before it notices its ownership is gone.
-//! - **Checkpoints** after every `batch_checkpoint_frequency`-th batch, whether the invocation
-//!   succeeded or not (the host's rule; `checkpoint_on_success` keeps a failed batch and
-//!   delivers it again), and once more on a graceful stop. Never after ownership was lost: the
-//!   new owner's checkpoints are the ones that count.
+//! - **Checkpoints** after every `batch_checkpoint_frequency`-th batch, whether the function
+//!   succeeded or failed it (the host's rule; `checkpoint_on_success` keeps a failed batch and
+//!   delivers it again), and once more on a graceful stop. Never a batch the function did not
+//!   process ([`BatchOutcome::NotProcessed`]: the handler gave no answer, or the pump stopped
+//!   during its retries) — it is delivered again, or left to the next owner. Never after
+//!   ownership was lost: the new owner's checkpoints are the ones that count.
 //! - **Recovery**: a failed receive reopens on a fresh connection, after the last event
 //!   handed out, not after the last checkpoint — so a connection blip duplicates nothing.
 //!   Every SDK call is bounded in time: the Rust SDK 0.16 can stall opening a receiver on a
@@ -40,6 +42,9 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Waits between attempts to (re)open, doubling up to the maximum.
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(10);
+/// Waits between deliveries of a batch the handler gave no answer for, doubling from
+/// `RETRY_MIN`: short, because the emulated host restarts a handler in about a second.
+const REDELIVERY_MAX: Duration = Duration::from_secs(2);
 
 /// What the pump does with a batch: run the function (with its retries) and say whether it
 /// succeeded. The pump decides about checkpoints.
@@ -52,8 +57,13 @@ pub trait BatchHandler: Send + Sync + 'static {
 #[derive(Debug, Clone, PartialEq)]
 pub enum BatchOutcome {
     Succeeded,
-    /// The invocation (and every retry) failed.
+    /// The function failed the batch (and every retry): the host's rule checkpoints it anyway
+    /// unless `checkpoint_on_success` is set.
     Failed(String),
+    /// The function did not process the batch: its handler gave no answer (down, restarting,
+    /// died mid-request) or the retries were abandoned because the pump is stopping. Never
+    /// checkpointed: the pump delivers it again, or, stopping, leaves it to the next owner.
+    NotProcessed(String),
 }
 
 /// How a pump is told to stop.
@@ -319,6 +329,16 @@ impl PartitionPump {
                         .events
                         .fetch_add(batch.events.len() as u64, Ordering::Relaxed);
                     break;
+                }
+                BatchOutcome::NotProcessed(reason) => {
+                    // Nothing may be checkpointed that the function did not process: `last`
+                    // stays at the previous batch, so a stop now checkpoints only up to there.
+                    stats.undelivered_batches.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(partition = %self.partition_id, first_sequence = ?first, last_sequence = ?last.as_ref().map(|l| l.0), %reason, retry_in = ?delay, "batch not processed; delivering it again");
+                    if self.control.token.is_cancelled() || self.sleep_or_stop(delay).await {
+                        return Some(ReadEnd::Stopped);
+                    }
+                    delay = (delay * 2).min(REDELIVERY_MAX);
                 }
                 BatchOutcome::Failed(reason) => {
                     stats.failed_batches.fetch_add(1, Ordering::Relaxed);
