@@ -1,7 +1,7 @@
 //! `hubhost emulate --app <folder>`: the Functions host's Event Hubs trigger, run locally.
 //!
 //! It does what `func start` does for a custom-handler app with Event Hubs triggers
-//! (functions-host-contract.md §1–3): reads host.json, every function.json and
+//! (docs/host-contract.md): reads host.json, every function.json and
 //! local.settings.json; starts the custom handler with `FUNCTIONS_CUSTOMHANDLER_PORT` and waits
 //! for any answer to `GET /`; then, for each `eventHubTrigger` function, runs an
 //! [`EventProcessor`] on the function's event hub and consumer group, and invokes
@@ -79,6 +79,9 @@ pub struct EmulateOptions {
     pub checkpoint_on_success: bool,
     /// This instance's owner id in the checkpoint store [default: unique per process].
     pub instance_id: Option<String>,
+    /// How long a foreign owner's ownership stays active without renewal [default: the
+    /// balancer's `FOREIGN_OWNERSHIP_EXPIRY`, or hubhost's own expiry if that is longer].
+    pub foreign_ownership_expiry: Option<Duration>,
     /// Where to serve Prometheus `/metrics` (none: no endpoint).
     pub metrics: Option<std::net::SocketAddr>,
 }
@@ -484,6 +487,13 @@ pub async fn run(
     let mut options =
         ProcessorOptions::from_host_json(&app.host_json).map_err(EmulateError::HostJson)?;
     options.checkpoint_on_success = opts.checkpoint_on_success;
+    if let Some(foreign) = opts.foreign_ownership_expiry {
+        options.balancer.foreign_ownership_expiry = foreign;
+        options
+            .balancer
+            .validate()
+            .map_err(|e| EmulateError::HostJson(format!("--foreign-ownership-expiry: {e}")))?;
+    }
     let functions = event_hub_functions(&app.functions, &settings)?;
 
     let storage = crate::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;

@@ -1,4 +1,4 @@
-//! Calls a custom handler the way the Functions host does (functions-host-contract.md §1.2–1.4):
+//! Calls a custom handler the way the Functions host does (docs/host-contract.md §1–3):
 //! poll `GET /` every 25 ms until anything answers, then `POST /{FunctionName}` with the host's
 //! headers and JSON body. Used by the emulated host (`emulate`), the demo, the benchmark and
 //! the tests.

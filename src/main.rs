@@ -110,6 +110,11 @@ enum Command {
         /// This instance's owner id in the checkpoint store [default: host-pid-random].
         #[arg(long)]
         instance_id: Option<String>,
+        /// Seconds an ownership of a foreign owner (the Functions host, an SDK processor: one
+        /// that writes no hubhost expiry) stays active without renewal [default: 180, the
+        /// longest SDK default; never below hubhost's own expiry].
+        #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+        foreign_ownership_expiry: Option<std::time::Duration>,
         /// Serve Prometheus metrics on this port at /metrics (0: any free port; the URL is
         /// printed) [default: no endpoint].
         #[arg(long)]
@@ -363,6 +368,15 @@ enum BenchCommand {
     },
 }
 
+/// A flag given in seconds (fractions allowed), more than zero.
+fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0)
+        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+        .ok_or(format!("{text:?} is not a positive number of seconds"))
+}
+
 fn init_logging(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
@@ -473,6 +487,7 @@ fn main() -> ExitCode {
                 storage,
                 checkpoint_on_success,
                 instance_id,
+                foreign_ownership_expiry,
                 metrics_port,
                 metrics_bind,
             } => hubhost::emulate::run(
@@ -481,6 +496,7 @@ fn main() -> ExitCode {
                     storage,
                     checkpoint_on_success,
                     instance_id,
+                    foreign_ownership_expiry,
                     metrics: metrics_port.map(|port| (metrics_bind, port).into()),
                 },
                 shutdown_signal(),
@@ -967,6 +983,7 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
                 partition_id: partition,
                 owner_id: owner,
                 etag: etag.map(hubhost::storage::ETag::new),
+                vouched_expiry: None,
             };
             let won = store
                 .claim_ownership(&key, std::slice::from_ref(&claim))

@@ -9,6 +9,15 @@
 //! - with steady membership no ownership ever changes (10 simulated minutes);
 //! - no partition stays unowned longer than its owner's expiry plus one cycle.
 //!
+//! Mixed pools add foreign peers, modelled on the SDK processors' own algorithms (the Python
+//! SDK's greedy balancer, and the .NET one the Functions host runs: one claim per cycle, the next
+//! cycle at once while unbalanced), each judging every record by its own expiry and writing no
+//! vouched expiry. With them:
+//! - a mixed pool settles with every owner keeping a share and then changes nothing, even when
+//!   the foreign peers renew late (within their expiry);
+//! - hubhost never takes a foreign owner's partition before the foreign expiry;
+//! - a hubhost instance that dies is replaced within its expiry plus a cycle.
+//!
 //! `SIM_DEBUG=1` prints every change of owner with its time, to replay a failing seed.
 
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -42,6 +51,7 @@ struct Record {
     owner: String,
     version: u64,
     modified_ms: u64,
+    vouched_expiry: Option<Duration>,
 }
 
 /// The fake ownership store: ETag = version, conditional writes as Azure does them.
@@ -67,6 +77,7 @@ impl FakeStore {
                 owner_id: r.owner.clone(),
                 etag: ETag::new(r.version.to_string()),
                 last_modified: at(r.modified_ms),
+                vouched_expiry: r.vouched_expiry,
             })
             .collect()
     }
@@ -101,6 +112,7 @@ impl FakeStore {
                     owner: c.owner_id.clone(),
                     version: self.next_version,
                     modified_ms: now_ms,
+                    vouched_expiry: c.vouched_expiry,
                 },
             );
         }
@@ -108,18 +120,126 @@ impl FakeStore {
     }
 }
 
+/// One write of a cycle: (partition, owner, ETag presented, vouched expiry).
+type Write = (String, String, Option<String>, Option<Duration>);
+
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 enum Action {
     /// List and decide.
     Cycle,
     /// The writes of the cycle decided at `decided` land now.
-    Apply(Vec<(String, String, Option<String>)>, bool),
+    Apply(Vec<Write>, bool),
+}
+
+/// A foreign processor's timings and claiming rule, as the SDKs ship them.
+#[derive(Clone, Copy, Debug)]
+struct SdkPeer {
+    interval_ms: u64,
+    expiry_ms: u64,
+    /// .NET (and so the Functions host): one claim per cycle, the next cycle at once while it
+    /// claimed something (greedy). Python: claims up to its share in one cycle.
+    one_claim_per_cycle: bool,
+    /// Renewals come late now and then: a cycle takes up to this many intervals (a slow
+    /// storage call, a busy host), still within the expiry.
+    worst_cycle_intervals: u64,
+}
+
+/// azure-eventhub 5.15.1 defaults: `load_balancing_interval` 30 s, expiry 6 × 30 s, greedy.
+const PYTHON_DEFAULTS: SdkPeer = SdkPeer {
+    interval_ms: 30_000,
+    expiry_ms: 180_000,
+    one_claim_per_cycle: false,
+    worst_cycle_intervals: 1,
+};
+/// The Functions host (Event Hubs extension 6.x on .NET's processor): 30 s, 2 min, greedy.
+const FUNCTIONS_HOST: SdkPeer = SdkPeer {
+    interval_ms: 30_000,
+    expiry_ms: 120_000,
+    one_claim_per_cycle: true,
+    worst_cycle_intervals: 1,
+};
+
+#[derive(Clone, Copy, Debug)]
+enum Peer {
+    Hubhost,
+    Sdk(SdkPeer),
+}
+
+/// One cycle of an SDK processor, after azure-eventhub's `_balance_ownership` (greedy) and
+/// .NET's `PartitionLoadBalancer` (one claim): renew what it holds; below its ceiling, claim
+/// unowned, relinquished or expired partitions (by its own expiry); with nothing claimable and
+/// below the floor, steal one from the owner with the most. Returns its writes.
+fn sdk_plan(
+    records: &[PartitionOwnership],
+    partitions: &[String],
+    me: &str,
+    now_ms: u64,
+    peer: &SdkPeer,
+    rng: &mut Rng,
+) -> Vec<Write> {
+    let by_partition: BTreeMap<&str, &PartitionOwnership> = records
+        .iter()
+        .map(|r| (r.partition_id.as_str(), r))
+        .collect();
+    let active = |r: &PartitionOwnership| {
+        !r.owner_id.is_empty()
+            && now_ms.saturating_sub((r.last_modified - at(0)).num_milliseconds() as u64)
+                < peer.expiry_ms
+    };
+    let claimable: Vec<&str> = partitions
+        .iter()
+        .map(String::as_str)
+        .filter(|p| by_partition.get(p).is_none_or(|r| !active(r)))
+        .collect();
+    let mut by_owner: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for r in records.iter().filter(|r| active(r)) {
+        by_owner
+            .entry(r.owner_id.as_str())
+            .or_default()
+            .push(r.partition_id.as_str());
+    }
+    let mine: Vec<&str> = by_owner.get(me).cloned().unwrap_or_default();
+    let owners = by_owner.len() + usize::from(!by_owner.contains_key(me));
+    let expected = partitions.len() / owners;
+    let ceiling = partitions.len().div_ceil(owners);
+    let write = |p: &str| {
+        (
+            p.to_string(),
+            me.to_string(),
+            by_partition.get(p).map(|r| r.etag.to_string()),
+            None,
+        )
+    };
+    let mut writes: Vec<Write> = mine.iter().map(|p| write(p)).collect();
+    if mine.len() < ceiling {
+        let room = if peer.one_claim_per_cycle {
+            1
+        } else {
+            ceiling - mine.len()
+        };
+        let mut pool = claimable.clone();
+        for _ in 0..room.min(pool.len()) {
+            let p = pool.remove(rng.range(0, pool.len() as u64) as usize);
+            writes.push(write(p));
+        }
+        if pool.len() == claimable.len() && mine.len() < expected {
+            let (_, held) = by_owner
+                .iter()
+                .filter(|(o, _)| **o != me)
+                .max_by_key(|(_, held)| held.len())
+                .expect("below the floor, someone else holds partitions");
+            let p = held[rng.range(0, held.len() as u64) as usize];
+            writes.push(write(p));
+        }
+    }
+    writes
 }
 
 /// (time, sequence for ties, instance, incarnation, action), earliest first.
 type Scheduled = (u64, u64, String, u32, Action);
 
 struct Instance {
+    peer: Peer,
     alive: bool,
     /// Bumped on crash/leave so that events already queued for the old incarnation are ignored.
     incarnation: u32,
@@ -166,10 +286,15 @@ impl Sim {
     }
 
     fn join(&mut self, id: &str) {
+        self.join_as(id, Peer::Hubhost);
+    }
+
+    fn join_as(&mut self, id: &str, peer: Peer) {
         let inc = self.instances.get(id).map_or(0, |i| i.incarnation + 1);
         self.instances.insert(
             id.to_string(),
             Instance {
+                peer,
                 alive: true,
                 incarnation: inc,
                 owned: BTreeSet::new(),
@@ -194,6 +319,7 @@ impl Sim {
                 partition_id: o.partition_id.clone(),
                 owner_id: String::new(),
                 etag: Some(o.etag.clone()),
+                vouched_expiry: None,
             };
             self.store.claim(&c, self.now);
         }
@@ -213,32 +339,52 @@ impl Sim {
             if !inst.alive || inst.incarnation != inc {
                 continue;
             }
+            let peer = inst.peer;
             match action {
                 Action::Cycle => {
-                    let p = plan(
-                        &self.store.list(),
-                        &self.partitions,
-                        &id,
-                        at(self.now),
-                        &self.settings,
-                    );
-                    let writes = p
-                        .claims
-                        .iter()
-                        .map(|c| {
-                            (
-                                c.partition_id.clone(),
-                                c.owner_id.clone(),
-                                c.etag.as_ref().map(|e| e.to_string()),
-                            )
-                        })
-                        .collect();
+                    let (writes, balanced) = match &peer {
+                        Peer::Hubhost => {
+                            let p = plan(
+                                &self.store.list(),
+                                &self.partitions,
+                                &id,
+                                at(self.now),
+                                &self.settings,
+                            );
+                            let writes = p
+                                .claims
+                                .iter()
+                                .map(|c| {
+                                    (
+                                        c.partition_id.clone(),
+                                        c.owner_id.clone(),
+                                        c.etag.as_ref().map(|e| e.to_string()),
+                                        c.vouched_expiry,
+                                    )
+                                })
+                                .collect();
+                            (writes, p.balanced)
+                        }
+                        Peer::Sdk(sdk) => {
+                            let owned = self.instances[&id].owned.len();
+                            let writes = sdk_plan(
+                                &self.store.list(),
+                                &self.partitions,
+                                &id,
+                                self.now,
+                                sdk,
+                                &mut self.rng,
+                            );
+                            let claimed = writes.len() > owned;
+                            (writes, !claimed)
+                        }
+                    };
                     let delay = self.rng.range(5, 300);
-                    self.schedule(delay, &id, Action::Apply(writes, p.balanced));
+                    self.schedule(delay, &id, Action::Apply(writes, balanced));
                 }
                 Action::Apply(writes, balanced) => {
                     let mut owned = BTreeSet::new();
-                    for (p, owner, etag) in writes {
+                    for (p, owner, etag, vouched_expiry) in writes {
                         if self.rng.unit() < self.transient_failure_rate {
                             // Storage hiccup: the write did not happen; the next cycle retries.
                             if self.instances[&id].owned.contains(&p) {
@@ -250,6 +396,7 @@ impl Sim {
                             partition_id: p.clone(),
                             owner_id: owner,
                             etag: etag.map(ETag::new),
+                            vouched_expiry,
                         };
                         if self.store.claim(&c, self.now) {
                             owned.insert(p);
@@ -257,7 +404,19 @@ impl Sim {
                     }
                     self.instances.get_mut(&id).unwrap().owned = owned;
                     let jitter = self.rng.unit();
-                    let wait = self.settings.next_wait(balanced, jitter).as_millis() as u64;
+                    let wait = match peer {
+                        Peer::Hubhost => {
+                            self.settings.next_wait(balanced, jitter).as_millis() as u64
+                        }
+                        // The .NET processor's greedy strategy runs again at once.
+                        Peer::Sdk(sdk) if sdk.one_claim_per_cycle && !balanced => 0,
+                        // Python waits its interval plus up to 20 %; now and then a cycle
+                        // runs late.
+                        Peer::Sdk(sdk) => {
+                            let late = self.rng.range(1, sdk.worst_cycle_intervals + 1);
+                            sdk.interval_ms * late + (sdk.interval_ms as f64 * 0.2 * jitter) as u64
+                        }
+                    };
                     self.schedule(wait, &id, Action::Cycle);
                 }
             }
@@ -273,14 +432,21 @@ impl Sim {
             .collect()
     }
 
+    /// How long an owner's records stay active by its own protocol.
+    fn expiry_ms(&self, owner: &str) -> u64 {
+        match self.instances.get(owner).map(|i| i.peer) {
+            Some(Peer::Sdk(sdk)) => sdk.expiry_ms,
+            _ => self.settings.ownership_expiry.as_millis() as u64,
+        }
+    }
+
     /// Every partition actively owned by a live instance, and counts within ±1.
     fn balanced(&self) -> bool {
-        let expiry = self.settings.ownership_expiry.as_millis() as u64;
         let alive = self.alive();
         let mut counts: BTreeMap<&str, usize> = alive.iter().map(|a| (a.as_str(), 0)).collect();
         for p in &self.partitions {
             match self.store.records.get(p) {
-                Some(r) if self.now - r.modified_ms < expiry => {
+                Some(r) if self.now - r.modified_ms < self.expiry_ms(&r.owner) => {
                     match counts.get_mut(r.owner.as_str()) {
                         Some(n) => *n += 1,
                         None => return false,
@@ -486,4 +652,195 @@ fn random_joins_leaves_and_crashes_always_settle() {
     }
     eprintln!("{checked} membership changes settled; worst {worst_settle} ms");
     assert!(worst_settle < 25_000);
+}
+
+/// Two hubhost instances and `peers` join in a seeded order within the first 5 s.
+fn mixed_pool(seed: u64, peers: &[(&str, SdkPeer)]) -> Sim {
+    let mut sim = Sim::new(seed, 16);
+    let mut members: Vec<(String, Peer)> =
+        vec![("h1".into(), Peer::Hubhost), ("h2".into(), Peer::Hubhost)];
+    members.extend(peers.iter().map(|(id, p)| (id.to_string(), Peer::Sdk(*p))));
+    while !members.is_empty() {
+        let (id, peer) = members.remove(sim.rng.range(0, members.len() as u64) as usize);
+        sim.join_as(&id, peer);
+        let gap = sim.rng.range(0, 2_500);
+        sim.run_until(sim.now + gap);
+    }
+    sim
+}
+
+/// Partitions that no live member actively owns (by the owner's own expiry).
+fn unowned(sim: &Sim) -> Vec<String> {
+    let alive = sim.alive();
+    sim.partitions
+        .iter()
+        .filter(|p| {
+            sim.store.records.get(*p).is_none_or(|r| {
+                !alive.contains(&r.owner) || sim.now - r.modified_ms >= sim.expiry_ms(&r.owner)
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+/// Runs in steps of 50 ms until every partition has a live owner, failing once more than
+/// `limit` ms have passed since `since`; returns the time since `since`.
+fn run_until_all_owned(sim: &mut Sim, since: u64, limit: u64, what: &str) -> u64 {
+    while !unowned(sim).is_empty() {
+        assert!(
+            sim.now - since <= limit,
+            "{what}: {:?} unowned {} ms after {since}",
+            unowned(sim),
+            sim.now - since
+        );
+        sim.run_until(sim.now + 50);
+    }
+    sim.now - since
+}
+
+const PEER_SETS: [&[(&str, SdkPeer)]; 3] = [
+    &[("python", PYTHON_DEFAULTS)],
+    &[("host", FUNCTIONS_HOST)],
+    &[("python", PYTHON_DEFAULTS), ("host", FUNCTIONS_HOST)],
+];
+
+#[test]
+fn mixed_pools_at_the_sdks_default_timings_settle_and_then_change_nothing() {
+    for (set, peers) in PEER_SETS.iter().enumerate() {
+        for seed in 0..8u64 {
+            let mut sim = mixed_pool(seed, peers);
+            let took = sim
+                .settle(Duration::from_secs(15 * 60))
+                .unwrap_or_else(|| panic!("set {set} seed {seed}: never balanced"));
+            // Let the slow peers run a few more cycles, then renew late now and then: a
+            // cycle of up to three intervals, still within their expiry (90 s + jitter against
+            // 120 s and 180 s), and no failed write that would stretch a gap past it.
+            sim.run_until(sim.now + 120_000);
+            assert!(
+                sim.balanced(),
+                "set {set} seed {seed}: balance did not hold"
+            );
+            sim.transient_failure_rate = 0.0;
+            for i in sim.instances.values_mut() {
+                if let Peer::Sdk(sdk) = &mut i.peer {
+                    sdk.worst_cycle_intervals = 3;
+                }
+            }
+            let before = sim.store.changes.len();
+            sim.run_until(sim.now + 30 * 60_000);
+            assert_eq!(
+                &sim.store.changes[before..],
+                &[],
+                "set {set} seed {seed}: ownership moved in a steady mixed pool (settled in {took} ms)"
+            );
+            assert!(sim.balanced() && unowned(&sim).is_empty());
+        }
+    }
+}
+
+#[test]
+fn judging_foreign_owners_by_hubhosts_own_expiry_would_thrash() {
+    // The rule before foreign owners had their own expiry: every record judged by 6 s. The
+    // same pool never holds still, which is what the test above guards against.
+    let mut churned = 0;
+    for seed in 0..4u64 {
+        let mut sim = mixed_pool(seed, PEER_SETS[0]);
+        sim.settings.foreign_ownership_expiry = sim.settings.ownership_expiry;
+        sim.run_until(sim.now + 5 * 60_000);
+        let before = sim.store.changes.len();
+        sim.run_until(sim.now + 10 * 60_000);
+        churned += sim.store.changes.len() - before;
+    }
+    assert!(
+        churned > 20,
+        "only {churned} changes of owner in 40 simulated minutes"
+    );
+}
+
+#[test]
+fn a_dead_foreign_owner_is_replaced_after_the_foreign_expiry_and_not_before() {
+    for (set, peers) in PEER_SETS.iter().enumerate() {
+        for seed in 0..8u64 {
+            let mut sim = mixed_pool(100 + seed, peers);
+            sim.settle(Duration::from_secs(15 * 60)).expect("settles");
+            sim.run_until(sim.now + 120_000);
+            let victim = peers[0].0;
+            let renewed: BTreeMap<String, u64> = sim
+                .store
+                .records
+                .iter()
+                .filter(|(_, r)| r.owner == victim)
+                .map(|(p, r)| (p.clone(), r.modified_ms))
+                .collect();
+            assert!(!renewed.is_empty());
+            let crashed_at = sim.now;
+            let before = sim.store.changes.len();
+            sim.crash(victim);
+            let foreign_expiry = sim.settings.foreign_ownership_expiry.as_millis() as u64;
+            // Its partitions wait for its peers' expiry, then every one is read again.
+            let limit =
+                foreign_expiry + sim.settings.update_interval.as_millis() as u64 * 13 / 10 + 1_000;
+            run_until_all_owned(
+                &mut sim,
+                crashed_at,
+                limit,
+                &format!("set {set} seed {seed}"),
+            );
+            for (t, p, owner) in &sim.store.changes[before..] {
+                if let Some(last) = renewed.get(p)
+                    && matches!(sim.instances[owner].peer, Peer::Hubhost)
+                {
+                    assert!(
+                        t - last >= foreign_expiry,
+                        "set {set} seed {seed}: {owner} took {p} {} ms after {victim}'s last renewal",
+                        t - last
+                    );
+                }
+            }
+            sim.settle(Duration::from_secs(15 * 60))
+                .expect("settles again");
+        }
+    }
+}
+
+#[test]
+fn a_dead_hubhost_instance_beside_foreign_owners_is_replaced_within_its_expiry_and_a_cycle() {
+    let mut worst = 0;
+    for (set, peers) in PEER_SETS.iter().enumerate() {
+        for seed in 0..8u64 {
+            let mut sim = mixed_pool(200 + seed, peers);
+            sim.settle(Duration::from_secs(15 * 60)).expect("settles");
+            sim.run_until(sim.now + 120_000);
+            let last_renewal = sim
+                .store
+                .records
+                .values()
+                .filter(|r| r.owner == "h1")
+                .map(|r| r.modified_ms)
+                .max()
+                .expect("h1 holds partitions");
+            sim.crash("h1");
+            let bound = sim.settings.ownership_expiry.as_millis() as u64
+                + sim.settings.update_interval.as_millis() as u64 * 13 / 10
+                + 300
+                + 50;
+            let took = run_until_all_owned(
+                &mut sim,
+                last_renewal,
+                bound,
+                &format!("set {set} seed {seed}"),
+            );
+            worst = worst.max(took);
+            // The slower peers then take their share back from the survivor, and it holds.
+            sim.settle(Duration::from_secs(15 * 60))
+                .unwrap_or_else(|| panic!("set {set} seed {seed}: no balance after h1 died"));
+            sim.run_until(sim.now + 120_000);
+            let before = sim.store.changes.len();
+            sim.run_until(sim.now + 10 * 60_000);
+            assert_eq!(&sim.store.changes[before..], &[], "set {set} seed {seed}");
+        }
+    }
+    eprintln!(
+        "a dead hubhost instance's partitions all read again within {worst} ms of its last renewal"
+    );
 }

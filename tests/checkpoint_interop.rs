@@ -89,16 +89,31 @@ async fn python_and_hubhost_read_each_others_ownership_and_checkpoints() {
         "{names:?}"
     );
 
-    // hubhost claims 4..7 and checkpoints partition 5; Python reads exactly that.
+    // hubhost claims 4..7 (vouching for its 6 s expiry in an extra metadata key, as its
+    // instances do) and checkpoints partition 5; Python reads exactly that.
+    let vouched = Some(std::time::Duration::from_secs(6));
     let claims: Vec<OwnershipClaim> = (4..8)
         .map(|p| OwnershipClaim {
             partition_id: p.to_string(),
             owner_id: "owner-hubhost".into(),
             etag: None,
+            vouched_expiry: vouched,
         })
         .collect();
     let won = store.claim_ownership(&key, &claims).await.unwrap();
     assert_eq!(won.len(), 4);
+    let listed_here = store.list_ownership(&key).await.unwrap();
+    for p in ["4", "5", "6", "7"] {
+        let o = listed_here.iter().find(|o| o.partition_id == p).unwrap();
+        assert_eq!(o.vouched_expiry, vouched, "partition {p}");
+    }
+    assert!(
+        listed_here
+            .iter()
+            .filter(|o| o.owner_id == "owner-python")
+            .all(|o| o.vouched_expiry.is_none()),
+        "Python's records vouch for nothing"
+    );
     store
         .update_checkpoint(
             &key,
@@ -137,6 +152,7 @@ async fn python_and_hubhost_read_each_others_ownership_and_checkpoints() {
                 partition_id: "0".into(),
                 owner_id: "owner-hubhost".into(),
                 etag: Some(p0.etag.clone()),
+                vouched_expiry: vouched,
             }],
         )
         .await
@@ -162,20 +178,23 @@ async fn python_and_hubhost_read_each_others_ownership_and_checkpoints() {
                 partition_id: "4".into(),
                 owner_id: "owner-hubhost".into(),
                 etag: Some(p4.etag.clone()),
+                vouched_expiry: vouched,
             }],
         )
         .await
         .unwrap();
     assert!(lost.is_empty(), "hubhost's stale claim must lose");
-    let now: BTreeMap<String, String> = store
+    let now: BTreeMap<String, (String, Option<std::time::Duration>)> = store
         .list_ownership(&key)
         .await
         .unwrap()
         .into_iter()
-        .map(|o| (o.partition_id, o.owner_id))
+        .map(|o| (o.partition_id, (o.owner_id, o.vouched_expiry)))
         .collect();
-    assert_eq!(now["0"], "owner-hubhost");
-    assert_eq!(now["4"], "owner-python");
+    assert_eq!(now["0"], ("owner-hubhost".to_string(), vouched));
+    // Python's claim replaced the whole metadata: partition 4 now has a foreign owner, judged
+    // by the foreign expiry, not by the 6 s hubhost vouched for.
+    assert_eq!(now["4"], ("owner-python".to_string(), None));
 
     // A graceful hubhost shutdown relinquishes: Python sees the partition without owner.
     let p5 = store

@@ -30,6 +30,7 @@ fn claim(p: &str, owner: &str, etag: Option<&hubhost::storage::ETag>) -> Ownersh
         partition_id: p.into(),
         owner_id: owner.into(),
         etag: etag.cloned(),
+        vouched_expiry: None,
     }
 }
 

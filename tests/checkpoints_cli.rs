@@ -30,6 +30,7 @@ async fn seed(blobs: &SharedStore) {
             partition_id: p.to_string(),
             owner_id: "instance-a".into(),
             etag: None,
+            vouched_expiry: None,
         })
         .collect();
     assert_eq!(

@@ -1,8 +1,7 @@
 //! Every request shape the Functions host sends for an eventHubTrigger, decoded.
 //!
-//! The payloads are written out by hand from the reference (functions-host-contract.md §1.3,
-//! §2.2–2.4), not produced by hubhost's own encoder, so that encoder and decoder cannot agree on
-//! a mistake. A second group checks that the encoder reproduces the host's encoding rules.
+//! The payloads are written out by hand from the contract (docs/host-contract.md §2), not
+//! produced by hubhost's own encoder, so that encoder and decoder cannot agree on a mistake. A second group checks that the encoder reproduces the host's encoding rules.
 
 use hubhost::contract::ContractError;
 use hubhost::contract::decode::decode_request;

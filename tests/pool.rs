@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use common::Hub;
 use hubhost::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost::eventhubs::EventHubTarget;
+use hubhost::processor::balancer::FOREIGN_OWNERSHIP_EXPIRY;
 use hubhost::storage::StorageLocation;
 use serde_json::{Value, json};
 
@@ -330,7 +331,8 @@ impl Pool {
         )
     }
 
-    /// Partition → owner, active ownerships only (owner set, renewed within the expiry).
+    /// Partition → owner, active ownerships only (owner set, renewed within the expiry its
+    /// owner vouched for, or within the foreign expiry for an SDK processor).
     fn owners(&self) -> BTreeMap<String, String> {
         let (store, key) = self.store();
         let listed = self
@@ -340,9 +342,70 @@ impl Pool {
         let now = chrono::Utc::now();
         listed
             .into_iter()
-            .filter(|o| o.is_active(now, Duration::from_secs(6)))
+            .filter(|o| o.is_active(now, o.vouched_expiry.unwrap_or(FOREIGN_OWNERSHIP_EXPIRY)))
             .map(|o| (o.partition_id, o.owner_id))
             .collect()
+    }
+
+    /// The official Python processor as a pool member named `name`, at the SDK's default
+    /// load-balancing timings or at `(interval, expiry)` seconds.
+    fn python_member(&self, name: &str, timings: Option<(u32, u32)>) -> Child {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pool_member.py");
+        let mut cmd = Command::new(common::python());
+        cmd.arg(script)
+            .arg(hubhost::eventhubs::EMULATOR_CONNECTION)
+            .arg("sensors")
+            .arg(&self.storage)
+            .arg(self.path(&format!("records/{name}.jsonl")))
+            .arg("3600")
+            .arg(name);
+        if let Some((interval, expiry)) = timings {
+            cmd.arg(interval.to_string()).arg(expiry.to_string());
+        }
+        cmd.stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.path(&format!("{name}.log"))).unwrap())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Waits (up to `limit`) until all partitions are owned by exactly `members`, ±1.
+    fn wait_shared(
+        &self,
+        members: &[&str],
+        limit: Duration,
+        what: &str,
+    ) -> BTreeMap<String, String> {
+        let started = Instant::now();
+        loop {
+            let owners = self.owners();
+            let mut shares: BTreeMap<&str, usize> = members.iter().map(|m| (*m, 0)).collect();
+            let mut strangers = BTreeSet::new();
+            for owner in owners.values() {
+                match shares.get_mut(owner.as_str()) {
+                    Some(n) => *n += 1,
+                    None => {
+                        strangers.insert(owner.clone());
+                    }
+                }
+            }
+            let (lo, hi) = (
+                shares.values().min().copied().unwrap_or(0),
+                shares.values().max().copied().unwrap_or(0),
+            );
+            if owners.len() == PARTITIONS && strangers.is_empty() && hi - lo <= 1 {
+                eprintln!("{what}: shared {shares:?} after {:?}", started.elapsed());
+                return owners;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "{what}: not shared among {members:?} after {limit:?}: {shares:?}, others {strangers:?}\n{}",
+                members
+                    .iter()
+                    .map(|n| format!("--- {n}\n{}", self.log(n)))
+                    .collect::<String>()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 
     /// Waits until every partition is owned by a live instance and their shares differ by at
@@ -407,7 +470,9 @@ impl Pool {
     }
 
     /// Waits until the handlers have seen every stored event; then checks nothing is missing
-    /// and duplicates stay within one batch plus the prefetch per change of hands.
+    /// and duplicates stay within one batch plus the prefetch per change of hands. A change of
+    /// hands is a change of the recording instance along the partition's batches in sequence
+    /// order, so a partition that went back and forth counts every move.
     fn assert_complete(&self, what: &str) {
         self.assert_complete_allowing(what, 0);
     }
@@ -422,19 +487,25 @@ impl Pool {
             "{what}: the producer sent only {total} events"
         );
         let deadline = Instant::now() + Duration::from_secs(60);
-        let (counts, handoffs) = loop {
+        let (counts, batches) = loop {
             let mut counts: BTreeMap<String, BTreeMap<i64, u32>> = BTreeMap::new();
-            let mut holders: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            // partition → (first sequence number, instance) of every batch recorded.
+            let mut batches: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
             for r in self.records() {
                 let p = r["partition"].as_str().unwrap().to_string();
                 let seqs = counts.entry(p.clone()).or_default();
-                for s in r["seqs"].as_array().unwrap() {
-                    *seqs.entry(s.as_i64().unwrap()).or_default() += 1;
+                let numbers: Vec<i64> = r["seqs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_i64().unwrap())
+                    .collect();
+                for s in &numbers {
+                    *seqs.entry(*s).or_default() += 1;
                 }
                 let who = r["instance"].as_str().unwrap().to_string();
-                let list = holders.entry(p).or_default();
-                if !list.contains(&who) {
-                    list.push(who);
+                if let Some(first) = numbers.first() {
+                    batches.entry(p).or_default().push((*first, who));
                 }
             }
             let done = ends.iter().all(|(p, last)| {
@@ -444,7 +515,7 @@ impl Pool {
                         .is_some_and(|c| (0..=*last).all(|s| c.contains_key(&s)))
             });
             if done || Instant::now() > deadline {
-                break (counts, holders);
+                break (counts, batches);
             }
             std::thread::sleep(Duration::from_millis(250));
         };
@@ -460,7 +531,9 @@ impl Pool {
                 &missing[..missing.len().min(10)]
             );
             let dup: u64 = seen.values().map(|n| u64::from(n - 1)).sum();
-            let moves = handoffs.get(p).map_or(0, |h| h.len().saturating_sub(1)) as u64;
+            let mut order = batches.get(p).cloned().unwrap_or_default();
+            order.sort();
+            let moves = order.windows(2).filter(|w| w[0].1 != w[1].1).count() as u64;
             assert!(
                 dup <= moves * (MAX_BATCH + PREFETCH) + redelivered,
                 "{what}: partition {p} has {dup} duplicates with {moves} changes of hands"
@@ -596,11 +669,15 @@ fn a_handler_that_keeps_dying_loses_no_event() {
     pool.assert_complete_allowing("handler killed", kills * MAX_BATCH);
 }
 
-/// The official Python processor and hubhost instances share one consumer group through the
-/// same blobs on Azurite: they divide the partitions ±1, keep them steady (no thrashing
-/// between two load balancers), and between them process every event.
+/// Two hubhost instances share one consumer group (one Azurite container) with the official
+/// Python processor at the SDK's default timings (30 s cycles, 180 s expiry) and with one that
+/// keeps the Functions host's timings (30 s, 2 min; both greedy). hubhost judges their records
+/// by the foreign expiry, not its own 6 s: the pool settles with every owner keeping a share,
+/// then changes nothing while the SDK peers renew only every half minute. A killed hubhost
+/// instance is replaced within 10 s; a killed SDK peer keeps its partitions for its peers'
+/// expiry (minutes), not hubhost's. Between them the members process every event.
 #[test]
-fn python_and_hubhost_instances_share_one_consumer_group() {
+fn hubhost_shares_a_consumer_group_with_sdk_processors_at_their_default_timings() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let azurite = common::Azurite::start();
     let dir = tempfile::tempdir().unwrap();
@@ -610,62 +687,87 @@ fn python_and_hubhost_instances_share_one_consumer_group() {
     let hub = Hub::start_on(5672, None);
     let mut pool = Pool::on_hub(hub, dir, &azurite.connection_string());
     pool.produce(400);
-    pool.start("h1");
-    pool.start("h2");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pool_member.py");
-    let mut python = Command::new(common::python())
-        .arg(script)
-        .arg(hubhost::eventhubs::EMULATOR_CONNECTION)
-        .arg("sensors")
-        .arg(azurite.connection_string())
-        .arg(pool.path("records/python.jsonl"))
-        .arg("30")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(pool.path("python.log")).unwrap())
-        .spawn()
-        .unwrap();
-    // Balanced among three owners, one of them the Python client.
+    // The Python SDK does not create the container (the Functions host and hubhost do).
+    let (store, _) = pool.store();
+    pool.runtime.block_on(store.ensure_container()).unwrap();
+    let mut host_like = pool.python_member("host", Some((30, 120)));
     let started = Instant::now();
-    let settled = loop {
-        let owners = pool.owners();
-        let mut shares: BTreeMap<String, usize> = BTreeMap::new();
-        for o in owners.values() {
-            *shares.entry(o.clone()).or_default() += 1;
-        }
-        let (lo, hi) = (
-            shares.values().min().copied().unwrap_or(0),
-            shares.values().max().copied().unwrap_or(0),
-        );
-        if owners.len() == PARTITIONS && shares.len() == 3 && hi - lo <= 1 {
-            eprintln!(
-                "mixed pool: balanced {shares:?} after {:?}",
-                started.elapsed()
-            );
-            break owners;
-        }
+    while !pool.owners().values().any(|o| o == "host") {
         assert!(
-            started.elapsed() < Duration::from_secs(25),
-            "the mixed pool did not balance: {shares:?}\n{}",
-            std::fs::read_to_string(pool.path("python.log")).unwrap_or_default()
+            started.elapsed() < Duration::from_secs(60),
+            "the host-like peer claimed nothing"
         );
         std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(settled.values().any(|o| o == "h1") && settled.values().any(|o| o == "h2"));
-    // Steady membership: nobody takes anything from anybody.
-    std::thread::sleep(Duration::from_secs(6));
+    }
+    pool.start("h1");
+    pool.start("h2");
+    let mut python = pool.python_member("python", None);
+    // The Python peer takes its share one steal per 30 s cycle.
+    let members = ["h1", "h2", "host", "python"];
+    let settled = pool.wait_shared(&members, Duration::from_secs(300), "mixed pool");
+    // Steady: three of the SDK peers' cycles, and nobody takes anything from anybody.
+    std::thread::sleep(Duration::from_secs(100));
     assert_eq!(
         pool.owners(),
         settled,
         "ownership changed with steady membership"
     );
-    // The Python client stops after its 30 s; the hubhost instances take its partitions over.
-    let status = common::wait_within(&mut python, Duration::from_secs(120), "the Python client");
-    assert!(
-        status.success(),
-        "the Python client failed: {}",
-        std::fs::read_to_string(pool.path("python.log")).unwrap_or_default()
+
+    // A hubhost instance dies: the survivor takes its partitions in one cycle after its 6 s
+    // expiry, though the SDK peers will not see them free for minutes.
+    let orphaned: Vec<String> = settled
+        .iter()
+        .filter(|(_, o)| *o == "h1")
+        .map(|(p, _)| p.clone())
+        .collect();
+    pool.kill_9("h1");
+    let killed = Instant::now();
+    loop {
+        let owners = pool.owners();
+        if orphaned
+            .iter()
+            .all(|p| owners.get(p).is_some_and(|o| o != "h1"))
+        {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "h1's partitions {orphaned:?} not taken within 10 s: {owners:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "mixed pool: h1's partitions taken {:?} after kill -9",
+        killed.elapsed()
     );
-    pool.wait_balanced("python left");
+    // The SDK peers then take their share back from h2 by stealing.
+    let survivors = pool.wait_shared(
+        &["h2", "host", "python"],
+        Duration::from_secs(200),
+        "h1 killed",
+    );
     pool.stop_producing();
     pool.assert_complete("mixed pool");
+
+    // The Python peer dies: its partitions stay its own for minutes (its peers' expiry), where
+    // hubhost's own expiry would have freed them after 6 s.
+    let held: Vec<String> = survivors
+        .iter()
+        .filter(|(_, o)| *o == "python")
+        .map(|(p, _)| p.clone())
+        .collect();
+    assert!(!held.is_empty());
+    python.kill().unwrap();
+    python.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(30));
+    let owners = pool.owners();
+    for p in &held {
+        assert_eq!(
+            owners.get(p).map(String::as_str),
+            Some("python"),
+            "{p} moved: {owners:?}"
+        );
+    }
+    let _ = host_like.kill();
+    let _ = host_like.wait();
 }

@@ -129,6 +129,9 @@ async fn measure_backend(
                     partition_id: ownership.partition_id.clone(),
                     owner_id: "bench".into(),
                     etag: Some(etag.clone()),
+                    vouched_expiry: Some(
+                        crate::processor::balancer::BalancerSettings::default().ownership_expiry,
+                    ),
                 };
                 match store.claim_ownership(&key, &[claim]).await?.pop() {
                     Some(o) => {
@@ -213,6 +216,7 @@ async fn own_partitions(
                 .iter()
                 .find(|o| o.partition_id == p.to_string())
                 .map(|o| o.etag.clone()),
+            vouched_expiry: None,
         })
         .collect();
     Ok(store.claim_ownership(key, &claims).await?)
@@ -264,6 +268,7 @@ async fn operations_per_minute(blobs: SharedStore) -> Result<(), CheckpointBench
                     partition_id: o.partition_id.clone(),
                     owner_id: "me".into(),
                     etag: Some(o.etag.clone()),
+                    vouched_expiry: o.vouched_expiry,
                 })
                 .collect();
             store.claim_ownership(&key, &renewals).await?;

@@ -33,6 +33,10 @@ pub use position::{InitialPosition, PositionSource, StartPosition};
 /// The Functions host's default container (`EventHubOptions.LeaseContainerName`).
 pub const DEFAULT_CONTAINER: &str = "azure-webjobs-eventhub";
 const OWNER_ID: &str = "ownerid";
+/// hubhost's own key on an ownership blob: the expiry, in milliseconds, its owner vouches to
+/// renew within. The host and the SDKs read only `ownerid` and replace the whole metadata when
+/// they claim, so a record without it is a foreign owner's (see `processor::balancer`).
+const VOUCHED_EXPIRY_MS: &str = "hubhostexpiryms";
 const OFFSET: &str = "offset";
 const SEQUENCE_NUMBER: &str = "sequencenumber";
 
@@ -71,6 +75,9 @@ pub struct PartitionOwnership {
     /// The version a claim of this partition must present.
     pub etag: ETag,
     pub last_modified: DateTime<Utc>,
+    /// The expiry its owner vouched for (hubhost instances write theirs); `None` for owners
+    /// that do not (the Functions host, the SDK processors) or an unreadable value.
+    pub vouched_expiry: Option<std::time::Duration>,
 }
 
 impl PartitionOwnership {
@@ -90,6 +97,9 @@ pub struct OwnershipClaim {
     pub owner_id: String,
     /// The ETag the claimant last saw; `None` claims a partition that has no ownership blob yet.
     pub etag: Option<ETag>,
+    /// The expiry the claimant vouches to renew within, written beside `ownerid` so that
+    /// other hubhost instances may judge it by that instead of the foreign default.
+    pub vouched_expiry: Option<std::time::Duration>,
 }
 
 /// Where a partition's processing stopped: the last event processed.
@@ -180,6 +190,11 @@ impl CheckpointStore {
                 partition_id: names::partition_of(&b.name).to_string(),
                 // A blob without `ownerid` (written by hand, or half-migrated) owns nothing.
                 owner_id: b.metadata.get(OWNER_ID).cloned().unwrap_or_default(),
+                vouched_expiry: b
+                    .metadata
+                    .get(VOUCHED_EXPIRY_MS)
+                    .and_then(|ms| ms.parse::<u64>().ok())
+                    .map(std::time::Duration::from_millis),
                 etag: b.etag,
                 last_modified: b.last_modified,
             })
@@ -220,6 +235,12 @@ impl CheckpointStore {
         let name = key.ownership_blob(&claim.partition_id)?;
         let mut metadata = Metadata::new();
         metadata.insert(OWNER_ID.to_string(), claim.owner_id.clone());
+        if let Some(expiry) = claim.vouched_expiry {
+            metadata.insert(
+                VOUCHED_EXPIRY_MS.to_string(),
+                expiry.as_millis().to_string(),
+            );
+        }
         let written = match &claim.etag {
             Some(etag) => {
                 self.blobs
@@ -249,6 +270,7 @@ impl CheckpointStore {
                 owner_id: claim.owner_id.clone(),
                 etag: outcome.etag,
                 last_modified: outcome.last_modified,
+                vouched_expiry: claim.vouched_expiry,
             })),
             Err(
                 StoreError::ConditionNotMet { .. }
@@ -275,6 +297,7 @@ impl CheckpointStore {
             partition_id: ownership.partition_id.clone(),
             owner_id: String::new(),
             etag: Some(ownership.etag.clone()),
+            vouched_expiry: None,
         };
         Ok(self.claim_one(key, &claim).await?.is_some())
     }
@@ -545,6 +568,7 @@ mod tests {
             owner_id: owner.into(),
             etag: ETag::new("x"),
             last_modified: now - chrono::Duration::seconds(age_s),
+            vouched_expiry: None,
         };
         let expiry = std::time::Duration::from_secs(120);
         assert!(o("a", 10).is_active(now, expiry));

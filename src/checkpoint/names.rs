@@ -1,5 +1,5 @@
 //! Blob names of the checkpoint store, exactly as the Functions host and the Azure SDKs spell
-//! them (`../shared/reference/functions-host-contract.md` §4):
+//! them (docs/checkpoint-blobs.md):
 //!
 //! - current: `{namespace}/{hub}/{consumergroup}/ownership/{partition}` and
 //!   `…/checkpoint/{partition}`, the whole prefix lowercased (the .NET store and the Python SDK

@@ -1,6 +1,6 @@
 //! Request → [`TriggerBatch`]: every shape the Functions host sends for an `eventHubTrigger`.
 //!
-//! Rules (functions-host-contract.md §1.3, §2.2–2.3):
+//! Rules (docs/host-contract.md §2):
 //! - `Data.<binding>` is JSON text inside a JSON string. With cardinality `many` the text is an
 //!   array: of strings (dataType `string`), of base64 strings (`binary`) or of the bodies parsed
 //!   as JSON (no dataType). With cardinality `one` it is the body itself, once more

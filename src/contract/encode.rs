@@ -1,7 +1,7 @@
 //! [`TriggerBatch`]-like parts → the exact request the Functions host sends to a custom handler.
 //!
-//! This is the host's side of the contract (functions-host-contract.md §1.3 value rules, §2.3
-//! keys, §2.4 example), so that hubhost's demo, tests, benchmark and emulated host invoke a
+//! This is the host's side of the contract (docs/host-contract.md §2: the value rules, the
+//! metadata keys), so that hubhost's demo, tests, benchmark and emulated host invoke a
 //! handler exactly as `func start` and Azure do. Three metadata flavours: the current v5/v6
 //! extension (bundle v4), early v5 (no `TriggerPartitionContext`/`OffsetString*`) and the legacy
 //! v3/v4 extension (`PartitionContext` of EventProcessorHost).

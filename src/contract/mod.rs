@@ -1,7 +1,7 @@
 //! The Azure Functions host ⇄ custom handler contract for Event Hubs triggers.
 //!
 //! The host POSTs `{"Data": {...}, "Metadata": {...}}` to `/{FunctionName}` and expects
-//! `{"Outputs":…,"Logs":[…],"ReturnValue":…}` back (reference: functions-host-contract.md §1–2).
+//! `{"Outputs":…,"Logs":[…],"ReturnValue":…}` back (docs/host-contract.md).
 //! Its encoding is peculiar: a batch arrives as a JSON *string* holding a JSON array, numbers and
 //! strings in Metadata arrive as JSON text inside strings, binary as base64.
 //! - [`decode`] turns any shape the host sends (current, early v5 and legacy v3/v4 extensions,

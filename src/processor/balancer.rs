@@ -1,12 +1,23 @@
 //! The load-balancing decision: a pure function of (every ownership record, the clock, my id,
 //! the partition ids, settings) → which partitions to renew, take and steal this cycle.
 //!
-//! The rules, and the SDK complaints they answer (`../shared/reference/processor-anchors.md`):
+//! The rules, and the SDK behaviour they answer (docs/load-balancing.md):
 //! - **Fair share**: `min = partitions / owners`, `max = min + 1` if there is a remainder, where
-//!   owners are the instances with an active (owned and unexpired) record, plus me.
+//!   owners are the instances with an active (owned and unexpired) record, plus me — foreign
+//!   owners (the Functions host, the SDK processors) included, so every peer computes the same
+//!   shares and nobody steals back what another took.
+//! - **Each owner is judged by its own expiry.** hubhost writes the expiry it renews within
+//!   beside `ownerid` (`vouched_expiry`); a record without one belongs to a foreign owner and
+//!   stays active for `foreign_ownership_expiry` (3 minutes: the longest default among the
+//!   host and the SDKs), so hubhost never takes a partition from a live foreign owner that
+//!   renews on its own, slower clock. Among hubhost instances takeover stays fast.
 //! - **Orphans first, all at once**: partitions unowned, relinquished or expired are taken up to
 //!   my `min` (my `max` if no other owner is below its `min`) in one cycle — takeover after a crash is one cycle after expiry, not one partition
 //!   per cycle (.NET/Java take ~150 s; users asked for faster, azure-sdk-for-net#31941, #11989).
+//!   While a foreign owner is active, the partitions of a hubhost instance that died are taken
+//!   beyond `max` too: the foreign peers still see them owned until their own expiry, so
+//!   nobody else would read them for minutes; the slower peers take their share back later
+//!   by stealing from the owner above `max`.
 //! - **Steal slowly**: at most one partition per cycle, and only from an owner above `max` (or at
 //!   `max` while I am below `min`), so every steal reduces imbalance and a scale-out moves no
 //!   more partitions than balance requires; the caller re-runs quickly while unbalanced, so the
@@ -34,8 +45,21 @@ pub struct BalancerSettings {
     pub unbalanced_interval: Duration,
     /// An ownership not renewed for this long is abandoned. At least 3× `update_interval`, so
     /// that a slow cycle or two does not let live ownerships expire (azure-sdk-for-rust#3851).
+    /// Written into every claim, so other hubhost instances judge this one by it.
     pub ownership_expiry: Duration,
+    /// How long the ownership of an owner that vouched for no expiry (the Functions host, the
+    /// SDK processors) stays active without renewal.
+    pub foreign_ownership_expiry: Duration,
 }
+
+/// The default `foreign_ownership_expiry`: the longest default among the peers that may share
+/// a consumer group — the Python SDK's 180 s (6 × its 30 s interval); the Functions host, .NET
+/// and Java use 2 minutes, Go, JavaScript and Rust 60 s.
+pub const FOREIGN_OWNERSHIP_EXPIRY: Duration = Duration::from_secs(180);
+
+/// A vouched expiry below this is read as this: a record claiming to expire at once would let
+/// every instance take it every cycle.
+const MIN_VOUCHED_EXPIRY: Duration = Duration::from_secs(1);
 
 impl Default for BalancerSettings {
     /// Takeover after a crash within expiry + one cycle: 6 s + ≤1.95 s. The expiry spans three
@@ -45,6 +69,7 @@ impl Default for BalancerSettings {
             update_interval: Duration::from_millis(1500),
             unbalanced_interval: Duration::from_millis(250),
             ownership_expiry: Duration::from_secs(6),
+            foreign_ownership_expiry: FOREIGN_OWNERSHIP_EXPIRY,
         }
     }
 }
@@ -61,6 +86,11 @@ pub enum SettingsError {
     },
     #[error("the load-balancing interval must be more than zero")]
     ZeroInterval,
+    #[error(
+        "the foreign ownership expiry ({foreign:?}) is shorter than hubhost's own ({own:?}); \
+         foreign owners renew on slower clocks, never faster"
+    )]
+    ForeignExpiryTooShort { foreign: Duration, own: Duration },
 }
 
 impl BalancerSettings {
@@ -72,6 +102,12 @@ impl BalancerSettings {
             return Err(SettingsError::ExpiryTooShort {
                 expiry: self.ownership_expiry,
                 interval: self.update_interval,
+            });
+        }
+        if self.foreign_ownership_expiry < self.ownership_expiry {
+            return Err(SettingsError::ForeignExpiryTooShort {
+                foreign: self.foreign_ownership_expiry,
+                own: self.ownership_expiry,
             });
         }
         Ok(())
@@ -120,7 +156,7 @@ pub fn plan(
         .filter(|o| known.contains(o.partition_id.as_str()))
         .map(|o| (o.partition_id.as_str(), o))
         .collect();
-    let active = |o: &PartitionOwnership| o.is_active(now, settings.ownership_expiry);
+    let active = |o: &PartitionOwnership| o.is_active(now, expiry_of(o, settings));
 
     // Who holds what (active records only); me included even with nothing.
     let mut holdings: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -139,6 +175,7 @@ pub fn plan(
         partition_id: p.to_string(),
         owner_id: owner.to_string(),
         etag: records.get(p).map(|o| o.etag.clone()),
+        vouched_expiry: Some(settings.ownership_expiry),
     };
     let mut result = Plan {
         min,
@@ -167,9 +204,23 @@ pub fn plan(
     } else {
         max.saturating_sub(mine.len())
     };
-    for p in orphans.iter().take(room) {
-        result.take.push(p.to_string());
-        result.claims.push(claim_of(p, me));
+    // A dead hubhost instance's partitions, beyond my share, while foreign owners (who still
+    // count them owned until their own expiry) are the only others who could take them.
+    let foreign_active = records
+        .values()
+        .any(|o| o.vouched_expiry.is_none() && active(o));
+    let hidden_from_foreign = |p: &&str| {
+        records.get(p).is_some_and(|o| {
+            !o.owner_id.is_empty()
+                && o.vouched_expiry.is_some()
+                && o.is_active(now, settings.foreign_ownership_expiry)
+        })
+    };
+    for (rank, p) in orphans.iter().enumerate() {
+        if rank < room || (foreign_active && hidden_from_foreign(p)) {
+            result.take.push(p.to_string());
+            result.claims.push(claim_of(p, me));
+        }
     }
     let will_own = mine.len() + result.take.len();
 
@@ -196,6 +247,16 @@ pub fn plan(
     result
 }
 
+/// How long `record` stays active without renewal: what its owner vouched for, else the
+/// foreign default.
+fn expiry_of(record: &PartitionOwnership, settings: &BalancerSettings) -> Duration {
+    record
+        .vouched_expiry
+        .map_or(settings.foreign_ownership_expiry, |v| {
+            v.max(MIN_VOUCHED_EXPIRY)
+        })
+}
+
 /// Rendezvous-hash score of (instance, partition): FNV-1a, 64 bits. Stable across processes
 /// and versions, which matters: instances compare their preferences only implicitly.
 fn preference(me: &str, partition: &str) -> u64 {
@@ -219,13 +280,110 @@ mod tests {
         (0..n).map(|i| i.to_string()).collect()
     }
 
+    /// A hubhost instance's record: it vouches for the default 6 s expiry.
     fn own(p: usize, owner: &str, age_s: i64, now: DateTime<Utc>) -> PartitionOwnership {
         PartitionOwnership {
             partition_id: p.to_string(),
             owner_id: owner.into(),
             etag: ETag::new(format!("e{p}")),
             last_modified: now - chrono::Duration::seconds(age_s),
+            vouched_expiry: Some(BalancerSettings::default().ownership_expiry),
         }
+    }
+
+    /// A foreign owner's record (the Functions host, an SDK processor): no vouched expiry.
+    fn foreign(p: usize, owner: &str, age_s: i64, now: DateTime<Utc>) -> PartitionOwnership {
+        PartitionOwnership {
+            vouched_expiry: None,
+            ..own(p, owner, age_s, now)
+        }
+    }
+
+    #[test]
+    fn a_foreign_owner_keeps_its_partitions_until_the_foreign_expiry() {
+        let now = Utc::now();
+        let s = BalancerSettings::default();
+        // The Functions host renewed 100 s ago (its interval is 30 s, a slow cycle or two):
+        // long past hubhost's own 6 s, well within the 180 s a foreign owner gets.
+        let mut records: Vec<_> = (0..8).map(|p| foreign(p, "host", 100, now)).collect();
+        records.extend((8..16).map(|p| own(p, "h", 1, now)));
+        let plan = plan(&records, &parts(16), "h", now, &s);
+        assert!(plan.take.is_empty() && plan.steal.is_empty(), "{plan:?}");
+        assert_eq!((plan.min, plan.max, plan.renew.len()), (8, 8, 8));
+        assert!(plan.balanced);
+        // Every claim vouches for hubhost's own expiry.
+        assert!(
+            plan.claims
+                .iter()
+                .all(|c| c.vouched_expiry == Some(s.ownership_expiry))
+        );
+        // Past the foreign expiry the partitions are orphans like any other.
+        let records: Vec<_> = (0..8)
+            .map(|p| foreign(p, "host", 181, now))
+            .chain((8..16).map(|p| own(p, "h", 1, now)))
+            .collect();
+        let plan = super::plan(&records, &parts(16), "h", now, &s);
+        assert_eq!(plan.take.len(), 8);
+    }
+
+    #[test]
+    fn shares_count_foreign_owners_and_nobody_steals_in_a_balanced_mixed_pool() {
+        let now = Utc::now();
+        let s = BalancerSettings::default();
+        // 6/5/5 between two hubhost instances and the Python SDK.
+        let records: Vec<_> = (0..16)
+            .map(|p| match p % 3 {
+                0 => own(p, "h1", 1, now),
+                1 => own(p, "h2", 1, now),
+                _ => foreign(p, "python", 25, now),
+            })
+            .collect();
+        for me in ["h1", "h2"] {
+            let plan = plan(&records, &parts(16), me, now, &s);
+            assert_eq!((plan.min, plan.max), (5, 6));
+            assert!(plan.take.is_empty() && plan.steal.is_empty() && plan.balanced);
+        }
+        // A newcomer steals from the foreign owner when it holds the most, one per cycle.
+        let records: Vec<_> = (0..16)
+            .map(|p| {
+                if p < 10 {
+                    foreign(p, "python", 25, now)
+                } else {
+                    own(p, "h1", 1, now)
+                }
+            })
+            .collect();
+        let plan = plan(&records, &parts(16), "h2", now, &s);
+        assert_eq!(plan.steal.len(), 1);
+        assert_eq!(plan.steal[0].1, "python");
+    }
+
+    #[test]
+    fn a_dead_instances_partitions_are_all_taken_at_once_beside_a_foreign_owner() {
+        let now = Utc::now();
+        let s = BalancerSettings::default();
+        // h1 died 7 s ago holding 0..4; h2, the Python SDK and the host hold 4 each.
+        let mut records: Vec<_> = (0..4).map(|p| own(p, "h1", 7, now)).collect();
+        records.extend((4..8).map(|p| own(p, "h2", 1, now)));
+        records.extend((8..12).map(|p| foreign(p, "python", 20, now)));
+        records.extend((12..16).map(|p| foreign(p, "host", 20, now)));
+        let plan = plan(&records, &parts(16), "h2", now, &s);
+        // Its share is 5 or 6, but the foreign peers will not see these orphans for minutes.
+        assert_eq!((plan.min, plan.max), (5, 6));
+        let mut took = plan.take.clone();
+        took.sort();
+        assert_eq!(took, ["0", "1", "2", "3"]);
+        // Without a foreign owner the share holds: the other hubhost instance takes the rest.
+        let mut records: Vec<_> = (0..4).map(|p| own(p, "h1", 7, now)).collect();
+        records.extend((4..10).map(|p| own(p, "h2", 1, now)));
+        records.extend((10..16).map(|p| own(p, "h3", 1, now)));
+        let plan = super::plan(&records, &parts(16), "h2", now, &s);
+        assert_eq!(plan.take.len(), 2, "{plan:?}");
+        // A vouched expiry cannot be made shorter than a second.
+        let mut quick = own(0, "h1", 0, now);
+        quick.vouched_expiry = Some(Duration::ZERO);
+        let plan = super::plan(&[quick], &parts(1), "h2", now, &s);
+        assert!(plan.take.is_empty() && plan.steal.is_empty(), "{plan:?}");
     }
 
     #[test]
@@ -330,6 +488,14 @@ mod tests {
         assert!(matches!(
             s.validate(),
             Err(SettingsError::ExpiryTooShort { .. })
+        ));
+        let s = BalancerSettings {
+            foreign_ownership_expiry: Duration::from_secs(5),
+            ..BalancerSettings::default()
+        };
+        assert!(matches!(
+            s.validate(),
+            Err(SettingsError::ForeignExpiryTooShort { .. })
         ));
         let w = BalancerSettings::default().next_wait(true, 0.99);
         assert!(w <= Duration::from_millis(1950) && w >= Duration::from_millis(1200));

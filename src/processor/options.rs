@@ -1,5 +1,5 @@
 //! How a processor reads: the `extensions.eventHubs` section of host.json, with the Functions
-//! extension's defaults (functions-host-contract.md §3.1), plus hubhost's load-balancing
+//! extension's defaults (docs/host-contract.md §5), plus hubhost's load-balancing
 //! timings. Pure: host.json in, settings or a message naming the bad key out.
 
 use std::time::Duration;
@@ -97,6 +97,9 @@ impl ProcessorOptions {
         }
         if let Some(d) = span("partitionOwnershipExpirationInterval")? {
             options.balancer.ownership_expiry = d;
+            // Foreign owners never get less time than hubhost's own instances.
+            options.balancer.foreign_ownership_expiry =
+                options.balancer.foreign_ownership_expiry.max(d);
         }
         options
             .balancer

@@ -1,7 +1,8 @@
 //! Azure Blob Storage over its REST API, for real Azure and for Azurite.
 //!
 //! Hand-written on `reqwest` because no maintained Rust crate accepts storage connection
-//! strings (Shared Key) — see `../shared/reference/dependencies-and-local-services.md` §2. Six
+//! strings (Shared Key): `azure_storage_blob` 1.x signs in with Entra ID tokens or SAS URLs only
+//! (its maintainers on azure-sdk-for-rust#2789), and the older `azure_storage_blobs` 0.21 is frozen ("no plans to update this unofficial crate"). Six
 //! operations are all we need: create container, put blob, get blob, set metadata, list with
 //! metadata, delete. Requests are signed with Shared Key (or carry a SAS). Transient failures
 //! (connection errors, timeouts, throttling 429, 500/502/503/504) are retried with exponential backoff before

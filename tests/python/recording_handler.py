@@ -19,7 +19,7 @@ LOCK = threading.Lock()
 
 
 def as_json(value):
-    # The host sends arrays as JSON text inside a string (functions-host-contract.md §1.3).
+    # The host sends arrays as JSON text inside a string (docs/host-contract.md §2.1).
     return json.loads(value) if isinstance(value, str) else value
 
 
