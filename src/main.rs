@@ -862,7 +862,7 @@ async fn checkpoints_command(action: CheckpointsCommand) -> Result<(), String> {
                 &ownerships,
                 &ids,
                 chrono::Utc::now(),
-                std::time::Duration::from_secs(120),
+                hubhost::processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
             );
             if !active.is_empty() {
                 eprintln!(

@@ -342,7 +342,7 @@ impl Pool {
         let now = chrono::Utc::now();
         listed
             .into_iter()
-            .filter(|o| o.is_active(now, o.vouched_expiry.unwrap_or(FOREIGN_OWNERSHIP_EXPIRY)))
+            .filter(|o| o.is_live(now, FOREIGN_OWNERSHIP_EXPIRY))
             .map(|o| (o.partition_id, o.owner_id))
             .collect()
     }

@@ -173,7 +173,7 @@ impl Observer {
             .list_ownership(&self.key)
             .await?
             .into_iter()
-            .filter(|o| o.is_active(now, EXPIRY))
+            .filter(|o| o.is_live(now, crate::processor::balancer::FOREIGN_OWNERSHIP_EXPIRY))
             .map(|o| (o.partition_id, o.owner_id))
             .collect();
         let checkpoints = self

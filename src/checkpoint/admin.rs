@@ -234,11 +234,11 @@ pub fn active_owners<'a>(
     ownerships: &'a [PartitionOwnership],
     partitions: &[String],
     now: DateTime<Utc>,
-    expiry: std::time::Duration,
+    foreign_expiry: std::time::Duration,
 ) -> Vec<&'a PartitionOwnership> {
     ownerships
         .iter()
-        .filter(|o| partitions.contains(&o.partition_id) && o.is_active(now, expiry))
+        .filter(|o| partitions.contains(&o.partition_id) && o.is_live(now, foreign_expiry))
         .collect()
 }
 

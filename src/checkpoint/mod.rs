@@ -80,6 +80,10 @@ pub struct PartitionOwnership {
     pub vouched_expiry: Option<std::time::Duration>,
 }
 
+/// A vouched expiry below this is read as this: a record claiming to expire at once would let
+/// every instance take it every cycle.
+const MIN_VOUCHED_EXPIRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl PartitionOwnership {
     /// Whether `owner_id` still holds the partition at `now`: the owner is set and has renewed
     /// within `expiry`.
@@ -87,6 +91,19 @@ impl PartitionOwnership {
         !self.owner_id.is_empty()
             && now.signed_duration_since(self.last_modified)
                 < chrono::Duration::from_std(expiry).unwrap_or(chrono::Duration::MAX)
+    }
+
+    /// How long this record stays active without renewal: what its owner vouched for (at
+    /// least a second), else `foreign_expiry` — the owner is the Functions host or an SDK
+    /// processor, judged by the longest expiry its protocol may use.
+    pub fn expiry(&self, foreign_expiry: std::time::Duration) -> std::time::Duration {
+        self.vouched_expiry
+            .map_or(foreign_expiry, |v| v.max(MIN_VOUCHED_EXPIRY))
+    }
+
+    /// [`is_active`](Self::is_active) by the record's own [`expiry`](Self::expiry).
+    pub fn is_live(&self, now: DateTime<Utc>, foreign_expiry: std::time::Duration) -> bool {
+        self.is_active(now, self.expiry(foreign_expiry))
     }
 }
 

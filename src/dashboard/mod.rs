@@ -54,8 +54,9 @@ pub struct DashboardSources {
     pub checkpoints: Option<(CheckpointStore, ConsumerGroupKey)>,
     /// The hub, for its partitions' last enqueued sequence numbers.
     pub event_hub: Option<EventHubTarget>,
-    /// After this long without renewal an ownership no longer counts.
-    pub ownership_expiry: StdDuration,
+    /// After this long without renewal a foreign owner's ownership (one that vouched for no
+    /// expiry: the Functions host, an SDK processor) no longer counts.
+    pub foreign_ownership_expiry: StdDuration,
 }
 
 impl DashboardSources {
@@ -65,9 +66,7 @@ impl DashboardSources {
             consumer_group: "$Default".into(),
             checkpoints: None,
             event_hub: None,
-            ownership_expiry: crate::processor::options::ProcessorOptions::default()
-                .balancer
-                .ownership_expiry,
+            foreign_ownership_expiry: crate::processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
         }
     }
 
@@ -250,7 +249,7 @@ impl Dashboard {
         };
         if let Some((store, key)) = &self.sources.checkpoints {
             for o in store.list_ownership(key).await? {
-                let active = o.is_active(now, self.sources.ownership_expiry);
+                let active = o.is_live(now, self.sources.foreign_ownership_expiry);
                 sample.owners.insert(o.partition_id, (o.owner_id, active));
             }
             for c in store.list_checkpoints(key).await?.items {

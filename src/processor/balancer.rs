@@ -57,10 +57,6 @@ pub struct BalancerSettings {
 /// and Java use 2 minutes, Go, JavaScript and Rust 60 s.
 pub const FOREIGN_OWNERSHIP_EXPIRY: Duration = Duration::from_secs(180);
 
-/// A vouched expiry below this is read as this: a record claiming to expire at once would let
-/// every instance take it every cycle.
-const MIN_VOUCHED_EXPIRY: Duration = Duration::from_secs(1);
-
 impl Default for BalancerSettings {
     /// Takeover after a crash within expiry + one cycle: 6 s + ≤1.95 s. The expiry spans three
     /// to five jittered cycles, so one or two failed renewals do not lose a partition.
@@ -156,7 +152,7 @@ pub fn plan(
         .filter(|o| known.contains(o.partition_id.as_str()))
         .map(|o| (o.partition_id.as_str(), o))
         .collect();
-    let active = |o: &PartitionOwnership| o.is_active(now, expiry_of(o, settings));
+    let active = |o: &PartitionOwnership| o.is_live(now, settings.foreign_ownership_expiry);
 
     // Who holds what (active records only); me included even with nothing.
     let mut holdings: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -245,16 +241,6 @@ pub fn plan(
     let after = will_own + result.steal.len();
     result.balanced = result.take.is_empty() && result.steal.is_empty() && after >= min;
     result
-}
-
-/// How long `record` stays active without renewal: what its owner vouched for, else the
-/// foreign default.
-fn expiry_of(record: &PartitionOwnership, settings: &BalancerSettings) -> Duration {
-    record
-        .vouched_expiry
-        .map_or(settings.foreign_ownership_expiry, |v| {
-            v.max(MIN_VOUCHED_EXPIRY)
-        })
 }
 
 /// Rendezvous-hash score of (instance, partition): FNV-1a, 64 bits. Stable across processes
