@@ -39,4 +39,4 @@ if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.
 fi
 
 echo "== cargo test"
-cargo test --all-targets "$@"
+cargo test --workspace --all-targets "$@"

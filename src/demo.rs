@@ -10,7 +10,6 @@
 //! app wrote.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -427,9 +426,4 @@ pub async fn summarize(store: &SharedStore) -> Result<(), DemoError> {
         );
     }
     Ok(())
-}
-
-/// The default data directory of the embedded default.
-pub fn default_data_dir() -> PathBuf {
-    PathBuf::from("hubhost-data")
 }

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use hubhost::handler::{self, HandlerConfig};
-use hubhost::{bench, checkpoint, demo, settings, simulate};
+use hubhost::{bench, checkpoint, demo, simulate};
 
 /// glibc's allocator spent a fifth of `emulate`'s time in malloc and free (and in consolidating
 /// its fragmented free lists) when `bench pool` profiled it: every event is a handful of short-lived
@@ -429,7 +429,7 @@ fn main() -> ExitCode {
                     .or_else(|| env("FUNCTIONS_CUSTOMHANDLER_PORT").and_then(|p| p.parse().ok()))
                     .unwrap_or(7072);
                 let app_root = app.or_else(|| env("FUNCTIONS_APP_ROOT_PATH").map(PathBuf::from));
-                let storage = settings::resolve_storage(storage.as_deref(), env)
+                let storage = hubhost::storage::settings::resolve_storage(storage.as_deref(), env)
                     .map_err(|e| e.to_string())?;
                 let config = HandlerConfig {
                     listen: (bind, port).into(),
@@ -739,12 +739,12 @@ fn open_scope(
     scope: &ScopeArgs,
 ) -> Result<(checkpoint::CheckpointStore, checkpoint::ConsumerGroupKey), String> {
     let env = |k: &str| std::env::var(k).ok();
-    let location =
-        settings::resolve_storage(scope.storage.as_deref(), env).map_err(|e| e.to_string())?;
+    let location = hubhost::storage::settings::resolve_storage(scope.storage.as_deref(), env)
+        .map_err(|e| e.to_string())?;
     let blobs = location.open().map_err(|e| e.to_string())?;
     let namespace = match &scope.namespace {
         Some(ns) => ns.clone(),
-        None => settings::eventhub_namespace(env).ok_or(
+        None => hubhost::eventhubs::eventhub_namespace(env).ok_or(
             "name the Event Hubs namespace with --namespace (e.g. myns.servicebus.windows.net), \
              or set EventHubConnection to the hub's connection string",
         )?,

@@ -19,7 +19,9 @@ use hubhost::checkpoint::{
 use hubhost::storage::{Condition, Metadata, SharedStore, StorageLocation};
 
 const CONTAINER: &str = "azure-webjobs-eventhub";
-const LEGACY_SAMPLE: &str = include_str!("data/legacy_eph_checkpoint_blob_body.json");
+const LEGACY_SAMPLE: &str = include_str!(
+    "../crates/processor/src/checkpoint/testdata/legacy_eph_checkpoint_blob_body.json"
+);
 
 fn key() -> ConsumerGroupKey {
     ConsumerGroupKey::new("MyNs.servicebus.windows.net", "Sensors", "$Default").unwrap()

@@ -14,7 +14,9 @@ use serde_json::Value;
 
 const CONTAINER: &str = "azure-webjobs-eventhub";
 const NS: &str = "cli.servicebus.windows.net";
-const LEGACY_SAMPLE: &str = include_str!("data/legacy_eph_checkpoint_blob_body.json");
+const LEGACY_SAMPLE: &str = include_str!(
+    "../crates/processor/src/checkpoint/testdata/legacy_eph_checkpoint_blob_body.json"
+);
 
 fn key() -> ConsumerGroupKey {
     ConsumerGroupKey::new(NS, "sensors", "$Default").unwrap()

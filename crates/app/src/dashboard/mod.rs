@@ -1,0 +1,380 @@
+//! The web page residents and operators watch, served by the custom handler: under the
+//! Functions host as the HTTP-triggered function `Dashboard` (route `dashboard/{*path}`, the
+//! request forwarded as it came), and by `hubhost demo` at `/`.
+//!
+//! Three views, each a JSON document the page polls (`views.rs` computes them, purely):
+//! - `fleet.json` — events and homes per minute, alarms by type, homes with active alarms;
+//! - `home.json?id=…` — one home's last hour: the home directory names its partition, that
+//!   partition's window blocks hold its minutes, sensors and alarms;
+//! - `operations.json` — each partition's owner, checkpoint, last enqueued sequence number,
+//!   lag and rate, and the pool's instances.
+//!
+//! It reads only what the app wrote (window blocks, the home directory), the checkpoint store
+//! and the hub's partition properties. Window blocks are cached by ETag, so a poll re-reads
+//! only the blocks that changed since the last one. The page's assets are compiled in (no CDN)
+//! and it puts every value into the document as text, never as markup.
+
+pub mod views;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration as StdDuration;
+
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Duration, Utc};
+use serde_json::json;
+
+use crate::aggregate::{WindowAggregate, window_start};
+use crate::directory::HomeDirectory;
+use crate::layout;
+use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
+use hubhost_processor::eventhubs::EventHubTarget;
+use hubhost_storage::{ETag, SharedStore, StoreError};
+use views::{OperationsSample, OperationsView};
+
+/// Where the page's route lives: the Functions host's `api` prefix and the function's route.
+pub const BASE: &str = "/api/dashboard";
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const STYLE_CSS: &str = include_str!("assets/style.css");
+/// Hub partition properties are read at most this often, however many pages poll.
+const PARTITION_ENDS_EVERY: StdDuration = StdDuration::from_secs(1);
+/// The longest home id the app accepts (see `app::sensor`).
+const MAX_HOME_ID: usize = 64;
+
+/// What the page reads besides the app's blobs.
+#[derive(Clone)]
+pub struct DashboardSources {
+    /// The event hub shown (window blocks are named by it, lowercased).
+    pub hub: String,
+    pub consumer_group: String,
+    /// The processor's ownership and checkpoints, and the namespace their names start with.
+    pub checkpoints: Option<(CheckpointStore, ConsumerGroupKey)>,
+    /// The hub, for its partitions' last enqueued sequence numbers.
+    pub event_hub: Option<EventHubTarget>,
+    /// After this long without renewal a foreign owner's ownership (one that vouched for no
+    /// expiry: the Functions host, an SDK processor) no longer counts.
+    pub foreign_ownership_expiry: StdDuration,
+}
+
+impl DashboardSources {
+    pub fn new(hub: &str) -> Self {
+        DashboardSources {
+            hub: hub.to_string(),
+            consumer_group: "$Default".into(),
+            checkpoints: None,
+            event_hub: None,
+            foreign_ownership_expiry: hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
+        }
+    }
+
+    /// From the app settings the Functions host passes (as `hubhost emulate` does too):
+    /// `EventHubName` (default `sensors`), `EventHubConnection` for the hub, and the host's
+    /// checkpoint store in `AzureWebJobsStorage` (else `./hubhost-data`). A setting that is
+    /// missing or wrong leaves that part of the operations view empty; the page still works.
+    pub fn from_app_settings(env: impl Fn(&str) -> Option<String>) -> Self {
+        let hub = env("EventHubName").unwrap_or_else(|| "sensors".into());
+        let mut sources = DashboardSources::new(&hub);
+        let connection = env(hubhost_processor::eventhubs::EVENTHUB_CONNECTION_SETTING);
+        sources.event_hub = connection
+            .as_deref()
+            .and_then(|c| EventHubTarget::parse(c, Some(&hub)).ok());
+        let namespace = hubhost_processor::eventhubs::eventhub_namespace(&env);
+        let storage = hubhost_storage::settings::resolve_storage(None, &env).ok();
+        if let (Some(namespace), Some(storage)) = (namespace, storage)
+            && let (Ok(blobs), Ok(key)) = (
+                storage.open(),
+                ConsumerGroupKey::new(namespace, &hub, &sources.consumer_group),
+            )
+        {
+            let store =
+                CheckpointStore::new(blobs, hubhost_processor::checkpoint::DEFAULT_CONTAINER);
+            sources.checkpoints = Some((store, key));
+        }
+        sources
+    }
+}
+
+impl std::fmt::Debug for DashboardSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DashboardSources")
+            .field("hub", &self.hub)
+            .field("consumer_group", &self.consumer_group)
+            .field(
+                "checkpoints",
+                &self.checkpoints.as_ref().map(|(s, _)| s.describe()),
+            )
+            .field("event_hub", &self.event_hub)
+            .finish()
+    }
+}
+
+/// What the operations view remembers between polls: the last sample (for rates) and the last
+/// partition ends read, with when.
+#[derive(Default)]
+struct Previous {
+    sample: Option<OperationsSample>,
+    partition_ends: Option<(DateTime<Utc>, BTreeMap<String, i64>)>,
+}
+
+/// Reads for the page; shared by every request.
+pub struct Dashboard {
+    store: SharedStore,
+    container: String,
+    window_seconds: u32,
+    sources: DashboardSources,
+    /// Window blocks read so far, by blob name, with the ETag they were read at.
+    blocks: Mutex<HashMap<String, (ETag, Arc<WindowAggregate>)>>,
+    previous: tokio::sync::Mutex<Previous>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DashboardError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the checkpoint store: {0}")]
+    Checkpoints(#[from] hubhost_processor::checkpoint::CheckpointError),
+}
+
+impl Dashboard {
+    pub fn new(
+        store: SharedStore,
+        container: &str,
+        window_seconds: u32,
+        sources: DashboardSources,
+    ) -> Self {
+        Dashboard {
+            store,
+            container: container.to_string(),
+            window_seconds: window_seconds.max(1),
+            sources,
+            blocks: Mutex::new(HashMap::new()),
+            previous: tokio::sync::Mutex::new(Previous::default()),
+        }
+    }
+
+    fn hub(&self) -> String {
+        self.sources.hub.to_ascii_lowercase()
+    }
+
+    /// Every window block of the last hour (of one partition, when given), re-reading only
+    /// those whose ETag changed.
+    async fn recent_blocks(
+        &self,
+        partition: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Arc<WindowAggregate>>, DashboardError> {
+        let hub = self.hub();
+        let step = Duration::seconds(i64::from(self.window_seconds));
+        let oldest = window_start(
+            now - Duration::minutes(views::HISTORY_MINUTES),
+            self.window_seconds,
+        );
+        let mut out = Vec::new();
+        let mut start = window_start(now, self.window_seconds);
+        while start >= oldest {
+            let mut prefix = layout::window_prefix(&hub, start);
+            if let Some(p) = partition {
+                prefix.push_str(&format!("p{p}/"));
+            }
+            for listed in self.store.list(&self.container, &prefix).await? {
+                let cached = {
+                    let blocks = self.blocks.lock().expect("block cache");
+                    blocks
+                        .get(&listed.name)
+                        .filter(|(etag, _)| *etag == listed.etag)
+                        .map(|(_, block)| block.clone())
+                };
+                let block = match cached {
+                    Some(block) => block,
+                    None => {
+                        let Some(blob) = self.store.get(&self.container, &listed.name).await?
+                        else {
+                            continue;
+                        };
+                        // A block the app cannot have written is skipped, not shown half.
+                        let Ok(block) = serde_json::from_slice::<WindowAggregate>(&blob.data)
+                        else {
+                            tracing::warn!(blob = %listed.name, "not a window block; skipped");
+                            continue;
+                        };
+                        let block = Arc::new(block);
+                        self.blocks
+                            .lock()
+                            .expect("block cache")
+                            .insert(listed.name.clone(), (blob.properties.etag, block.clone()));
+                        block
+                    }
+                };
+                out.push(block);
+            }
+            start -= step;
+        }
+        self.blocks
+            .lock()
+            .expect("block cache")
+            .retain(|_, (_, b)| b.window_start >= oldest);
+        Ok(out)
+    }
+
+    pub async fn fleet(&self, now: DateTime<Utc>) -> Result<views::FleetView, DashboardError> {
+        let blocks = self.recent_blocks(None, now).await?;
+        Ok(views::fleet_view(&self.sources.hub, &blocks, now))
+    }
+
+    pub async fn home(
+        &self,
+        home: &str,
+        now: DateTime<Utc>,
+    ) -> Result<views::HomeView, DashboardError> {
+        let bucket = layout::home_directory_blob(&self.hub(), layout::home_bucket(home));
+        let partition = match self.store.get(&self.container, &bucket).await? {
+            Some(blob) => serde_json::from_slice::<HomeDirectory>(&blob.data)
+                .ok()
+                .and_then(|d| d.homes.get(home).cloned()),
+            None => None,
+        };
+        let blocks = match &partition {
+            Some(p) => self.recent_blocks(Some(p), now).await?,
+            None => Vec::new(),
+        };
+        Ok(views::home_view(home, partition.as_deref(), &blocks, now))
+    }
+
+    pub async fn operations(&self, now: DateTime<Utc>) -> Result<OperationsView, DashboardError> {
+        let mut sample = OperationsSample {
+            at: Some(now),
+            ..Default::default()
+        };
+        if let Some((store, key)) = &self.sources.checkpoints {
+            for o in store.list_ownership(key).await? {
+                let active = o.is_live(now, self.sources.foreign_ownership_expiry);
+                sample.owners.insert(o.partition_id, (o.owner_id, active));
+            }
+            for c in store.list_checkpoints(key).await?.items {
+                if let Some(seq) = c.sequence_number {
+                    sample.checkpoints.insert(c.partition_id, seq);
+                }
+            }
+        }
+        let mut previous = self.previous.lock().await;
+        let fresh = previous.partition_ends.as_ref().is_some_and(|(at, _)| {
+            (now - *at)
+                .to_std()
+                .is_ok_and(|age| age < PARTITION_ENDS_EVERY)
+        });
+        if !fresh && let Some(target) = &self.sources.event_hub {
+            match target.last_enqueued().await {
+                Ok(last) => previous.partition_ends = Some((now, last)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the hub's partition properties could not be read")
+                }
+            }
+        }
+        if let Some((_, last)) = &previous.partition_ends {
+            sample.last_enqueued = last.clone();
+        }
+        let view = views::operations_view(
+            &self.sources.hub,
+            &self.sources.consumer_group,
+            &sample,
+            previous.sample.as_ref(),
+        );
+        previous.sample = Some(sample);
+        Ok(view)
+    }
+}
+
+/// The handler's routes for the page.
+pub fn router<S: Clone + Send + Sync + 'static>(dashboard: Arc<Dashboard>) -> axum::Router<S> {
+    use axum::routing::get;
+    axum::Router::new()
+        .route(BASE, get(index))
+        .route(&format!("{BASE}/"), get(index))
+        .route(&format!("{BASE}/app.js"), get(app_js))
+        .route(&format!("{BASE}/style.css"), get(style_css))
+        .route(&format!("{BASE}/fleet.json"), get(fleet))
+        .route(&format!("{BASE}/home.json"), get(home))
+        .route(&format!("{BASE}/operations.json"), get(operations))
+        .with_state(dashboard)
+}
+
+pub async fn index() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        INDEX_HTML,
+    )
+        .into_response()
+}
+
+async fn app_js() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        APP_JS,
+    )
+        .into_response()
+}
+
+async fn style_css() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        STYLE_CSS,
+    )
+        .into_response()
+}
+
+fn answer<T: serde::Serialize>(result: Result<T, DashboardError>) -> Response {
+    match result {
+        Ok(view) => ([(header::CACHE_CONTROL, "no-store")], axum::Json(view)).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "a dashboard view could not be read");
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                &e.to_string(),
+            )
+        }
+    }
+}
+
+fn problem(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": {"code": code, "message": message}})),
+    )
+        .into_response()
+}
+
+async fn fleet(State(d): State<Arc<Dashboard>>) -> Response {
+    answer(d.fleet(Utc::now()).await)
+}
+
+async fn operations(State(d): State<Arc<Dashboard>>) -> Response {
+    answer(d.operations(Utc::now()).await)
+}
+
+async fn home(
+    State(d): State<Arc<Dashboard>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(id) = query.get("id").map(|s| s.trim()).filter(|s| !s.is_empty()) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "missing_home_id",
+            "give the home's id: home.json?id=home-000042",
+        );
+    };
+    if id.chars().count() > MAX_HOME_ID || id.chars().any(char::is_control) {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "bad_home_id",
+            "a home id is 1-64 printable characters",
+        );
+    }
+    answer(d.home(id, Utc::now()).await)
+}

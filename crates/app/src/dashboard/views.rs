@@ -1,0 +1,466 @@
+//! What the page shows, as pure functions of what the app and the processor wrote: window blocks
+//! (`app::aggregate`), ownership and checkpoint records, and the hub's partition ends. No I/O
+//! here — `dashboard::sources` reads, these decide — so every figure on the page is tested
+//! without a browser or a store.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+
+use crate::aggregate::{Alarm, SensorState, WindowAggregate};
+use crate::sensor::{AlarmKind, SensorKind};
+
+/// How far back the views look.
+pub const HISTORY_MINUTES: i64 = 60;
+/// An alarm this recent counts as active.
+pub const ACTIVE_ALARM_MINUTES: i64 = 10;
+/// Rows of alarms a view lists at most.
+pub const MAX_ALARM_ROWS: usize = 50;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetMinute {
+    pub start: DateTime<Utc>,
+    pub events: u64,
+    /// Distinct homes that reported in the minute.
+    pub homes: u64,
+    pub alarms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HomeAlarm {
+    pub home: String,
+    #[serde(flatten)]
+    pub alarm: Alarm,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetView {
+    pub hub: String,
+    /// Oldest first, one entry per minute that has data.
+    pub minutes: Vec<FleetMinute>,
+    pub events_last_hour: u64,
+    /// Homes that reported in the latest minute with data.
+    pub homes_reporting: u64,
+    pub alarms_by_type: BTreeMap<AlarmKind, u64>,
+    /// Homes whose latest alarm is at most [`ACTIVE_ALARM_MINUTES`] old: that alarm, newest first.
+    pub active_alarms: Vec<HomeAlarm>,
+    pub homes_with_active_alarms: u64,
+}
+
+/// The fleet over the last hour, from every window block of the hub in that hour.
+pub fn fleet_view(hub: &str, blocks: &[Arc<WindowAggregate>], now: DateTime<Utc>) -> FleetView {
+    let since = now - Duration::minutes(HISTORY_MINUTES);
+    let active_since = now - Duration::minutes(ACTIVE_ALARM_MINUTES);
+    let mut minutes: BTreeMap<DateTime<Utc>, (u64, BTreeSet<&str>, u64)> = BTreeMap::new();
+    let mut alarms_by_type = BTreeMap::new();
+    let mut latest_alarm: BTreeMap<&str, &Alarm> = BTreeMap::new();
+    for block in blocks.iter().filter(|b| b.window_start >= since) {
+        let minute = minutes.entry(block.window_start).or_default();
+        minute.0 += block.events;
+        for (home, activity) in &block.homes {
+            minute.1.insert(home);
+            minute.2 += activity.alarms.len() as u64;
+            for alarm in &activity.alarms {
+                *alarms_by_type.entry(alarm.kind).or_insert(0) += 1;
+                let newer = latest_alarm
+                    .get(home.as_str())
+                    .is_none_or(|a| a.ts < alarm.ts);
+                if alarm.ts >= active_since && newer {
+                    latest_alarm.insert(home, alarm);
+                }
+            }
+        }
+    }
+    let mut active_alarms: Vec<HomeAlarm> = latest_alarm
+        .into_iter()
+        .map(|(home, alarm)| HomeAlarm {
+            home: home.to_string(),
+            alarm: alarm.clone(),
+        })
+        .collect();
+    active_alarms.sort_by(|a, b| b.alarm.ts.cmp(&a.alarm.ts).then(a.home.cmp(&b.home)));
+    let homes_with_active_alarms = active_alarms.len() as u64;
+    active_alarms.truncate(MAX_ALARM_ROWS);
+    let minutes: Vec<FleetMinute> = minutes
+        .into_iter()
+        .map(|(start, (events, homes, alarms))| FleetMinute {
+            start,
+            events,
+            homes: homes.len() as u64,
+            alarms,
+        })
+        .collect();
+    FleetView {
+        hub: hub.to_string(),
+        events_last_hour: minutes.iter().map(|m| m.events).sum(),
+        homes_reporting: minutes.last().map_or(0, |m| m.homes),
+        minutes,
+        alarms_by_type,
+        active_alarms,
+        homes_with_active_alarms,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HomeMinute {
+    pub start: DateTime<Utc>,
+    pub events: u64,
+    pub counts: BTreeMap<SensorKind, u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HomeView {
+    pub home: String,
+    /// The partition its events arrive on (from the home directory); `None`: unknown home.
+    pub partition: Option<String>,
+    /// Oldest first, one entry per minute the home reported in.
+    pub minutes: Vec<HomeMinute>,
+    /// Latest reading of each sensor, by reading time.
+    pub sensors: BTreeMap<String, SensorState>,
+    /// Newest first, at most [`MAX_ALARM_ROWS`].
+    pub alarms: Vec<Alarm>,
+}
+
+/// One home over the last hour, from the window blocks of its partition.
+pub fn home_view(
+    home: &str,
+    partition: Option<&str>,
+    blocks: &[Arc<WindowAggregate>],
+    now: DateTime<Utc>,
+) -> HomeView {
+    let since = now - Duration::minutes(HISTORY_MINUTES);
+    let mut minutes: BTreeMap<DateTime<Utc>, HomeMinute> = BTreeMap::new();
+    let mut sensors: BTreeMap<String, SensorState> = BTreeMap::new();
+    let mut alarms: Vec<Alarm> = Vec::new();
+    let relevant = blocks
+        .iter()
+        .filter(|b| b.window_start >= since && partition.is_some_and(|p| p == b.partition));
+    for block in relevant {
+        let Some(activity) = block.homes.get(home) else {
+            continue;
+        };
+        let minute = minutes
+            .entry(block.window_start)
+            .or_insert_with(|| HomeMinute {
+                start: block.window_start,
+                events: 0,
+                counts: BTreeMap::new(),
+            });
+        minute.events += activity.events;
+        for (kind, n) in &activity.counts {
+            *minute.counts.entry(*kind).or_insert(0) += n;
+        }
+        for (id, state) in &activity.sensors {
+            if sensors.get(id).is_none_or(|s| s.ts < state.ts) {
+                sensors.insert(id.clone(), state.clone());
+            }
+        }
+        alarms.extend(activity.alarms.iter().cloned());
+    }
+    alarms.sort_by(|a, b| b.ts.cmp(&a.ts).then(a.sensor_id.cmp(&b.sensor_id)));
+    alarms.dedup();
+    alarms.truncate(MAX_ALARM_ROWS);
+    HomeView {
+        home: home.to_string(),
+        partition: partition.map(str::to_string),
+        minutes: minutes.into_values().collect(),
+        sensors,
+        alarms,
+    }
+}
+
+/// One partition as the processor and the hub see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionRow {
+    pub partition: String,
+    /// The current owner; `None` when unowned, relinquished or expired.
+    pub owner: Option<String>,
+    pub checkpoint: Option<i64>,
+    pub last_enqueued: Option<i64>,
+    /// Events enqueued but not checkpointed yet.
+    pub lag: Option<i64>,
+    /// Checkpoint progress since the previous sample.
+    pub events_per_second: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceRow {
+    pub owner: String,
+    pub partitions: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationsView {
+    pub hub: String,
+    pub consumer_group: String,
+    pub partitions: Vec<PartitionRow>,
+    pub instances: Vec<InstanceRow>,
+    pub total_lag: i64,
+}
+
+/// What the operations view is computed from, read at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct OperationsSample {
+    pub at: Option<DateTime<Utc>>,
+    /// partition → (owner, whether the ownership is still active).
+    pub owners: BTreeMap<String, (String, bool)>,
+    /// partition → checkpointed sequence number.
+    pub checkpoints: BTreeMap<String, i64>,
+    /// partition → last enqueued sequence number (-1: never had an event).
+    pub last_enqueued: BTreeMap<String, i64>,
+}
+
+/// Partitions sorted numerically where they are numbers (`2` before `10`).
+fn partition_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y),
+        _ => a.cmp(b),
+    }
+}
+
+pub fn operations_view(
+    hub: &str,
+    consumer_group: &str,
+    now: &OperationsSample,
+    previous: Option<&OperationsSample>,
+) -> OperationsView {
+    let mut ids: Vec<&String> = now
+        .last_enqueued
+        .keys()
+        .chain(now.owners.keys())
+        .chain(now.checkpoints.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    ids.sort_by(|a, b| partition_order(a, b));
+    let seconds = match (now.at, previous.and_then(|p| p.at)) {
+        (Some(t), Some(p)) if t > p => Some((t - p).num_milliseconds() as f64 / 1000.0),
+        _ => None,
+    };
+    let mut instances: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let partitions: Vec<PartitionRow> = ids
+        .into_iter()
+        .map(|id| {
+            let owner = now
+                .owners
+                .get(id)
+                .filter(|(owner, active)| *active && !owner.is_empty())
+                .map(|(owner, _)| owner.clone());
+            if let Some(owner) = &owner {
+                instances.entry(owner.clone()).or_default().push(id.clone());
+            }
+            let checkpoint = now.checkpoints.get(id).copied();
+            let last_enqueued = now.last_enqueued.get(id).copied();
+            let lag = last_enqueued.map(|last| last - checkpoint.unwrap_or(-1));
+            let events_per_second = match (seconds, checkpoint, previous) {
+                (Some(s), Some(c), Some(p)) => p.checkpoints.get(id).map(|before| {
+                    let moved = (c - before).max(0) as f64;
+                    (moved / s * 10.0).round() / 10.0
+                }),
+                _ => None,
+            };
+            PartitionRow {
+                partition: id.clone(),
+                owner,
+                checkpoint,
+                last_enqueued,
+                lag,
+                events_per_second,
+            }
+        })
+        .collect();
+    OperationsView {
+        hub: hub.to_string(),
+        consumer_group: consumer_group.to_string(),
+        total_lag: partitions.iter().filter_map(|p| p.lag).sum(),
+        partitions,
+        instances: instances
+            .into_iter()
+            .map(|(owner, partitions)| InstanceRow { owner, partitions })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::HomeWindow;
+
+    fn at(minute: u32, second: u32) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(&format!("2026-11-23T10:{minute:02}:{second:02}Z"))
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn alarm(kind: AlarmKind, sensor: &str, ts: DateTime<Utc>) -> Alarm {
+        Alarm {
+            kind,
+            sensor_id: sensor.into(),
+            ts,
+            seq: None,
+        }
+    }
+
+    fn sensor(kind: SensorKind, state: &str, ts: DateTime<Utc>) -> SensorState {
+        SensorState {
+            kind,
+            state: state.into(),
+            value: None,
+            ts,
+            seq: None,
+        }
+    }
+
+    /// A block of `partition` in the window starting at `minute`, with (home, events, alarms).
+    fn block(
+        partition: &str,
+        minute: u32,
+        homes: &[(&str, u64, Vec<Alarm>)],
+    ) -> Arc<WindowAggregate> {
+        let mut agg = WindowAggregate::new("sensors", partition, at(minute, 0), 60, "0");
+        for (home, events, alarms) in homes {
+            agg.events += events;
+            agg.homes.insert(
+                home.to_string(),
+                HomeWindow {
+                    events: *events,
+                    counts: [(SensorKind::Motion, *events)].into(),
+                    sensors: [(
+                        "hall-motion".to_string(),
+                        sensor(SensorKind::Motion, "motion", at(minute, *events as u32)),
+                    )]
+                    .into(),
+                    alarm_count: alarms.len() as u64,
+                    alarms: alarms.clone(),
+                },
+            );
+        }
+        Arc::new(agg)
+    }
+
+    #[test]
+    fn the_fleet_counts_events_homes_and_active_alarms_per_minute() {
+        let blocks = vec![
+            block("0", 1, &[("h1", 3, vec![]), ("h2", 2, vec![])]),
+            // A second block of the same partition and minute: h1 again is one home.
+            block("0", 1, &[("h1", 1, vec![])]),
+            block(
+                "1",
+                2,
+                &[(
+                    "h3",
+                    4,
+                    vec![alarm(AlarmKind::Smoke, "kitchen-smoke", at(2, 5))],
+                )],
+            ),
+            // Too old to show: 61 minutes before `now`.
+            block("1", 0, &[("h9", 7, vec![])]),
+        ];
+        let view = fleet_view("sensors", &blocks[..3], at(5, 0));
+        assert_eq!(
+            view.minutes,
+            vec![
+                FleetMinute {
+                    start: at(1, 0),
+                    events: 6,
+                    homes: 2,
+                    alarms: 0
+                },
+                FleetMinute {
+                    start: at(2, 0),
+                    events: 4,
+                    homes: 1,
+                    alarms: 1
+                },
+            ]
+        );
+        assert_eq!(view.events_last_hour, 10);
+        assert_eq!(view.homes_reporting, 1);
+        assert_eq!(view.alarms_by_type, [(AlarmKind::Smoke, 1)].into());
+        assert_eq!(view.homes_with_active_alarms, 1);
+        assert_eq!(view.active_alarms[0].home, "h3");
+        // An hour later nothing is shown; ten minutes later the alarm is no longer active.
+        assert!(
+            fleet_view("sensors", &blocks, at(2, 0) + Duration::minutes(61))
+                .minutes
+                .is_empty()
+        );
+        let later = fleet_view("sensors", &blocks, at(2, 5) + Duration::minutes(11));
+        assert_eq!(later.homes_with_active_alarms, 0);
+        assert_eq!(later.alarms_by_type, [(AlarmKind::Smoke, 1)].into());
+    }
+
+    #[test]
+    fn a_home_shows_its_minutes_latest_sensor_states_and_alarms_newest_first() {
+        let glass = alarm(AlarmKind::GlassBreak, "living-glass", at(3, 10));
+        let intrusion = alarm(AlarmKind::Intrusion, "front-door", at(4, 20));
+        let blocks = vec![
+            block("2", 3, &[("h1", 2, vec![glass.clone()]), ("h2", 1, vec![])]),
+            block("2", 4, &[("h1", 5, vec![intrusion.clone()])]),
+            // The same home id in another partition's block is not this home's data.
+            block("3", 4, &[("h1", 9, vec![])]),
+        ];
+        let view = home_view("h1", Some("2"), &blocks, at(10, 0));
+        assert_eq!(view.minutes.len(), 2);
+        assert_eq!((view.minutes[0].events, view.minutes[1].events), (2, 5));
+        assert_eq!(view.minutes[1].counts[&SensorKind::Motion], 5);
+        assert_eq!(view.sensors["hall-motion"].ts, at(4, 5));
+        assert_eq!(view.alarms, vec![intrusion, glass]);
+        let unknown = home_view("nobody", None, &blocks, at(10, 0));
+        assert!(unknown.minutes.is_empty() && unknown.partition.is_none());
+    }
+
+    #[test]
+    fn operations_show_owners_lag_rates_and_instances() {
+        let sample = |t: u32, cps: &[(&str, i64)]| OperationsSample {
+            at: Some(at(0, t)),
+            owners: [
+                ("0".to_string(), ("a".to_string(), true)),
+                ("1".to_string(), ("b".to_string(), false)),
+                ("10".to_string(), ("a".to_string(), true)),
+            ]
+            .into(),
+            checkpoints: cps.iter().map(|(p, s)| (p.to_string(), *s)).collect(),
+            last_enqueued: [("0", 100), ("1", 50), ("2", -1), ("10", 7)]
+                .iter()
+                .map(|(p, s)| (p.to_string(), *s))
+                .collect(),
+        };
+        let before = sample(0, &[("0", 40), ("1", 50)]);
+        let now = sample(2, &[("0", 90), ("1", 50)]);
+        let view = operations_view("sensors", "$default", &now, Some(&before));
+        let ids: Vec<&str> = view
+            .partitions
+            .iter()
+            .map(|p| p.partition.as_str())
+            .collect();
+        assert_eq!(ids, ["0", "1", "2", "10"]);
+        let p0 = &view.partitions[0];
+        assert_eq!(
+            (p0.owner.as_deref(), p0.lag, p0.events_per_second),
+            (Some("a"), Some(10), Some(25.0))
+        );
+        // Expired ownership shows no owner; no checkpoint means everything is lag.
+        assert_eq!(view.partitions[1].owner, None);
+        assert_eq!(view.partitions[2].lag, Some(0));
+        assert_eq!(view.partitions[3].lag, Some(8));
+        assert_eq!(view.total_lag, 18);
+        assert_eq!(
+            view.instances,
+            vec![InstanceRow {
+                owner: "a".into(),
+                partitions: vec!["0".into(), "10".into()]
+            }]
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! `hubhost serve`: the reference app's custom handler, built on the functions framework
+//! ([`hubhost_functions::server`]), which owns the host contract: the probe, decoding, the
+//! answer format, the body limit, panic isolation, `/metrics`.
+//!
+//! What the app adds:
+//! - its two Event Hubs functions, `SensorAggregator` and `RawArchive` ([`crate::App`]), with
+//!   the counters they report (events applied, replayed, dead-lettered as poison, storage
+//!   errors);
+//! - the dashboard: `GET /api/dashboard/…` (under the Functions host, the HTTP-triggered
+//!   function `Dashboard`, forwarded as it came) and the page a browser gets at `/`;
+//! - how its failures map onto what the host must do: storage unreachable → 500
+//!   `storage_unavailable`, so that the host's retry policy retries the whole batch
+//!   (processing is idempotent, so nothing is lost and nothing double counted); a name that
+//!   cannot be stored → 400 `invalid_name`.
+//!
+//! Request bodies and connection strings are never logged.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hubhost_functions::batch::TriggerBatch;
+use hubhost_functions::function_app::{
+    Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
+};
+use hubhost_functions::server::{
+    CounterFamily, Counters, EventHubFunction, FunctionError, FunctionOutput, FunctionServer,
+};
+use hubhost_storage::{SharedStore, StorageLocation, StoreError};
+
+use crate::dashboard::{self, Dashboard, DashboardSources};
+use crate::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION, App, AppError, AppFunction};
+
+pub use hubhost_functions::server::DEFAULT_MAX_BODY_BYTES;
+
+/// The HTTP-triggered function that serves the dashboard (`function_app/Dashboard`).
+pub const DASHBOARD_FUNCTION: &str = "Dashboard";
+
+#[derive(Debug, Clone)]
+pub struct HandlerConfig {
+    pub listen: SocketAddr,
+    /// The function app folder (script root). `None`: the built-in definitions of the app's
+    /// two functions, identical to `function_app/`.
+    pub app_root: Option<PathBuf>,
+    pub storage: StorageLocation,
+    pub container: String,
+    pub window_seconds: u32,
+    pub max_body_bytes: usize,
+    /// What the dashboard reads besides the app's blobs.
+    pub dashboard: DashboardSources,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    FunctionApp(#[from] hubhost_functions::function_app::FunctionAppError),
+    #[error("cannot open storage: {0}")]
+    Storage(#[from] StoreError),
+    #[error(transparent)]
+    Serve(#[from] hubhost_functions::server::ServeError),
+}
+
+/// The two functions as `function_app/*/function.json` declares them.
+pub fn builtin_functions() -> Vec<FunctionSpec> {
+    let trigger = |consumer_group: &str| {
+        Trigger::EventHub(EventHubTrigger {
+            binding_name: "events".into(),
+            event_hub_name: "sensors".into(),
+            consumer_group: consumer_group.into(),
+            cardinality: Cardinality::Many,
+            data_type: DataType::String,
+            connection: Some("EventHubConnection".into()),
+        })
+    };
+    vec![
+        FunctionSpec {
+            name: AGGREGATOR_FUNCTION.into(),
+            trigger: trigger("$Default"),
+            retry: None,
+        },
+        FunctionSpec {
+            name: ARCHIVE_FUNCTION.into(),
+            trigger: trigger("archive"),
+            retry: None,
+        },
+    ]
+}
+
+/// What the app's functions count, beside the framework's events, outcomes and timings.
+const COUNTERS: [CounterFamily; 4] = [
+    CounterFamily {
+        key: "applied",
+        name: "hubhost_handler_events_applied_total",
+        help: "Events folded in or archived for the first time.",
+    },
+    CounterFamily {
+        key: "replayed",
+        name: "hubhost_handler_events_replayed_total",
+        help: "Events an earlier delivery had already applied (at-least-once replays).",
+    },
+    CounterFamily {
+        key: "poison",
+        name: "hubhost_poison_events_total",
+        help: "Events set aside as poison (dead-lettered with their reason).",
+    },
+    CounterFamily {
+        key: "storage_errors",
+        name: "hubhost_handler_storage_errors_total",
+        help: "Invocations that failed on storage (answered 500; the host retries).",
+    },
+];
+
+/// One of the app's functions, as the framework runs it.
+struct SensorFunction {
+    app: Arc<App>,
+    which: AppFunction,
+    /// Fault injection for tests and drills: a batch with an event of this home panics.
+    panic_home: Option<String>,
+}
+
+#[async_trait::async_trait]
+impl EventHubFunction for SensorFunction {
+    async fn run(
+        &self,
+        batch: TriggerBatch,
+        counters: &Counters,
+    ) -> Result<FunctionOutput, FunctionError> {
+        if let Some(home) = &self.panic_home
+            && batch
+                .events
+                .iter()
+                .any(|e| e.body.windows(home.len()).any(|w| w == home.as_bytes()))
+        {
+            panic!("fault injection: HUBHOST_FAULT_PANIC_HOME matched an event");
+        }
+        let report = match self.app.process(self.which, &batch).await {
+            Ok(report) => report,
+            Err(e) => {
+                if matches!(e, AppError::Storage(_)) {
+                    counters.add("storage_errors", 1);
+                }
+                let message = e.to_string();
+                return Err(match &e {
+                    AppError::BadName(_) => FunctionError::BadRequest {
+                        code: "invalid_name",
+                        message,
+                    },
+                    AppError::Storage(s) if s.is_transient() => FunctionError::Failed {
+                        code: "storage_unavailable",
+                        message,
+                    },
+                    AppError::Storage(_) => FunctionError::Failed {
+                        code: "storage_error",
+                        message,
+                    },
+                    AppError::CorruptState { .. } => FunctionError::Failed {
+                        code: "corrupt_state",
+                        message,
+                    },
+                    AppError::Contention { .. } => FunctionError::Failed {
+                        code: "contention",
+                        message,
+                    },
+                });
+            }
+        };
+        counters.add("applied", report.applied);
+        counters.add("replayed", report.replayed);
+        counters.add("poison", report.dead_lettered);
+        let seqs = batch
+            .sequence_range()
+            .map(|(a, b)| format!("{a}..={b}"))
+            .unwrap_or_else(|| "-".into());
+        let log = format!(
+            "{}: partition {}, sequence numbers {seqs}: {} events, {} applied, {} replayed, {} dead-lettered",
+            batch.function,
+            batch.partition.partition_id,
+            report.events,
+            report.applied,
+            report.replayed,
+            report.dead_lettered
+        );
+        Ok(FunctionOutput {
+            logs: vec![log],
+            return_value: serde_json::to_value(&report).expect("reports serialize"),
+        })
+    }
+}
+
+/// The app's functions and the dashboard on the framework's server.
+pub async fn build(config: &HandlerConfig) -> Result<FunctionServer, ServeError> {
+    let store: SharedStore = config.storage.open()?;
+    store.ensure_container(&config.container).await?;
+    tracing::info!(storage = %store.describe(), container = %config.container, "storage ready");
+    let app = Arc::new(App::new(
+        store.clone(),
+        &config.container,
+        config.window_seconds,
+    ));
+    let dashboard = Arc::new(Dashboard::new(
+        store,
+        &config.container,
+        config.window_seconds,
+        config.dashboard.clone(),
+    ));
+    let panic_home = std::env::var("HUBHOST_FAULT_PANIC_HOME")
+        .ok()
+        .filter(|h| !h.is_empty());
+    let mut builder = FunctionServer::builder()
+        .counters(&COUNTERS)
+        .routes(dashboard::router(dashboard))
+        .browser_page(dashboard::index)
+        .served_elsewhere(DASHBOARD_FUNCTION)
+        .max_body_bytes(config.max_body_bytes);
+    for spec in builtin_functions() {
+        let which = AppFunction::for_name(&spec.name).expect("a built-in function");
+        builder = builder.event_hub_function(
+            spec,
+            SensorFunction {
+                app: app.clone(),
+                which,
+                panic_home: panic_home.clone(),
+            },
+        );
+    }
+    let flushed = app.clone();
+    let server = builder
+        .on_shutdown(move || async move {
+            if let Err(e) = flushed.flush().await {
+                tracing::warn!(error = %e, "could not write the home directory's last entries; the homes' next reports add them");
+            }
+        })
+        .build(config.app_root.as_deref())?;
+    Ok(server)
+}
+
+/// Runs the handler until `shutdown` resolves.
+pub async fn serve(
+    config: HandlerConfig,
+    on_listening: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let server = build(&config).await?;
+    server.serve(config.listen, on_listening, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! Azure Functions custom handlers in Rust: everything the Functions host's contract demands,
+//! so that a function is only its own logic.
+//!
+//! - [`contract`]: the host ⇄ handler wire format — [`contract::decode`] turns every request
+//!   shape the host sends for an `eventHubTrigger` into a typed [`batch::TriggerBatch`];
+//!   [`contract::encode`] builds the request the host would send (for emulation and tests);
+//!   [`contract::response`] is the `{"Outputs","Logs","ReturnValue"}` answer.
+//! - [`function_app`]: host.json and `*/function.json` discovery, trigger and retry settings.
+//! - [`server`]: the HTTP server the host calls, hosting the functions you register.
+//! - [`metrics`]: Prometheus text exposition (and a strict reader of it, for tests).
+//!
+//! What the host sends and expects is described in the repository's `docs/host-contract.md`.
+
+pub mod batch;
+pub mod contract;
+pub mod function_app;
+pub mod metrics;
+pub mod server;

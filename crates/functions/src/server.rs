@@ -1,0 +1,597 @@
+//! The HTTP server the Functions host calls: register your functions, then serve.
+//!
+//! What it owns, so that a function is only its logic:
+//! - `GET /` answers the host's start-up probe (any answer means "ready"); a browser's request
+//!   (it asks for HTML) can be given a page of yours instead ([`ServerBuilder::browser_page`]);
+//! - `POST /{FunctionName}`: the body limit, decoding every shape of `eventHubTrigger` request
+//!   ([`crate::contract::decode`]), running the function in its own task (a panic fails that
+//!   invocation only), and the `{"Outputs","Logs","ReturnValue"}` answer;
+//! - `GET /metrics`: Prometheus text — per function, batches by outcome, events, handling time,
+//!   and the counters your functions declare;
+//! - which functions exist: the app folder's `*/function.json` files when there is one (a
+//!   declared function you did not register is reported and answered 404), else the
+//!   declarations you registered them with;
+//! - graceful shutdown, and your clean-up after it.
+//!
+//! Failures are answered by what the host must do: a request that cannot be decoded, or a
+//! [`FunctionError::BadRequest`], gets a 4xx JSON error naming the problem; a
+//! [`FunctionError::Failed`] gets a 500, so that the host's retry policy delivers the batch
+//! again; a panic gets a 500 `handler_panic` and the process stays up. Request bodies are never
+//! logged.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path as FsPath;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use crate::batch::TriggerBatch;
+use crate::contract::decode::decode_request;
+use crate::contract::response::InvocationResponse;
+use crate::function_app::{EventHubTrigger, FunctionApp, FunctionAppError, FunctionSpec};
+use crate::metrics::{self, Exposition, Histogram, Kind, LATENCY_BUCKETS};
+
+/// The default limit on a request body: the host sends batches of up to `maxEventBatchSize`
+/// events of up to 1 MB each.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 128 * 1024 * 1024;
+
+/// What a function answers for a batch it processed.
+#[derive(Debug, Clone, Default)]
+pub struct FunctionOutput {
+    /// Lines the host logs for this invocation.
+    pub logs: Vec<String>,
+    /// `ReturnValue` of the answer.
+    pub return_value: Value,
+}
+
+/// Why a function did not process a batch, by what the host must do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionError {
+    /// The request itself is unusable (e.g. a name that cannot be stored): 400, and delivering
+    /// it again would not help.
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    /// The batch could not be processed now (e.g. storage unreachable): 500, so that the host's
+    /// retry policy delivers it again.
+    #[error("{message}")]
+    Failed { code: &'static str, message: String },
+}
+
+/// A counter a function declares: one Prometheus family, one sample per function.
+#[derive(Debug, Clone, Copy)]
+pub struct CounterFamily {
+    /// The name a function counts by ([`Counters::add`]).
+    pub key: &'static str,
+    /// The Prometheus family name, e.g. `myapp_events_rejected_total`.
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// The declared counters of one function.
+pub struct Counters {
+    values: BTreeMap<&'static str, AtomicU64>,
+}
+
+impl Counters {
+    fn new(families: &[CounterFamily]) -> Self {
+        Counters {
+            values: families
+                .iter()
+                .map(|f| (f.key, AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    /// Adds `n` to the counter declared with `key`; an undeclared key is ignored.
+    pub fn add(&self, key: &str, n: u64) {
+        if let Some(c) = self.values.get(key) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn get(&self, key: &str) -> u64 {
+        self.values
+            .get(key)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
+/// An Event Hubs-triggered function: one batch of one partition in, an answer out.
+#[async_trait::async_trait]
+pub trait EventHubFunction: Send + Sync + 'static {
+    /// Processes `batch`. Count what the function declared in `counters`, success or not.
+    async fn run(
+        &self,
+        batch: TriggerBatch,
+        counters: &Counters,
+    ) -> Result<FunctionOutput, FunctionError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    FunctionApp(#[from] FunctionAppError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server failed: {0}")]
+    Server(std::io::Error),
+}
+
+type Cleanup = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+type Page = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Response> + Send>> + Send + Sync>;
+
+/// Registers functions and routes; [`build`](Self::build) matches them with the app folder.
+#[derive(Default)]
+pub struct ServerBuilder {
+    functions: Vec<(FunctionSpec, Arc<dyn EventHubFunction>)>,
+    counters: Vec<CounterFamily>,
+    routes: Option<Router>,
+    browser_page: Option<Page>,
+    ignored: Vec<String>,
+    max_body_bytes: Option<usize>,
+    on_shutdown: Option<Cleanup>,
+}
+
+impl ServerBuilder {
+    /// An Event Hubs function, with the declaration it has when there is no app folder.
+    pub fn event_hub_function(
+        mut self,
+        declaration: FunctionSpec,
+        function: impl EventHubFunction,
+    ) -> Self {
+        self.functions.push((declaration, Arc::new(function)));
+        self
+    }
+
+    /// Counters every function may add to (one family each, labelled by function).
+    pub fn counters(mut self, families: &[CounterFamily]) -> Self {
+        self.counters.extend_from_slice(families);
+        self
+    }
+
+    /// Routes of yours, served beside the host's: e.g. an HTTP function the host forwards as
+    /// it came (`enableForwardingHttpRequest`). Merged; they must not take `/`, `/metrics` or
+    /// `POST /{name}`.
+    pub fn routes(mut self, routes: Router) -> Self {
+        self.routes = Some(match self.routes.take() {
+            Some(r) => r.merge(routes),
+            None => routes,
+        });
+        self
+    }
+
+    /// The answer to `GET /` from a browser (a request that accepts HTML); the host's probe
+    /// still gets JSON.
+    pub fn browser_page<F, Fut>(mut self, page: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response> + Send + 'static,
+    {
+        self.browser_page = Some(Arc::new(move || Box::pin(page())));
+        self
+    }
+
+    /// Functions of the app folder that are served by [`routes`](Self::routes), not here.
+    pub fn served_elsewhere(mut self, function: &str) -> Self {
+        self.ignored.push(function.to_string());
+        self
+    }
+
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = Some(bytes);
+        self
+    }
+
+    /// Runs after the server stopped taking requests (e.g. to flush what was written behind).
+    pub fn on_shutdown<F, Fut>(mut self, cleanup: F) -> Self
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.on_shutdown = Some(Box::new(move || Box::pin(cleanup())));
+        self
+    }
+
+    /// Matches the registered functions with the app folder's declarations (`app_root`), or
+    /// takes their own declarations when there is no folder.
+    pub fn build(self, app_root: Option<&FsPath>) -> Result<FunctionServer, FunctionAppError> {
+        let declared = match app_root {
+            Some(root) => FunctionApp::load(root)?.functions,
+            None => self
+                .functions
+                .iter()
+                .map(|(spec, _)| spec.clone())
+                .collect(),
+        };
+        let mut functions = Vec::new();
+        for spec in declared {
+            if self
+                .ignored
+                .iter()
+                .any(|i| i.eq_ignore_ascii_case(&spec.name))
+            {
+                continue;
+            }
+            let implementation = self
+                .functions
+                .iter()
+                .find(|(s, _)| s.name.eq_ignore_ascii_case(&spec.name))
+                .map(|(_, f)| f.clone());
+            let (Some(trigger), Some(implementation)) =
+                (spec.event_hub_trigger().cloned(), implementation)
+            else {
+                tracing::warn!(function = %spec.name, "function.json declares a function this handler does not implement; requests for it get 404");
+                continue;
+            };
+            functions.push(Registered {
+                spec,
+                trigger,
+                implementation,
+                stats: FunctionStats::new(&self.counters),
+            });
+        }
+        Ok(FunctionServer {
+            functions,
+            counters: self.counters,
+            routes: self.routes,
+            browser_page: self.browser_page,
+            max_body_bytes: self.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            on_shutdown: std::sync::Mutex::new(self.on_shutdown),
+        })
+    }
+}
+
+struct Registered {
+    spec: FunctionSpec,
+    trigger: EventHubTrigger,
+    implementation: Arc<dyn EventHubFunction>,
+    stats: FunctionStats,
+}
+
+/// What `/metrics` reports for one function.
+struct FunctionStats {
+    /// Events in batches the function processed (answered 200).
+    events: AtomicU64,
+    /// Requests by outcome: answered 200, refused (4xx), failed (5xx), panicked.
+    ok: AtomicU64,
+    bad_request: AtomicU64,
+    failed: AtomicU64,
+    panicked: AtomicU64,
+    /// From the request's arrival to the answer, for every request that reached the function.
+    latency: Histogram,
+    declared: Arc<Counters>,
+}
+
+impl FunctionStats {
+    fn new(families: &[CounterFamily]) -> Self {
+        FunctionStats {
+            events: AtomicU64::new(0),
+            ok: AtomicU64::new(0),
+            bad_request: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            panicked: AtomicU64::new(0),
+            latency: Histogram::new(LATENCY_BUCKETS),
+            declared: Arc::new(Counters::new(families)),
+        }
+    }
+
+    fn count(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The functions of one app, served over HTTP as the host expects.
+pub struct FunctionServer {
+    functions: Vec<Registered>,
+    counters: Vec<CounterFamily>,
+    routes: Option<Router>,
+    browser_page: Option<Page>,
+    max_body_bytes: usize,
+    on_shutdown: std::sync::Mutex<Option<Cleanup>>,
+}
+
+impl FunctionServer {
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// The names of the functions served at `POST /{name}`.
+    pub fn function_names(&self) -> Vec<String> {
+        self.functions.iter().map(|f| f.spec.name.clone()).collect()
+    }
+
+    fn function(&self, name: &str) -> Option<&Registered> {
+        self.functions
+            .iter()
+            .find(|f| f.spec.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Every route: the host's, `/metrics`, and yours.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let host = Router::new()
+            .route("/", get(probe))
+            .route("/metrics", get(metrics_page))
+            .route("/{function}", post(invoke))
+            .fallback(not_found)
+            .with_state(self.clone());
+        match &self.routes {
+            Some(routes) => host.merge(routes.clone()),
+            None => host,
+        }
+    }
+
+    /// Serves on `listen` until `shutdown` resolves, then runs the clean-up.
+    pub async fn serve(
+        self,
+        listen: SocketAddr,
+        on_listening: impl FnOnce(SocketAddr),
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let server = Arc::new(self);
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(ServeError::Server)?;
+        tracing::info!(%addr, functions = ?server.function_names(), "custom handler listening");
+        on_listening(addr);
+        axum::serve(listener, server.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(ServeError::Server)?;
+        let cleanup = server.on_shutdown.lock().expect("cleanup lock").take();
+        if let Some(cleanup) = cleanup {
+            cleanup().await;
+        }
+        Ok(())
+    }
+}
+
+fn reply(status: StatusCode, body: &InvocationResponse) -> Response {
+    let bytes = serde_json::to_vec(body).expect("responses serialize");
+    (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    reply(status, &InvocationResponse::error(code, message))
+}
+
+async fn probe(State(server): State<Arc<FunctionServer>>, headers: HeaderMap) -> Response {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"));
+    if wants_html && let Some(page) = &server.browser_page {
+        return page().await;
+    }
+    let body = json!({"status": "ready", "functions": server.function_names()});
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route: the host calls GET / and POST /{FunctionName}",
+    )
+}
+
+/// `first..=last` of a batch's sequence numbers, for logs.
+fn sequence_numbers(range: Option<(i64, i64)>) -> String {
+    range
+        .map(|(a, b)| format!("{a}..={b}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+async fn metrics_page(State(server): State<Arc<FunctionServer>>) -> Response {
+    type Read = fn(&FunctionStats) -> &AtomicU64;
+    let mut page = Exposition::new();
+    fn label(f: &Registered) -> Vec<(&'static str, &str)> {
+        vec![("function", f.spec.name.as_str())]
+    }
+    page.family(
+        "hubhost_handler_events_total",
+        Kind::Counter,
+        "Events in batches the function processed (answered 200).",
+        server
+            .functions
+            .iter()
+            .map(|f| (label(f), f.stats.events.load(Ordering::Relaxed) as f64)),
+    );
+    for family in &server.counters {
+        page.family(
+            family.name,
+            Kind::Counter,
+            family.help,
+            server
+                .functions
+                .iter()
+                .map(|f| (label(f), f.stats.declared.get(family.key) as f64)),
+        );
+    }
+    let outcomes: [(&str, Read); 4] = [
+        ("ok", |s| &s.ok),
+        ("bad_request", |s| &s.bad_request),
+        ("failed", |s| &s.failed),
+        ("panicked", |s| &s.panicked),
+    ];
+    page.family(
+        "hubhost_handler_batches_total",
+        Kind::Counter,
+        "Invocations by outcome: ok (200), bad_request (4xx), failed (5xx), panicked (500).",
+        server.functions.iter().flat_map(|f| {
+            outcomes.iter().map(move |(outcome, read)| {
+                (
+                    vec![("function", f.spec.name.as_str()), ("outcome", *outcome)],
+                    read(&f.stats).load(Ordering::Relaxed) as f64,
+                )
+            })
+        }),
+    );
+    page.histogram(
+        "hubhost_handler_batch_seconds",
+        "Time from a request's arrival to its answer.",
+        server
+            .functions
+            .iter()
+            .map(|f| (label(f), &f.stats.latency)),
+    );
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        page.finish(),
+    )
+        .into_response()
+}
+
+async fn invoke(
+    State(server): State<Arc<FunctionServer>>,
+    Path(function): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let invocation_id = headers
+        .get("x-azure-functions-invocationid")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    let Some(registered) = server.function(&function) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "unknown_function",
+            format!(
+                "no function named '{}' (this handler serves: {})",
+                function.chars().take(100).collect::<String>(),
+                server.function_names().join(", ")
+            ),
+        );
+    };
+    let limit = server.max_body_bytes;
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is over the {limit} byte limit (--max-body-bytes)"),
+        )
+    };
+    let declared_len = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared_len.is_some_and(|n| n > limit) {
+        return too_large();
+    }
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(e) => {
+            let over = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return if over {
+                too_large()
+            } else {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "unreadable_body",
+                    format!("cannot read the request body: {e}"),
+                )
+            };
+        }
+    };
+
+    let name = registered.spec.name.clone();
+    let trigger = registered.trigger.clone();
+    let implementation = registered.implementation.clone();
+    let counters = registered.stats.declared.clone();
+    // Decoding and processing run in their own task: a panic there fails this invocation only.
+    let task = tokio::spawn(async move {
+        let batch = decode_request(&name, &trigger, &bytes).map_err(Failure::Contract)?;
+        let partition = batch.partition.partition_id.clone();
+        let range = batch.sequence_range();
+        let events = batch.events.len() as u64;
+        match implementation.run(batch, &counters).await {
+            Ok(output) => Ok((partition, range, events, output)),
+            Err(error) => Err(Failure::Function {
+                error,
+                partition,
+                sequence_numbers: sequence_numbers(range),
+            }),
+        }
+    });
+    let function = registered.spec.name.as_str();
+    let stats = &registered.stats;
+    let outcome = task.await;
+    stats.latency.observe(started.elapsed());
+    match outcome {
+        Ok(Ok((partition, range, events, output))) => {
+            FunctionStats::count(&stats.ok, 1);
+            FunctionStats::count(&stats.events, events);
+            tracing::info!(
+                function, partition = %partition, sequence_numbers = %sequence_numbers(range), events,
+                elapsed_ms = started.elapsed().as_millis() as u64, invocation_id = %invocation_id,
+                "batch processed"
+            );
+            reply(
+                StatusCode::OK,
+                &InvocationResponse::ok(output.logs, output.return_value),
+            )
+        }
+        Ok(Err(Failure::Contract(e))) => {
+            FunctionStats::count(&stats.bad_request, 1);
+            tracing::warn!(function, invocation_id = %invocation_id, code = e.code(), "bad request: {e}");
+            error(StatusCode::BAD_REQUEST, e.code(), e.to_string())
+        }
+        Ok(Err(Failure::Function {
+            error: e,
+            partition,
+            sequence_numbers,
+        })) => {
+            let (status, code) = match &e {
+                FunctionError::BadRequest { code, .. } => {
+                    FunctionStats::count(&stats.bad_request, 1);
+                    (StatusCode::BAD_REQUEST, *code)
+                }
+                FunctionError::Failed { code, .. } => {
+                    FunctionStats::count(&stats.failed, 1);
+                    (StatusCode::INTERNAL_SERVER_ERROR, *code)
+                }
+            };
+            tracing::error!(function, partition = %partition, sequence_numbers = %sequence_numbers, invocation_id = %invocation_id, code, "invocation failed: {e}");
+            error(status, code, e.to_string())
+        }
+        Err(join) => {
+            FunctionStats::count(&stats.panicked, 1);
+            tracing::error!(function, invocation_id = %invocation_id, "invocation panicked: {join}");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "handler_panic",
+                "processing this batch panicked; the handler is still running and the host may retry",
+            )
+        }
+    }
+}
+
+enum Failure {
+    Contract(crate::contract::ContractError),
+    Function {
+        error: FunctionError,
+        partition: String,
+        sequence_numbers: String,
+    },
+}

@@ -1,0 +1,14 @@
+//! The Functions host's Event Hubs trigger, run locally (`hubhost emulate`).
+//!
+//! - [`emulate`]: reads a custom-handler function app (host.json, function.json files,
+//!   local.settings.json), starts its handler the way the host does and feeds every
+//!   `eventHubTrigger` function the batches of a [`hubhost_processor`] event processor, with
+//!   the function's retry policy; several processes form a pool.
+//! - [`invoker`]: calls a handler as the host does (readiness probe, headers, request).
+//! - [`child`]: child processes that die with their parent.
+//! - [`progress`]: progress lines for long commands.
+
+pub mod child;
+pub mod emulate;
+pub mod invoker;
+pub mod progress;

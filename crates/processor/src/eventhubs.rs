@@ -1,0 +1,585 @@
+//! Connecting to an event hub with the Rust SDK (`azure_messaging_eventhubs`), the same way for
+//! Azure and for a local hub: the connection string is the one users write in `EventHubConnection`.
+//!
+//! The Python SDK understands the official emulator's `UseDevelopmentEmulator=true` (plain AMQP
+//! on the endpoint's host and port, 5672 by default); the Rust SDK ignores that key and would
+//! dial TLS on 5671. [`EventHubTarget`] reads it and hands the Rust SDK the matching custom
+//! endpoint, so one connection string works for both SDKs. The key never leaves this module
+//! except inside the connection string given to the SDK, and `Debug` shows no secret.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use azure_messaging_eventhubs::{BufferedProducerClient, ConsumerClient, ProducerClient};
+
+use hubhost_storage::connection::connection_string_parts;
+
+/// The connection string of the official emulator, which `hubhost hub` accepts by default.
+pub const EMULATOR_CONNECTION: &str = "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;";
+
+/// The plain-AMQP port of a development emulator when the endpoint names none.
+const EMULATOR_PORT: u16 = 5672;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EventHubsError {
+    #[error(
+        "the Event Hubs connection string is not usable: {0} (expected Endpoint=sb://…;SharedAccessKeyName=…;SharedAccessKey=…)"
+    )]
+    BadConnectionString(&'static str),
+    #[error("reading the partitions of {hub} at {namespace} failed: {message}")]
+    Properties {
+        hub: String,
+        namespace: String,
+        message: String,
+    },
+    #[error("could not open the event hub {hub} at {namespace}: {source}")]
+    Open {
+        hub: String,
+        namespace: String,
+        #[source]
+        source: Box<azure_messaging_eventhubs::EventHubsError>,
+    },
+}
+
+/// What a buffered producer's batches came to: events the event hub accepted, events it did
+/// not (after the SDK's retries), and the first error.
+#[derive(Debug, Default)]
+pub struct SendOutcomes {
+    pub sent: AtomicU64,
+    pub failed: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl SendOutcomes {
+    fn record_failure(&self, events: usize, error: String) {
+        self.failed.fetch_add(events as u64, Ordering::Relaxed);
+        let mut first = self.first_error.lock().expect("outcomes lock");
+        if first.is_none() {
+            tracing::warn!(events, %error, "a batch was not accepted");
+            *first = Some(error);
+        }
+    }
+
+    pub fn first_error(&self) -> Option<String> {
+        self.first_error.lock().expect("outcomes lock").clone()
+    }
+}
+
+/// One partition's end, as `$management` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionEnd {
+    pub partition_id: String,
+    pub beginning_sequence_number: i64,
+    /// -1 for a partition that never had an event.
+    pub last_sequence_number: i64,
+    pub last_offset: String,
+    pub last_enqueued_time: Option<chrono::DateTime<chrono::Utc>>,
+    pub is_empty: bool,
+}
+
+/// Runs `work` — anything that sends through the SDK — on a tokio runtime of its own with a
+/// single thread, and returns what it returned (`None` if it panicked).
+///
+/// Why: the SDK's AMQP layer (`fe2o3-amqp` 0.16, which `azure_messaging_eventhubs` 0.16 pins)
+/// hands a transfer to its session task *before* it records the delivery as awaiting an
+/// outcome. On a multi-threaded runtime the session, the connection and a fast peer can settle
+/// the delivery in that gap; the settlement finds nothing to complete and the send waits
+/// forever (fixed upstream in fe2o3-amqp 0.18.2, which the SDK does not use yet). Against a
+/// hub on loopback about one `hubhost demo` in ten hung this way. When the sending task, the
+/// session and the connection share one thread, the sending task runs to its next `.await` —
+/// past the bookkeeping — before the session can even read the transfer, so the gap is gone.
+pub async fn on_sending_thread<F, Fut, T>(work: F) -> Option<T>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("hubhost-sender".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread tokio runtime");
+            let _ = done.send(runtime.block_on(work()));
+        })
+        .expect("a thread for sending");
+    result.await.ok()
+}
+
+/// How long closing an SDK client may take. Closing is a courtesy to the service (it would
+/// time the link out anyway), and the SDK's close can wait forever for a peer's answer: the
+/// demo once hung at start-up in `ProducerClient::close` after its two sends had been
+/// acknowledged. So every close is bounded, and a stalled one is abandoned (the client is
+/// dropped, which drops its connection).
+pub const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Closes an SDK client within [`CLOSE_TIMEOUT`]; a close that fails or stalls is logged at
+/// debug level and otherwise ignored, since nothing waits on it.
+pub async fn close_quietly<T, E: fmt::Display>(
+    what: &str,
+    close: impl std::future::Future<Output = Result<T, E>>,
+) {
+    match tokio::time::timeout(CLOSE_TIMEOUT, close).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(client = what, error = %e, "closing failed; dropped"),
+        Err(_) => tracing::debug!(client = what, "closing stalled; dropped"),
+    }
+}
+
+/// Per attempt; the SDK can stall on a fresh connection (see `partition_ends`). Generous
+/// because a hub that has just taken a million events answers its first management calls
+/// slowly: three 5 s attempts once all ran out right after `bench pool`'s prefill.
+const PROPERTIES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(8);
+const PROPERTIES_ATTEMPTS: u32 = 5;
+
+/// Opens an SDK client from its builder: the emulator's custom endpoint when there is one, the
+/// connection string, the hub. A macro because the SDK's three builders share no trait.
+macro_rules! open_client {
+    ($target:expr, $builder:expr) => {{
+        let target = $target;
+        let mut builder = $builder;
+        if let Some(endpoint) = &target.custom_endpoint {
+            builder = builder.with_custom_endpoint(endpoint.clone());
+        }
+        builder
+            .open_with_connection_string(&target.connection_string, Some(&target.hub))
+            .await
+            .map_err(|e| target.open_error(e))
+    }};
+}
+
+/// Where an event hub is and how to reach it.
+#[derive(Clone)]
+pub struct EventHubTarget {
+    connection_string: String,
+    /// `myns.servicebus.windows.net`, or `localhost` for an emulator.
+    pub namespace: String,
+    pub hub: String,
+    /// `amqp://host:port` for a development emulator; `None` for Azure.
+    pub custom_endpoint: Option<String>,
+}
+
+impl fmt::Debug for EventHubTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "event hub {} at {}", self.hub, self.namespace)?;
+        if let Some(endpoint) = &self.custom_endpoint {
+            write!(f, " (emulator, {endpoint})")?;
+        }
+        Ok(())
+    }
+}
+
+impl EventHubTarget {
+    /// Reads `Endpoint` (and `UseDevelopmentEmulator`) of a connection string. The hub name is
+    /// the connection string's `EntityPath` when it has one and `hub` is `None`.
+    pub fn parse(connection_string: &str, hub: Option<&str>) -> Result<Self, EventHubsError> {
+        let mut endpoint = None;
+        let mut emulator = false;
+        let mut entity_path = None;
+        let mut has_key = false;
+        for part in connection_string_parts(connection_string) {
+            let (key, value) =
+                part.ok_or(EventHubsError::BadConnectionString("a part has no '='"))?;
+            match key.as_str() {
+                "endpoint" => endpoint = Some(value),
+                "usedevelopmentemulator" => emulator = value.eq_ignore_ascii_case("true"),
+                "entitypath" => entity_path = Some(value),
+                "sharedaccesskey" | "sharedaccesssignature" => has_key = !value.is_empty(),
+                _ => {}
+            }
+        }
+        let endpoint = endpoint.ok_or(EventHubsError::BadConnectionString("no Endpoint"))?;
+        if !has_key {
+            return Err(EventHubsError::BadConnectionString(
+                "no SharedAccessKey or SharedAccessSignature",
+            ));
+        }
+        let authority = endpoint
+            .split_once("://")
+            .map_or(endpoint, |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) => (
+                host,
+                Some(
+                    port.parse::<u16>()
+                        .map_err(|_| EventHubsError::BadConnectionString("bad Endpoint port"))?,
+                ),
+            ),
+            None => (authority, None),
+        };
+        if host.is_empty() {
+            return Err(EventHubsError::BadConnectionString("Endpoint has no host"));
+        }
+        let hub = hub.or(entity_path).filter(|h| !h.is_empty()).ok_or(
+            EventHubsError::BadConnectionString("no event hub name (give one, or EntityPath)"),
+        )?;
+        // `localhost` may resolve to ::1 first, where a hub bound to 127.0.0.1 is not.
+        let dial_host = if host.eq_ignore_ascii_case("localhost") {
+            "127.0.0.1"
+        } else {
+            host
+        };
+        Ok(EventHubTarget {
+            connection_string: connection_string.to_string(),
+            namespace: host.to_ascii_lowercase(),
+            hub: hub.to_string(),
+            custom_endpoint: emulator
+                .then(|| format!("amqp://{dial_host}:{}", port.unwrap_or(EMULATOR_PORT))),
+        })
+    }
+
+    fn open_error(&self, source: azure_messaging_eventhubs::EventHubsError) -> EventHubsError {
+        EventHubsError::Open {
+            hub: self.hub.clone(),
+            namespace: self.namespace.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    pub async fn producer(&self) -> Result<ProducerClient, EventHubsError> {
+        open_client!(self, ProducerClient::builder())
+    }
+
+    /// A producer that batches per partition in the background (hashing partition keys the
+    /// way the service does, and keeping the key on each event); every batch's outcome is
+    /// counted in `outcomes`. Opening reads the hub's partitions over `$management` on a fresh
+    /// connection, so it is bounded and retried like [`EventHubTarget::partition_ends`].
+    pub async fn buffered_producer(
+        &self,
+        max_wait: std::time::Duration,
+        outcomes: Arc<SendOutcomes>,
+    ) -> Result<BufferedProducerClient, EventHubsError> {
+        let mut last_error = String::new();
+        for attempt in 1..=PROPERTIES_ATTEMPTS {
+            let opened = tokio::time::timeout(
+                PROPERTIES_TIMEOUT,
+                self.open_buffered_producer(max_wait, outcomes.clone()),
+            )
+            .await;
+            match opened {
+                Ok(Ok(producer)) => return Ok(producer),
+                Ok(Err(e @ EventHubsError::BadConnectionString(_))) => return Err(e),
+                Ok(Err(e)) => last_error = e.to_string(),
+                Err(_) => {
+                    last_error = format!("no answer within {PROPERTIES_TIMEOUT:?}");
+                    tracing::debug!(attempt, hub = %self.hub, "opening the buffered producer stalled; retrying on a new connection");
+                }
+            }
+        }
+        Err(EventHubsError::Properties {
+            hub: self.hub.clone(),
+            namespace: self.namespace.clone(),
+            message: last_error,
+        })
+    }
+
+    async fn open_buffered_producer(
+        &self,
+        max_wait: std::time::Duration,
+        outcomes: Arc<SendOutcomes>,
+    ) -> Result<BufferedProducerClient, EventHubsError> {
+        let failures = outcomes.clone();
+        let builder = BufferedProducerClient::builder()
+            .with_application_id("hubhost".into())
+            .with_max_wait_time(
+                azure_core::time::Duration::try_from(max_wait)
+                    .unwrap_or(azure_core::time::Duration::seconds(1)),
+            )
+            .with_on_send_succeeded(move |context| {
+                outcomes
+                    .sent
+                    .fetch_add(context.events.len() as u64, Ordering::Relaxed);
+                async {}
+            })
+            .with_on_send_failed(move |context| {
+                failures.record_failure(context.events.len(), context.error.to_string());
+                async {}
+            });
+        open_client!(self, builder)
+    }
+
+    /// Every partition's end (last enqueued sequence number, offset, time), on a connection of
+    /// its own. Each attempt is bounded in time and retried on a new connection: the Rust SDK
+    /// (0.16, over fe2o3-amqp 0.16) drops its `$cbs` links without waiting for the peer's detach,
+    /// and when the reply comes back quickly (a loopback hub) the client's session fails with
+    /// `unattached-handle`; it recovers, but now and then a management call then never returns.
+    pub async fn partition_ends(&self) -> Result<Vec<PartitionEnd>, EventHubsError> {
+        let mut last_error = String::new();
+        for attempt in 1..=PROPERTIES_ATTEMPTS {
+            match tokio::time::timeout(PROPERTIES_TIMEOUT, self.read_partition_ends()).await {
+                Ok(Ok(ends)) => return Ok(ends),
+                Ok(Err(e)) => last_error = e,
+                Err(_) => {
+                    last_error = format!("no answer within {PROPERTIES_TIMEOUT:?}");
+                    tracing::debug!(attempt, hub = %self.hub, "partition properties stalled; retrying on a new connection");
+                }
+            }
+        }
+        Err(EventHubsError::Properties {
+            hub: self.hub.clone(),
+            namespace: self.namespace.clone(),
+            message: last_error,
+        })
+    }
+
+    /// Each partition's last enqueued sequence number (-1: none yet), for lag figures: the
+    /// partition ends, read from a sending thread (management calls send through the SDK; see
+    /// [`on_sending_thread`]).
+    pub async fn last_enqueued(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, i64>, EventHubsError> {
+        let target = self.clone();
+        let ends = on_sending_thread(move || async move { target.partition_ends().await })
+            .await
+            .unwrap_or_else(|| {
+                Err(EventHubsError::Properties {
+                    hub: self.hub.clone(),
+                    namespace: self.namespace.clone(),
+                    message: "the reading thread panicked".into(),
+                })
+            })?;
+        Ok(ends
+            .into_iter()
+            .map(|e| (e.partition_id, e.last_sequence_number))
+            .collect())
+    }
+
+    async fn read_partition_ends(&self) -> Result<Vec<PartitionEnd>, String> {
+        let producer = self.producer().await.map_err(|e| e.to_string())?;
+        let hub = producer
+            .get_eventhub_properties()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut ends = Vec::with_capacity(hub.partition_ids.len());
+        for id in hub.partition_ids {
+            let p = producer
+                .get_partition_properties(&id)
+                .await
+                .map_err(|e| e.to_string())?;
+            ends.push(PartitionEnd {
+                partition_id: id,
+                beginning_sequence_number: p.beginning_sequence_number,
+                last_sequence_number: p.last_enqueued_sequence_number,
+                last_offset: p.last_enqueued_offset,
+                last_enqueued_time: p.last_enqueued_time_utc.map(chrono::DateTime::from),
+                is_empty: p.is_empty,
+            });
+        }
+        close_quietly("producer", producer.close()).await;
+        Ok(ends)
+    }
+
+    /// The checkpoint (last processed event) from which a consumer goes on with the first event
+    /// enqueued at or after `time`: the event before that one, the partition's last event when
+    /// none is that recent, or the start when all of them are.
+    pub async fn checkpoint_before(
+        &self,
+        consumer_group: &str,
+        end: &PartitionEnd,
+        time: chrono::DateTime<chrono::Utc>,
+    ) -> Result<crate::checkpoint::Checkpoint, EventHubsError> {
+        use crate::checkpoint::Checkpoint;
+        use azure_messaging_eventhubs::StartLocation;
+        let at_end = Checkpoint::new(
+            end.partition_id.clone(),
+            Some(end.last_offset.clone()),
+            end.last_sequence_number,
+        );
+        if end.is_empty {
+            return Ok(Checkpoint::at_start(end.partition_id.clone()));
+        }
+        if end.last_enqueued_time.is_some_and(|t| t < time) {
+            return Ok(at_end);
+        }
+        let first = self
+            .first_event(
+                consumer_group,
+                &end.partition_id,
+                StartLocation::EnqueuedTime(time.into()),
+            )
+            .await?;
+        let Some((sequence, _)) = first else {
+            return Ok(at_end);
+        };
+        if sequence <= end.beginning_sequence_number {
+            return Ok(Checkpoint::at_start(end.partition_id.clone()));
+        }
+        let before = self
+            .first_event(
+                consumer_group,
+                &end.partition_id,
+                StartLocation::SequenceNumber(sequence - 1),
+            )
+            .await?;
+        match before {
+            Some((seq, offset)) if seq == sequence - 1 => {
+                Ok(Checkpoint::new(end.partition_id.clone(), Some(offset), seq))
+            }
+            // The event before was deleted by retention in the meantime: start from the oldest.
+            _ => Ok(Checkpoint::at_start(end.partition_id.clone())),
+        }
+    }
+
+    /// (sequence number, offset) of the first event at `location` (inclusive), if one arrives
+    /// within a few seconds. Each attempt uses a connection of its own, for the reason given
+    /// at [`EventHubTarget::partition_ends`] (opening a receiver does not recover either).
+    async fn first_event(
+        &self,
+        consumer_group: &str,
+        partition: &str,
+        location: azure_messaging_eventhubs::StartLocation,
+    ) -> Result<Option<(i64, String)>, EventHubsError> {
+        use futures::StreamExt;
+        let mut last_error = String::new();
+        for _ in 0..PROPERTIES_ATTEMPTS {
+            let consumer = self.consumer(consumer_group).await?;
+            let options = azure_messaging_eventhubs::OpenReceiverOptions {
+                start_position: Some(azure_messaging_eventhubs::StartPosition {
+                    location: location.clone(),
+                    inclusive: true,
+                }),
+                prefetch: Some(1),
+                ..Default::default()
+            };
+            let receiver = match consumer
+                .open_receiver_on_partition(partition.to_string(), Some(options))
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    last_error = e.to_string();
+                    close_quietly("consumer", consumer.close()).await;
+                    continue;
+                }
+            };
+            let first = {
+                let mut stream = Box::pin(receiver.stream_events());
+                match tokio::time::timeout(PROPERTIES_TIMEOUT, stream.next()).await {
+                    Ok(Some(Ok(event))) => Ok(Some((
+                        event.sequence_number().unwrap_or(-1),
+                        event.offset().clone().unwrap_or_default(),
+                    ))),
+                    Ok(Some(Err(e))) => Err(e.to_string()),
+                    Ok(None) | Err(_) => Ok(None),
+                }
+            };
+            close_quietly("receiver", receiver.close()).await;
+            close_quietly("consumer", consumer.close()).await;
+            match first {
+                Ok(first) => return Ok(first),
+                Err(e) => last_error = e,
+            }
+        }
+        Err(EventHubsError::Properties {
+            hub: self.hub.clone(),
+            namespace: self.namespace.clone(),
+            message: format!("partition {partition}: {last_error}"),
+        })
+    }
+
+    pub async fn consumer(&self, consumer_group: &str) -> Result<ConsumerClient, EventHubsError> {
+        open_client!(
+            self,
+            ConsumerClient::builder()
+                .with_application_id("hubhost".into())
+                .with_consumer_group(consumer_group.to_string())
+        )
+    }
+}
+
+/// The app setting holding the Event Hubs connection string (function.json `connection`).
+pub const EVENTHUB_CONNECTION_SETTING: &str = "EventHubConnection";
+
+/// The fully qualified namespace of the Event Hubs connection setting: the host of its
+/// `Endpoint=sb://…/`. Only the host is taken; the key never leaves this function.
+pub fn eventhub_namespace(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let conn = env(EVENTHUB_CONNECTION_SETTING)?;
+    let endpoint = connection_string_parts(&conn)
+        .flatten()
+        .find_map(|(k, v)| (k == "endpoint").then_some(v))?;
+    let host = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest)
+        .split(['/', ':'])
+        .next()?;
+    (!host.is_empty()).then(|| host.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_emulator_string_becomes_a_plain_amqp_custom_endpoint() {
+        let t = EventHubTarget::parse(EMULATOR_CONNECTION, Some("sensors")).unwrap();
+        assert_eq!(t.namespace, "localhost");
+        assert_eq!(t.hub, "sensors");
+        assert_eq!(t.custom_endpoint.as_deref(), Some("amqp://127.0.0.1:5672"));
+        let t = EventHubTarget::parse(
+            "Endpoint=sb://localhost:6000;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true",
+            Some("h"),
+        )
+        .unwrap();
+        assert_eq!(t.custom_endpoint.as_deref(), Some("amqp://127.0.0.1:6000"));
+    }
+
+    #[test]
+    fn an_azure_string_keeps_the_sdk_defaults_and_its_entity_path() {
+        let t = EventHubTarget::parse(
+            "Endpoint=sb://MyNs.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=secret;EntityPath=orders",
+            None,
+        )
+        .unwrap();
+        assert_eq!(t.namespace, "myns.servicebus.windows.net");
+        assert_eq!(t.hub, "orders");
+        assert_eq!(t.custom_endpoint, None);
+        assert!(!format!("{t:?}").contains("secret"));
+    }
+
+    #[test]
+    fn unusable_strings_are_named_without_the_key() {
+        for (text, hub) in [
+            ("SharedAccessKeyName=k;SharedAccessKey=topsecret", Some("h")),
+            ("Endpoint=sb://x;SharedAccessKeyName=k", Some("h")),
+            ("Endpoint=sb://x;SharedAccessKey=topsecret", None),
+            ("Endpoint=sb://x:port;SharedAccessKey=topsecret", Some("h")),
+            ("Endpoint=sb://x;topsecret", Some("h")),
+        ] {
+            let e = EventHubTarget::parse(text, hub).unwrap_err().to_string();
+            assert!(e.contains("not usable"), "{e}");
+            assert!(!e.contains("topsecret"), "{e}");
+        }
+    }
+    #[test]
+    fn the_namespace_is_the_host_of_the_eventhub_endpoint() {
+        let env = env_of(&[(
+            "EventHubConnection",
+            "Endpoint=sb://MyNs.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=secret",
+        )]);
+        assert_eq!(
+            eventhub_namespace(&env).as_deref(),
+            Some("MyNs.servicebus.windows.net")
+        );
+        let env = env_of(&[(
+            "EventHubConnection",
+            "Endpoint=sb://localhost:5672;UseDevelopmentEmulator=true",
+        )]);
+        assert_eq!(eventhub_namespace(&env).as_deref(), Some("localhost"));
+        assert_eq!(eventhub_namespace(env_of(&[])), None);
+    }
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! How a processor reads: the `extensions.eventHubs` section of host.json, with the Functions
+//! extension's defaults (docs/host-contract.md §5), plus hubhost's load-balancing
+//! timings. Pure: host.json in, settings or a message naming the bad key out.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::balancer::BalancerSettings;
+use crate::checkpoint::InitialPosition;
+use hubhost_functions::function_app::parse_timespan;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessorOptions {
+    /// `maxEventBatchSize` (100 since extension 6.0). Cardinality one forces 1.
+    pub max_batch_size: usize,
+    /// `minEventBatchSize` (1): wait for this many events, at most `max_wait_time`.
+    pub min_batch_size: usize,
+    /// `maxWaitTime` (1 min): how long a batch below `min_batch_size` waits for more.
+    pub max_wait_time: Duration,
+    /// `batchCheckpointFrequency` (1): checkpoint after every N-th batch.
+    pub batch_checkpoint_frequency: u32,
+    /// `prefetchCount` (300): credit the receiver keeps open.
+    pub prefetch: u32,
+    /// `initialOffsetOptions`: where a partition without any checkpoint starts.
+    pub initial_position: InitialPosition,
+    /// Skip the checkpoint of a batch whose invocation failed and deliver it again
+    /// (`--checkpoint-on-success`); the host's default checkpoints either way.
+    pub checkpoint_on_success: bool,
+    pub balancer: BalancerSettings,
+}
+
+impl Default for ProcessorOptions {
+    fn default() -> Self {
+        ProcessorOptions {
+            max_batch_size: 100,
+            min_batch_size: 1,
+            max_wait_time: Duration::from_secs(60),
+            batch_checkpoint_frequency: 1,
+            prefetch: 300,
+            initial_position: InitialPosition::Earliest,
+            checkpoint_on_success: false,
+            balancer: BalancerSettings::default(),
+        }
+    }
+}
+
+impl ProcessorOptions {
+    /// Reads `extensions.eventHubs` of a host.json document; keys it does not have keep their
+    /// defaults. `partitionOwnershipExpirationInterval` and `loadBalancingUpdateInterval` are
+    /// honoured when given (the SDK defaults of 2 min and 30 s are what make takeover slow, so
+    /// hubhost's own defaults apply otherwise).
+    pub fn from_host_json(host: &Value) -> Result<Self, String> {
+        let mut options = ProcessorOptions::default();
+        let Some(section) = host.pointer("/extensions/eventHubs") else {
+            return Ok(options);
+        };
+        let count = |key: &str| -> Result<Option<u64>, String> {
+            match section.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| *n >= 1)
+                    .map(Some)
+                    .ok_or(format!("host.json extensions.eventHubs.{key} must be a whole number of at least 1, not {v}")),
+            }
+        };
+        let span = |key: &str| -> Result<Option<Duration>, String> {
+            match section.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if s.is_empty() => Ok(None),
+                Some(Value::String(s)) => parse_timespan(s).map(Some).ok_or(format!(
+                    "host.json extensions.eventHubs.{key} is not a time span like 00:00:05: {s}"
+                )),
+                Some(v) => Err(format!(
+                    "host.json extensions.eventHubs.{key} must be a time span string like \"00:00:05\", not {v}"
+                )),
+            }
+        };
+        if let Some(n) = count("maxEventBatchSize")? {
+            options.max_batch_size = n as usize;
+        }
+        if let Some(n) = count("minEventBatchSize")? {
+            options.min_batch_size = n as usize;
+        }
+        if let Some(d) = span("maxWaitTime")? {
+            options.max_wait_time = d;
+        }
+        if let Some(n) = count("batchCheckpointFrequency")? {
+            options.batch_checkpoint_frequency = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(n) = count("prefetchCount")? {
+            options.prefetch = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(d) = span("loadBalancingUpdateInterval")? {
+            options.balancer.update_interval = d;
+        }
+        if let Some(d) = span("partitionOwnershipExpirationInterval")? {
+            options.balancer.ownership_expiry = d;
+            // Foreign owners never get less time than hubhost's own instances.
+            options.balancer.foreign_ownership_expiry =
+                options.balancer.foreign_ownership_expiry.max(d);
+        }
+        options
+            .balancer
+            .validate()
+            .map_err(|e| format!("host.json: {e}"))?;
+        if options.min_batch_size > options.max_batch_size {
+            return Err(format!(
+                "host.json extensions.eventHubs.minEventBatchSize ({}) is larger than maxEventBatchSize ({})",
+                options.min_batch_size, options.max_batch_size
+            ));
+        }
+        if let Some(initial) = section.get("initialOffsetOptions") {
+            options.initial_position = initial_position(initial)?;
+        }
+        Ok(options)
+    }
+}
+
+/// `initialOffsetOptions`, with the extension's own error for an unknown type.
+fn initial_position(section: &Value) -> Result<InitialPosition, String> {
+    let kind = section
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("fromStart");
+    match kind.to_ascii_lowercase().as_str() {
+        "fromstart" => Ok(InitialPosition::Earliest),
+        "fromend" => Ok(InitialPosition::Latest),
+        "fromenqueuedtime" => {
+            let text = section
+                .get("enqueuedTimeUtc")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .ok_or(
+                    "host.json initialOffsetOptions.type fromEnqueuedTime needs enqueuedTimeUtc",
+                )?;
+            hubhost_functions::contract::parse_host_time(text).map(InitialPosition::EnqueuedTime).ok_or(format!(
+                "host.json initialOffsetOptions.enqueuedTimeUtc is not a time like 2026-11-22T13:00:00Z: {text}"
+            ))
+        }
+        _ => Err(format!(
+            "An unsupported value was supplied for initialOffsetOptions.type: {kind} (use fromStart, fromEnd or fromEnqueuedTime)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_are_the_extensions() {
+        let o = ProcessorOptions::from_host_json(&json!({"version": "2.0"})).unwrap();
+        assert_eq!(o, ProcessorOptions::default());
+        assert_eq!(o.max_batch_size, 100);
+        assert_eq!(o.batch_checkpoint_frequency, 1);
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let o = ProcessorOptions::from_host_json(&json!({"extensions": {"eventHubs": {
+            "maxEventBatchSize": 50, "minEventBatchSize": 10, "maxWaitTime": "00:00:05",
+            "batchCheckpointFrequency": 3, "prefetchCount": 500,
+            "initialOffsetOptions": {"type": "fromEnqueuedTime", "enqueuedTimeUtc": "2026-11-22T13:00:00Z"}
+        }}}))
+        .unwrap();
+        assert_eq!((o.max_batch_size, o.min_batch_size), (50, 10));
+        assert_eq!(o.max_wait_time, Duration::from_secs(5));
+        assert_eq!((o.batch_checkpoint_frequency, o.prefetch), (3, 500));
+        assert_eq!(
+            o.initial_position,
+            InitialPosition::EnqueuedTime("2026-11-22T13:00:00Z".parse().unwrap())
+        );
+        let end = ProcessorOptions::from_host_json(
+            &json!({"extensions": {"eventHubs": {"initialOffsetOptions": {"type": "FromEnd"}}}}),
+        )
+        .unwrap();
+        assert_eq!(end.initial_position, InitialPosition::Latest);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (host, key) in [
+            (json!({"maxEventBatchSize": 0}), "maxEventBatchSize"),
+            (json!({"maxWaitTime": "five"}), "maxWaitTime"),
+            (
+                json!({"batchCheckpointFrequency": "1"}),
+                "batchCheckpointFrequency",
+            ),
+            (
+                json!({"initialOffsetOptions": {"type": "fromMiddle"}}),
+                "initialOffsetOptions",
+            ),
+            (
+                json!({"initialOffsetOptions": {"type": "fromEnqueuedTime"}}),
+                "enqueuedTimeUtc",
+            ),
+            (json!({"minEventBatchSize": 200}), "minEventBatchSize"),
+            (
+                json!({"partitionOwnershipExpirationInterval": "00:00:01"}),
+                "ownership expiry",
+            ),
+        ] {
+            let e = ProcessorOptions::from_host_json(&json!({"extensions": {"eventHubs": host}}))
+                .unwrap_err();
+            assert!(e.contains(key), "{e}");
+        }
+    }
+}

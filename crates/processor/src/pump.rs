@@ -1,0 +1,583 @@
+//! A `PartitionPump` reads one owned partition and hands its events, batch by batch, to a
+//! [`BatchHandler`]; then it checkpoints. One pump per owned partition, one batch in flight
+//! per pump, pumps in parallel — the ordering guarantee of an Event Hubs trigger.
+//!
+//! - **Start**: the partition's checkpoint, else its legacy checkpoint, else the configured
+//!   initial position (`checkpoint::position`).
+//! - **Fencing**: the receiver opens with owner level 0, as the Functions host's processor
+//!   does; the next owner's receiver (same level) detaches ours with `amqp:link:stolen`, so a
+//!   stale owner stops reading even before it notices its ownership is gone.
+//! - **Checkpoints** after every `batch_checkpoint_frequency`-th batch, whether the function
+//!   succeeded or failed it (the host's rule; `checkpoint_on_success` keeps a failed batch and
+//!   delivers it again), and once more on a graceful stop. Never a batch the function did not
+//!   process ([`BatchOutcome::NotProcessed`]: the handler gave no answer, or the pump stopped
+//!   during its retries) — it is delivered again, or left to the next owner. Never after
+//!   ownership was lost: the new owner's checkpoints are the ones that count.
+//! - **Recovery**: a failed receive reopens on a fresh connection, after the last event
+//!   handed out, not after the last checkpoint — so a connection blip duplicates nothing.
+//!   Every SDK call is bounded in time: the Rust SDK 0.16 can stall opening a receiver on a
+//!   fresh connection (see `eventhubs::EventHubTarget::partition_ends`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use azure_messaging_eventhubs::error::ErrorKind;
+use azure_messaging_eventhubs::models::{AmqpSimpleValue, ReceivedEventData};
+use azure_messaging_eventhubs::{
+    ConsumerClient, EventReceiver, OpenReceiverOptions, StartLocation,
+    StartPosition as SdkStartPosition,
+};
+use futures::StreamExt;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::{Consumer, PartitionBatch};
+use crate::checkpoint::{Checkpoint, StartPosition};
+use crate::eventhubs::close_quietly;
+use hubhost_functions::batch::{EventRecord, PartitionContext};
+
+/// Opening a receiver (connection, `$cbs`, attach) gets this long before it is retried.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Waits between attempts to (re)open, doubling up to the maximum.
+const RETRY_MIN: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+/// Waits between deliveries of a batch the handler gave no answer for, doubling from
+/// `RETRY_MIN`: short, because the emulated host restarts a handler in about a second.
+const REDELIVERY_MAX: Duration = Duration::from_secs(2);
+
+/// What the pump does with a batch: run the function (with its retries) and say whether it
+/// succeeded. The pump decides about checkpoints.
+#[async_trait::async_trait]
+pub trait BatchHandler: Send + Sync + 'static {
+    /// `stop` fires when the pump is asked to stop: finish or abandon retries promptly.
+    async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome;
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchOutcome {
+    Succeeded,
+    /// The function failed the batch (and every retry): the host's rule checkpoints it anyway
+    /// unless `checkpoint_on_success` is set.
+    Failed(String),
+    /// The function did not process the batch: its handler gave no answer (down, restarting,
+    /// died mid-request) or the retries were abandoned because the pump is stopping. Never
+    /// checkpointed: the pump delivers it again, or, stopping, leaves it to the next owner.
+    NotProcessed(String),
+}
+
+/// How a pump is told to stop.
+#[derive(Clone, Default)]
+pub struct PumpControl {
+    token: CancellationToken,
+    lost: Arc<AtomicBool>,
+}
+
+impl PumpControl {
+    /// Shutdown: finish the batch in flight, checkpoint, stop.
+    pub fn stop(&self) {
+        self.token.cancel();
+    }
+
+    /// Ownership lost: finish the batch in flight, do not checkpoint, stop.
+    pub fn ownership_lost(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+        self.token.cancel();
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+/// Why a pump ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PumpExit {
+    /// Asked to stop (shutdown or ownership lost).
+    Stopped,
+    /// Another reader opened the partition with an owner level at least ours.
+    Stolen,
+    /// The start position could not be decided (e.g. an unreadable checkpoint blob). The
+    /// partition is not read rather than read from a guess.
+    Failed(String),
+}
+
+pub struct PartitionPump {
+    consumer: Arc<Consumer>,
+    partition_id: String,
+    control: PumpControl,
+    context: PartitionContext,
+    /// Batches handed out since the last checkpoint.
+    unsaved_batches: u32,
+    /// The last event handed out: where a reconnect resumes and what a checkpoint records.
+    last: Option<(i64, Option<String>)>,
+    /// The last event checkpointed.
+    saved: Option<i64>,
+}
+
+impl PartitionPump {
+    pub fn new(consumer: Arc<Consumer>, partition_id: String, control: PumpControl) -> Self {
+        let context = PartitionContext {
+            fully_qualified_namespace: Some(consumer.target.namespace.clone()),
+            event_hub_name: Some(consumer.target.hub.clone()),
+            consumer_group: Some(consumer.consumer_group().to_string()),
+            partition_id: partition_id.clone(),
+            is_checkpointing_after_invocation: Some(true),
+        };
+        PartitionPump {
+            consumer,
+            partition_id,
+            control,
+            context,
+            unsaved_batches: 0,
+            last: None,
+            saved: None,
+        }
+    }
+
+    pub async fn run(mut self) -> PumpExit {
+        let stats = self.consumer.stats.clone();
+        stats.pumps_running.fetch_add(1, Ordering::Relaxed);
+        let exit = self.pump().await;
+        if !self.control.is_lost() && exit != PumpExit::Stolen {
+            self.checkpoint_if_unsaved().await;
+        }
+        stats.pumps_running.fetch_sub(1, Ordering::Relaxed);
+        stats
+            .progress
+            .lock()
+            .expect("progress lock")
+            .remove(&self.partition_id);
+        tracing::info!(partition = %self.partition_id, consumer_group = %self.consumer.consumer_group(), ?exit, "pump stopped");
+        exit
+    }
+
+    async fn pump(&mut self) -> PumpExit {
+        let initial = self.consumer.options.initial_position;
+        let start = tokio::select! {
+            _ = self.control.token.cancelled() => return PumpExit::Stopped,
+            start = self.consumer.store.start_position(&self.consumer.key, &self.partition_id, initial) => start,
+        };
+        let (mut position, source) = match start {
+            Ok(start) => start,
+            Err(e) => {
+                tracing::error!(partition = %self.partition_id, error = %e, "cannot decide where to start; the partition is not read");
+                return PumpExit::Failed(e.to_string());
+            }
+        };
+        tracing::info!(partition = %self.partition_id, consumer_group = %self.consumer.consumer_group(), ?position, ?source, "pump starting");
+        let mut backoff = RETRY_MIN;
+        loop {
+            let opened = tokio::select! {
+                _ = self.control.token.cancelled() => return PumpExit::Stopped,
+                opened = self.open(&position) => opened,
+            };
+            let (client, receiver) = match opened {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(partition = %self.partition_id, error = %e, retry_in = ?backoff, "opening the partition failed");
+                    if self.sleep_or_stop(backoff).await {
+                        return PumpExit::Stopped;
+                    }
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    continue;
+                }
+            };
+            backoff = RETRY_MIN;
+            let ended = self.read(&receiver).await;
+            close_quietly("receiver", receiver.close()).await;
+            close_quietly("consumer", client.close()).await;
+            match ended {
+                ReadEnd::Stopped => return PumpExit::Stopped,
+                ReadEnd::Stolen => return PumpExit::Stolen,
+                ReadEnd::Broken(e) => {
+                    tracing::warn!(partition = %self.partition_id, error = %e, "receive failed; reopening after the last event handed out");
+                    if let Some((seq, _)) = &self.last {
+                        position = StartPosition::AfterSequenceNumber(*seq);
+                    }
+                    if self.sleep_or_stop(RETRY_MIN).await {
+                        return PumpExit::Stopped;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sleeps unless asked to stop first; returns whether it was.
+    async fn sleep_or_stop(&self, wait: Duration) -> bool {
+        tokio::select! {
+            _ = self.control.token.cancelled() => true,
+            _ = tokio::time::sleep(wait) => false,
+        }
+    }
+
+    async fn open(
+        &self,
+        position: &StartPosition,
+    ) -> Result<(ConsumerClient, EventReceiver), String> {
+        let client = tokio::time::timeout(
+            OPEN_TIMEOUT,
+            self.consumer
+                .target
+                .consumer(self.consumer.consumer_group()),
+        )
+        .await
+        .map_err(|_| format!("no connection within {OPEN_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+        let options = OpenReceiverOptions {
+            owner_level: Some(0),
+            prefetch: Some(self.consumer.options.prefetch),
+            start_position: Some(sdk_position(position)),
+            receive_timeout: None,
+        };
+        let opened = tokio::time::timeout(
+            OPEN_TIMEOUT,
+            client.open_receiver_on_partition(self.partition_id.clone(), Some(options)),
+        )
+        .await;
+        match opened {
+            Ok(Ok(receiver)) => Ok((client, receiver)),
+            Ok(Err(e)) => {
+                close_quietly("consumer", client.close()).await;
+                Err(e.to_string())
+            }
+            Err(_) => {
+                close_quietly("consumer", client.close()).await;
+                Err(format!("the receiver did not open within {OPEN_TIMEOUT:?}"))
+            }
+        }
+    }
+
+    /// Reads batches until asked to stop or the receiver fails.
+    ///
+    /// Receiving runs beside processing (two futures of this task): while the handler works
+    /// on one batch, the next one gathers in a queue of up to `max` events, so a partition
+    /// with a backlog gets full batches — the SDK's stream alone rarely says an event is
+    /// ready without a wait, which left batches at a few dozen events.
+    async fn read(&mut self, receiver: &EventReceiver) -> ReadEnd {
+        let max = self.consumer.max_batch_size();
+        let min = self.consumer.options.min_batch_size.min(max);
+        let max_wait = self.consumer.options.max_wait_time;
+        let (queue, mut arrived) = tokio::sync::mpsc::channel(max);
+        let receiving = async move {
+            let stream = receiver.stream_events();
+            futures::pin_mut!(stream);
+            loop {
+                let next = stream.next().await.unwrap_or_else(|| Err(stream_ended()));
+                let failed = next.is_err();
+                if queue.send(next).await.is_err() || failed {
+                    break;
+                }
+            }
+            // Processing ends the read; receiving has nothing more to do.
+            std::future::pending::<()>().await;
+        };
+        let processing = async {
+            loop {
+                let collected = tokio::select! {
+                    _ = self.control.token.cancelled() => return ReadEnd::Stopped,
+                    collected = collect_batch(&mut arrived, max, min, max_wait, stream_ended) => collected,
+                };
+                let (events, error) = collected;
+                if !events.is_empty() {
+                    let records: Vec<EventRecord> = events.iter().map(to_record).collect();
+                    if let Some(end) = self.process(records).await {
+                        return end;
+                    }
+                }
+                if let Some(e) = error {
+                    return if matches!(e.kind, ErrorKind::ConsumerDisconnected(_)) {
+                        tracing::info!(partition = %self.partition_id, "another reader took the partition (link stolen)");
+                        ReadEnd::Stolen
+                    } else {
+                        ReadEnd::Broken(e.to_string())
+                    };
+                }
+                if self.control.token.is_cancelled() {
+                    return ReadEnd::Stopped;
+                }
+            }
+        };
+        tokio::select! {
+            end = processing => end,
+            _ = receiving => unreachable!("receiving never ends on its own"),
+        }
+    }
+
+    /// Hands one batch to the handler and checkpoints as configured. `Some` ends reading.
+    async fn process(&mut self, events: Vec<EventRecord>) -> Option<ReadEnd> {
+        let stats = self.consumer.stats.clone();
+        let last = events
+            .last()
+            .and_then(|e| e.sequence_number.map(|s| (s, e.offset.clone())));
+        let first = events.first().and_then(|e| e.sequence_number);
+        let batch = PartitionBatch {
+            context: self.context.clone(),
+            events,
+        };
+        let mut delay = RETRY_MIN;
+        loop {
+            let outcome = self
+                .consumer
+                .handler
+                .handle(&batch, &self.control.token)
+                .await;
+            match outcome {
+                BatchOutcome::Succeeded => {
+                    stats.batches.fetch_add(1, Ordering::Relaxed);
+                    stats
+                        .events
+                        .fetch_add(batch.events.len() as u64, Ordering::Relaxed);
+                    break;
+                }
+                BatchOutcome::NotProcessed(reason) => {
+                    // Nothing may be checkpointed that the function did not process: `last`
+                    // stays at the previous batch, so a stop now checkpoints only up to there.
+                    stats.undelivered_batches.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(partition = %self.partition_id, first_sequence = ?first, last_sequence = ?last.as_ref().map(|l| l.0), %reason, retry_in = ?delay, "batch not processed; delivering it again");
+                    if self.control.token.is_cancelled() || self.sleep_or_stop(delay).await {
+                        return Some(ReadEnd::Stopped);
+                    }
+                    delay = (delay * 2).min(REDELIVERY_MAX);
+                }
+                BatchOutcome::Failed(reason) => {
+                    stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(partition = %self.partition_id, first_sequence = ?first, last_sequence = ?last.as_ref().map(|l| l.0), %reason, "batch failed");
+                    if !self.consumer.options.checkpoint_on_success {
+                        // The host's rule: a failed batch is checkpointed too; the function's
+                        // own retry policy (already applied) was its second chance.
+                        break;
+                    }
+                    // Deliver the same batch again until it succeeds or the pump stops.
+                    if self.control.token.is_cancelled() || self.sleep_or_stop(delay).await {
+                        return Some(ReadEnd::Stopped);
+                    }
+                    delay = (delay * 2).min(RETRY_MAX);
+                }
+            }
+        }
+        if let Some((sequence, _)) = &last {
+            stats
+                .progress
+                .lock()
+                .expect("progress lock")
+                .insert(self.partition_id.clone(), *sequence);
+        }
+        if last.is_some() {
+            self.last = last;
+        }
+        self.unsaved_batches += 1;
+        if self.unsaved_batches >= self.consumer.options.batch_checkpoint_frequency
+            && !self.control.is_lost()
+        {
+            self.checkpoint_if_unsaved().await;
+        }
+        None
+    }
+
+    async fn checkpoint_if_unsaved(&mut self) {
+        let Some((seq, offset)) = self.last.clone() else {
+            return;
+        };
+        if self.saved == Some(seq) {
+            return;
+        }
+        let checkpoint = Checkpoint::new(self.partition_id.clone(), offset, seq);
+        match self
+            .consumer
+            .store
+            .update_checkpoint(&self.consumer.key, &checkpoint)
+            .await
+        {
+            Ok(()) => {
+                self.saved = Some(seq);
+                self.unsaved_batches = 0;
+                self.consumer
+                    .stats
+                    .checkpoints
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // The next batch's checkpoint covers this one; a crash before it replays more.
+                self.consumer
+                    .stats
+                    .storage_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(partition = %self.partition_id, sequence = seq, error = %e, "checkpoint failed");
+            }
+        }
+    }
+}
+
+enum ReadEnd {
+    Stopped,
+    Stolen,
+    Broken(String),
+}
+
+/// The next batch from the queue of arrived events: waits for a first event, then takes what
+/// has already arrived, up to `max`; below `min` it waits for more until `max_wait` has passed
+/// since the first event. An error ends the batch; the events before it are returned with it.
+async fn collect_batch<T, E>(
+    arrived: &mut tokio::sync::mpsc::Receiver<Result<T, E>>,
+    max: usize,
+    min: usize,
+    max_wait: Duration,
+    ended: fn() -> E,
+) -> (Vec<T>, Option<E>) {
+    use tokio::sync::mpsc::error::TryRecvError;
+    let mut events = Vec::new();
+    match arrived.recv().await {
+        Some(Ok(e)) => events.push(e),
+        Some(Err(e)) => return (events, Some(e)),
+        None => return (events, Some(ended())),
+    }
+    let deadline = tokio::time::Instant::now() + max_wait;
+    while events.len() < max {
+        let next = match arrived.try_recv() {
+            Ok(next) => Some(next),
+            Err(TryRecvError::Disconnected) => None,
+            Err(TryRecvError::Empty) if events.len() >= min => break,
+            Err(TryRecvError::Empty) => {
+                match tokio::time::timeout_at(deadline, arrived.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                }
+            }
+        };
+        match next {
+            Some(Ok(e)) => events.push(e),
+            Some(Err(e)) => return (events, Some(e)),
+            None => return (events, Some(ended())),
+        }
+    }
+    (events, None)
+}
+
+fn stream_ended() -> azure_messaging_eventhubs::EventHubsError {
+    azure_messaging_eventhubs::EventHubsError::from(ErrorKind::SimpleMessage(
+        "the receiver's stream ended".into(),
+    ))
+}
+
+fn sdk_position(position: &StartPosition) -> SdkStartPosition {
+    let (location, inclusive) = match position {
+        StartPosition::Earliest => (StartLocation::Earliest, false),
+        StartPosition::Latest => (StartLocation::Latest, false),
+        StartPosition::EnqueuedTime(t) => (StartLocation::EnqueuedTime((*t).into()), false),
+        StartPosition::AfterOffset(o) => (StartLocation::Offset(o.clone()), false),
+        StartPosition::AfterSequenceNumber(s) => (StartLocation::SequenceNumber(*s), false),
+    };
+    SdkStartPosition {
+        location,
+        inclusive,
+    }
+}
+
+/// The SDK's event as the trigger's record.
+pub fn to_record(event: &ReceivedEventData) -> EventRecord {
+    let data = event.event_data();
+    let properties: Map<String, Value> = data
+        .properties()
+        .map(|props| {
+            props
+                .iter()
+                .map(|(k, v)| (k.clone(), simple_value_json(v)))
+                .collect()
+        })
+        .unwrap_or_default();
+    EventRecord {
+        body: bytes::Bytes::copy_from_slice(data.body().unwrap_or_default()),
+        sequence_number: event.sequence_number(),
+        offset: event.offset().clone(),
+        enqueued_time: event.enqueued_time().map(chrono::DateTime::from),
+        partition_key: event.partition_key().clone(),
+        properties,
+    }
+}
+
+/// Application properties as the host passes them on: numbers, strings, booleans; others as
+/// their text.
+fn simple_value_json(v: &AmqpSimpleValue) -> Value {
+    use AmqpSimpleValue as V;
+    match v {
+        V::Null => Value::Null,
+        V::Boolean(b) => Value::Bool(*b),
+        V::UByte(n) => (*n).into(),
+        V::Byte(n) => (*n).into(),
+        V::UShort(n) => (*n).into(),
+        V::Short(n) => (*n).into(),
+        V::UInt(n) => (*n).into(),
+        V::Int(n) => (*n).into(),
+        V::ULong(n) => (*n).into(),
+        V::Long(n) => (*n).into(),
+        V::Float(n) => {
+            serde_json::Number::from_f64(f64::from(*n)).map_or(Value::Null, Value::Number)
+        }
+        V::Double(n) => serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number),
+        V::Char(c) => Value::String(c.to_string()),
+        V::String(s) => Value::String(s.clone()),
+        V::Symbol(s) => Value::String(format!("{s:?}")),
+        V::Uuid(u) => Value::String(u.to_string()),
+        V::Binary(b) => Value::String(base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            b,
+        )),
+        other => Value::String(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc;
+
+    type Item = Result<u32, &'static str>;
+
+    fn queue(items: &[Item]) -> (mpsc::Sender<Item>, mpsc::Receiver<Item>) {
+        let (tx, rx) = mpsc::channel(64);
+        for item in items {
+            tx.try_send(*item).unwrap();
+        }
+        (tx, rx)
+    }
+
+    const NEVER: Duration = Duration::from_secs(3600);
+
+    #[tokio::test]
+    async fn a_batch_takes_what_has_arrived_up_to_the_maximum() {
+        let (_tx, mut rx) = queue(&[Ok(1), Ok(2), Ok(3), Ok(4), Ok(5)]);
+        let (batch, error) = collect_batch(&mut rx, 3, 1, NEVER, || "ended").await;
+        assert_eq!((batch, error), (vec![1, 2, 3], None));
+        let (batch, error) = collect_batch(&mut rx, 3, 1, NEVER, || "ended").await;
+        assert_eq!((batch, error), (vec![4, 5], None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn below_the_minimum_it_waits_until_the_maximum_wait() {
+        let (tx, mut rx) = queue(&[Ok(1)]);
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            tx.send(Ok(2)).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            tx.send(Ok(3)).await.unwrap();
+        });
+        let started = tokio::time::Instant::now();
+        let (batch, error) =
+            collect_batch(&mut rx, 10, 5, Duration::from_secs(5), || "ended").await;
+        assert_eq!((batch, error), (vec![1, 2], None));
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        late.abort();
+    }
+
+    #[tokio::test]
+    async fn an_error_ends_the_batch_with_the_events_before_it() {
+        let (_tx, mut rx) = queue(&[Ok(1), Ok(2), Err("stolen"), Ok(9)]);
+        let (batch, error) = collect_batch(&mut rx, 10, 1, NEVER, || "ended").await;
+        assert_eq!((batch, error), (vec![1, 2], Some("stolen")));
+        let (tx, mut rx) = queue(&[Ok(1)]);
+        drop(tx);
+        let (batch, error) = collect_batch(&mut rx, 10, 5, NEVER, || "ended").await;
+        assert_eq!((batch, error), (vec![1], Some("ended")));
+    }
+}
