@@ -144,3 +144,38 @@ async fn serve_loads_the_function_app_folder() {
     functions.sort();
     assert_eq!(functions, ["RawArchive", "SensorAggregator"]);
 }
+
+/// The script root is self-contained: its host.json and local.settings.json.example are files,
+/// not links (a `cp -r`, a Windows checkout or a zip tool that stores links would leave them
+/// dangling), and they are the top-level files the design asks for, byte for byte.
+#[test]
+fn the_script_root_holds_real_copies_of_the_top_level_files() {
+    for name in ["host.json", "local.settings.json.example"] {
+        let inside = repo().join("function_app").join(name);
+        let meta = std::fs::symlink_metadata(&inside).unwrap();
+        assert!(meta.is_file(), "function_app/{name} must be a plain file");
+        assert_eq!(
+            std::fs::read(&inside).unwrap(),
+            std::fs::read(repo().join(name)).unwrap(),
+            "function_app/{name} differs from the top-level {name}: edit both"
+        );
+    }
+    // A plain copy of the folder is a working app.
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(&repo().join("function_app"), copy.path());
+    let app = FunctionApp::load(copy.path()).expect("a copied script root loads");
+    assert!(app.function("SensorAggregator").is_some());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

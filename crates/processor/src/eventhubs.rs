@@ -305,20 +305,28 @@ impl EventHubTarget {
     }
 
     /// Every partition's end (last enqueued sequence number, offset, time), on a connection of
-    /// its own. Each attempt is bounded in time and retried on a new connection: the Rust SDK
-    /// (0.16, over fe2o3-amqp 0.16) drops its `$cbs` links without waiting for the peer's detach,
-    /// and when the reply comes back quickly (a loopback hub) the client's session fails with
-    /// `unattached-handle`; it recovers, but now and then a management call then never returns.
+    /// its own. Each attempt runs on a sending thread ([`on_sending_thread`]: management calls
+    /// send through the SDK) and is bounded in time there, then retried on a new connection:
+    /// the Rust SDK (0.16, over fe2o3-amqp 0.16) drops its `$cbs` links without waiting for the
+    /// peer's detach, and when the reply comes back quickly (a loopback hub) the client's
+    /// session fails with `unattached-handle`; it recovers, but now and then a management call
+    /// then never returns — on the multi-threaded runtime five attempts in a row once did.
     pub async fn partition_ends(&self) -> Result<Vec<PartitionEnd>, EventHubsError> {
         let mut last_error = String::new();
         for attempt in 1..=PROPERTIES_ATTEMPTS {
-            match tokio::time::timeout(PROPERTIES_TIMEOUT, self.read_partition_ends()).await {
-                Ok(Ok(ends)) => return Ok(ends),
-                Ok(Err(e)) => last_error = e,
-                Err(_) => {
+            let target = self.clone();
+            let outcome = on_sending_thread(move || async move {
+                tokio::time::timeout(PROPERTIES_TIMEOUT, target.read_partition_ends()).await
+            })
+            .await;
+            match outcome {
+                Some(Ok(Ok(ends))) => return Ok(ends),
+                Some(Ok(Err(e))) => last_error = e,
+                Some(Err(_)) => {
                     last_error = format!("no answer within {PROPERTIES_TIMEOUT:?}");
                     tracing::debug!(attempt, hub = %self.hub, "partition properties stalled; retrying on a new connection");
                 }
+                None => last_error = "the reading thread panicked".into(),
             }
         }
         Err(EventHubsError::Properties {
@@ -328,23 +336,13 @@ impl EventHubTarget {
         })
     }
 
-    /// Each partition's last enqueued sequence number (-1: none yet), for lag figures: the
-    /// partition ends, read from a sending thread (management calls send through the SDK; see
-    /// [`on_sending_thread`]).
+    /// Each partition's last enqueued sequence number (-1: none yet), for lag figures.
     pub async fn last_enqueued(
         &self,
     ) -> Result<std::collections::BTreeMap<String, i64>, EventHubsError> {
-        let target = self.clone();
-        let ends = on_sending_thread(move || async move { target.partition_ends().await })
-            .await
-            .unwrap_or_else(|| {
-                Err(EventHubsError::Properties {
-                    hub: self.hub.clone(),
-                    namespace: self.namespace.clone(),
-                    message: "the reading thread panicked".into(),
-                })
-            })?;
-        Ok(ends
+        Ok(self
+            .partition_ends()
+            .await?
             .into_iter()
             .map(|e| (e.partition_id, e.last_sequence_number))
             .collect())
