@@ -1,0 +1,275 @@
+//! One delivery of a batch to the custom handler, as the host makes it: the exact request
+//! (`contract::encode`), the function's retry policy with `RetryContext`, and the verdict the
+//! pump acts on — succeeded, failed by the function (checkpointed, the host's rule), or not
+//! processed because the handler gave no answer or the pump is stopping (never checkpointed).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+use crate::invoker::{InvokeError, Invoker};
+use hubhost_functions::batch::RetryContext;
+use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+use hubhost_functions::function_app::{EventHubTrigger, RetryPolicy, RetryStrategy};
+use hubhost_processor::{BatchHandler, BatchOutcome, PartitionBatch};
+
+/// Invokes one function for each batch, with the function's retry policy.
+pub struct FunctionDispatch {
+    pub invoker: Invoker,
+    pub function: String,
+    /// With `%…%` expanded.
+    pub trigger: EventHubTrigger,
+    pub retry: Option<RetryPolicy>,
+}
+
+/// Why one invocation did not succeed.
+enum InvocationFailure {
+    /// The function ran and failed (a non-2xx answer, or one that is not JSON): the retry
+    /// policy applies, and after it the host's rule (checkpoint anyway).
+    Function(String),
+    /// The handler gave no answer (down, restarting, died mid-request): the function may
+    /// never have seen the batch, so it is neither a failure nor a success.
+    NoAnswer(String),
+}
+
+impl FunctionDispatch {
+    async fn invoke_once(
+        &self,
+        batch: &PartitionBatch,
+        retry: Option<&RetryContext>,
+    ) -> Result<(), InvocationFailure> {
+        let body = encode_request(&HostInvocation {
+            function: &self.function,
+            trigger: &self.trigger,
+            partition: &batch.context,
+            events: &batch.events,
+            retry,
+            flavor: MetadataFlavor::Current,
+            now: Utc::now(),
+        })
+        .map_err(|e| InvocationFailure::Function(e.to_string()))?;
+        let answer = match self.invoker.invoke(&self.function, body).await {
+            Ok(answer) => answer,
+            Err(e @ InvokeError::NoAnswer(_)) => {
+                return Err(InvocationFailure::NoAnswer(e.to_string()));
+            }
+            Err(e) => return Err(InvocationFailure::Function(e.to_string())),
+        };
+        if answer.succeeded() {
+            Ok(())
+        } else {
+            Err(InvocationFailure::Function(format!(
+                "the handler answered {}: {}",
+                answer.status, answer.body
+            )))
+        }
+    }
+}
+
+/// The wait before retry number `retry` (1-based) of a policy.
+pub fn retry_delay(policy: &RetryPolicy, retry: u32) -> Duration {
+    match &policy.strategy {
+        RetryStrategy::FixedDelay { delay } => *delay,
+        RetryStrategy::ExponentialBackoff { minimum, maximum } => minimum
+            .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
+            .min(*maximum),
+    }
+}
+
+#[async_trait::async_trait]
+impl BatchHandler for FunctionDispatch {
+    /// One delivery of the batch with the function's retry policy. A handler that gives no
+    /// answer ends it at once as [`BatchOutcome::NotProcessed`] (the pump delivers the batch
+    /// again once the handler is back); so does a stop during the retries, because the host
+    /// (Event Hubs extension 6.2.0 and later) writes no checkpoint while its listener stops
+    /// and the next owner starts the batch over.
+    async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
+        let mut attempt: u32 = 0;
+        loop {
+            let context = self.retry.as_ref().map(|p| RetryContext {
+                retry_count: i64::from(attempt),
+                max_retry_count: p.max_retry_count,
+            });
+            let error = match self.invoke_once(batch, context.as_ref()).await {
+                Ok(()) => return BatchOutcome::Succeeded,
+                Err(InvocationFailure::NoAnswer(e)) => return BatchOutcome::NotProcessed(e),
+                Err(InvocationFailure::Function(e)) => e,
+            };
+            let Some(policy) = &self.retry else {
+                return BatchOutcome::Failed(error);
+            };
+            if policy.max_retry_count >= 0 && i64::from(attempt) >= policy.max_retry_count {
+                return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
+            }
+            attempt += 1;
+            let delay = retry_delay(policy, attempt);
+            tracing::warn!(
+                function = %self.function, partition = %batch.context.partition_id,
+                first_sequence = ?batch.events.first().and_then(|e| e.sequence_number),
+                last_sequence = ?batch.events.last().and_then(|e| e.sequence_number),
+                attempt, ?delay, %error, "invocation failed; retrying"
+            );
+            tokio::select! {
+                _ = stop.cancelled() => return BatchOutcome::NotProcessed(format!("{error} (stopping; retries abandoned)")),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::Value;
+
+    use super::*;
+
+    /// A handler on a real socket that answers 500 to its first `failures` requests, then 200,
+    /// recording each request's `RetryContext.RetryCount`.
+    async fn flaky_handler(failures: usize) -> (Invoker, Arc<std::sync::Mutex<Vec<i64>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let app = axum::Router::new().route(
+            "/{function}",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let record = record.clone();
+                async move {
+                    let request: Value = serde_json::from_slice(&body).unwrap();
+                    let retry: Value = match &request["Metadata"]["RetryContext"] {
+                        Value::String(text) => serde_json::from_str(text).unwrap(),
+                        other => other.clone(),
+                    };
+                    let mut seen = record.lock().unwrap();
+                    seen.push(retry["RetryCount"].as_i64().unwrap());
+                    let status = if seen.len() <= failures {
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                    } else {
+                        axum::http::StatusCode::OK
+                    };
+                    (
+                        status,
+                        axum::Json(serde_json::json!({"Outputs": {}, "Logs": []})),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (Invoker::new(&base), seen)
+    }
+
+    fn dispatch(invoker: Invoker, max_retry_count: i64) -> FunctionDispatch {
+        FunctionDispatch {
+            invoker,
+            function: "F".into(),
+            trigger: EventHubTrigger {
+                binding_name: "events".into(),
+                event_hub_name: "sensors".into(),
+                consumer_group: "$Default".into(),
+                cardinality: hubhost_functions::function_app::Cardinality::Many,
+                data_type: hubhost_functions::function_app::DataType::String,
+                connection: None,
+            },
+            retry: Some(RetryPolicy {
+                strategy: RetryStrategy::FixedDelay {
+                    delay: Duration::from_millis(1),
+                },
+                max_retry_count,
+            }),
+        }
+    }
+
+    fn one_event_batch() -> PartitionBatch {
+        PartitionBatch {
+            context: hubhost_functions::batch::PartitionContext {
+                partition_id: "0".into(),
+                ..Default::default()
+            },
+            events: vec![hubhost_functions::batch::EventRecord {
+                body: bytes::Bytes::from_static(b"{}"),
+                sequence_number: Some(7),
+                offset: Some("700".into()),
+                enqueued_time: Some(Utc::now()),
+                partition_key: None,
+                properties: Default::default(),
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn retrying_forever_outlasts_any_number_of_failures() {
+        // maxRetryCount -1, the reference app's policy: a storage outage answered with 500
+        // is retried until it is over, never given up and checkpointed.
+        let (invoker, seen) = flaky_handler(25).await;
+        let outcome = dispatch(invoker, -1)
+            .handle(&one_event_batch(), &CancellationToken::new())
+            .await;
+        assert_eq!(outcome, BatchOutcome::Succeeded);
+        assert_eq!(*seen.lock().unwrap(), (0..=25).collect::<Vec<i64>>());
+    }
+
+    #[tokio::test]
+    async fn a_finite_policy_fails_the_batch_after_its_retries() {
+        let (invoker, seen) = flaky_handler(25).await;
+        let outcome = dispatch(invoker, 3)
+            .handle(&one_event_batch(), &CancellationToken::new())
+            .await;
+        assert!(
+            matches!(&outcome, BatchOutcome::Failed(e) if e.contains("after 3 retries")),
+            "{outcome:?}"
+        );
+        assert_eq!(*seen.lock().unwrap(), [0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn no_answer_or_a_stop_is_not_a_function_failure() {
+        // Nothing listens on the port: the handler is down.
+        let port = super::super::handler_process::free_port().unwrap();
+        let down = Invoker::new(&format!("http://127.0.0.1:{port}"));
+        let outcome = dispatch(down, -1)
+            .handle(&one_event_batch(), &CancellationToken::new())
+            .await;
+        assert!(
+            matches!(&outcome, BatchOutcome::NotProcessed(e) if e.contains("no answer")),
+            "{outcome:?}"
+        );
+        // A stop during the retries abandons them without a verdict (no checkpoint follows).
+        let (invoker, _) = flaky_handler(usize::MAX).await;
+        let stop = CancellationToken::new();
+        let stopper = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            stopper.cancel();
+        });
+        let outcome = dispatch(invoker, -1)
+            .handle(&one_event_batch(), &stop)
+            .await;
+        assert!(
+            matches!(&outcome, BatchOutcome::NotProcessed(e) if e.contains("stopping")),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn retry_delays_follow_the_policy() {
+        let exp = RetryPolicy {
+            strategy: RetryStrategy::ExponentialBackoff {
+                minimum: Duration::from_secs(2),
+                maximum: Duration::from_secs(30),
+            },
+            max_retry_count: 5,
+        };
+        let delays: Vec<u64> = (1..=5).map(|r| retry_delay(&exp, r).as_secs()).collect();
+        assert_eq!(delays, [2, 4, 8, 16, 30]);
+        let fixed = RetryPolicy {
+            strategy: RetryStrategy::FixedDelay {
+                delay: Duration::from_secs(3),
+            },
+            max_retry_count: -1,
+        };
+        assert_eq!(retry_delay(&fixed, 40), Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,130 @@
+//! `GET /metrics` of an emulate instance: the processors' counters, each owned partition's lag
+//! against the hub's ends (read every 5 s), and the checkpoint store's traffic.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use hubhost_functions::metrics::{self, Exposition, Kind};
+use hubhost_processor::Consumer;
+use hubhost_processor::eventhubs::EventHubTarget;
+use hubhost_storage::counting::OperationCounts;
+
+/// What `GET /metrics` shows: the processors' counters and the checkpoint store traffic.
+#[derive(Clone)]
+pub(super) struct MetricsPage {
+    pub(super) consumers: Vec<Arc<Consumer>>,
+    pub(super) storage_operations: Arc<OperationCounts>,
+    pub(super) last_enqueued: Arc<LastEnqueued>,
+}
+
+/// How often `/metrics` learns the hubs' last enqueued sequence numbers (for the lag).
+const LAG_REFRESH: Duration = Duration::from_secs(5);
+
+/// Each hub's partitions' last enqueued sequence numbers, as last read.
+#[derive(Default)]
+pub(super) struct LastEnqueued {
+    /// hub → partition → last enqueued sequence number.
+    by_hub: std::sync::Mutex<BTreeMap<String, BTreeMap<String, i64>>>,
+}
+
+impl LastEnqueued {
+    /// Reads every target's partition ends every [`LAG_REFRESH`] until `stop`.
+    pub(super) async fn refresh(
+        self: Arc<Self>,
+        mut targets: Vec<EventHubTarget>,
+        stop: CancellationToken,
+    ) {
+        // One reading per hub, however many functions read it.
+        targets.sort_by(|a, b| (&a.namespace, &a.hub).cmp(&(&b.namespace, &b.hub)));
+        targets.dedup_by(|a, b| a.hub == b.hub && a.namespace == b.namespace);
+        loop {
+            for target in &targets {
+                if let Ok(last) = target.last_enqueued().await {
+                    self.by_hub
+                        .lock()
+                        .expect("lag lock")
+                        .insert(target.hub.clone(), last);
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(LAG_REFRESH) => {}
+            }
+        }
+    }
+}
+
+impl MetricsPage {
+    fn render(&self) -> String {
+        let mut page = Exposition::new();
+        hubhost_processor::write_metrics(&mut page, &self.consumers);
+        let ops = &self.storage_operations;
+        page.family(
+            "hubhost_storage_operations_total",
+            Kind::Counter,
+            "Requests this instance made to the checkpoint store.",
+            [
+                ("list", &ops.lists),
+                ("read", &ops.reads),
+                ("write", &ops.writes),
+                ("delete", &ops.deletes),
+            ]
+            .map(|(op, n)| (vec![("operation", op)], n.load(Ordering::Relaxed) as f64)),
+        );
+        let last_enqueued = self.last_enqueued.by_hub.lock().expect("lag lock").clone();
+        let mut lag = Vec::new();
+        for c in &self.consumers {
+            let progress = c.stats.progress.lock().expect("progress lock").clone();
+            for (partition, processed) in progress {
+                if let Some(last) = last_enqueued
+                    .get(&c.target.hub)
+                    .and_then(|p| p.get(&partition))
+                {
+                    lag.push((c, partition, (last - processed).max(0)));
+                }
+            }
+        }
+        page.family(
+            "hubhost_partition_lag",
+            Kind::Gauge,
+            "Events enqueued after the last one handed to the function, per owned partition (hub state read every 5 s).",
+            lag.iter().map(|(c, partition, lag)| {
+                (
+                    vec![
+                        ("function", c.function.as_str()),
+                        ("eventhub", c.key.event_hub.as_str()),
+                        ("consumer_group", c.consumer_group()),
+                        ("partition", partition.as_str()),
+                    ],
+                    *lag as f64,
+                )
+            }),
+        );
+        page.finish()
+    }
+
+    pub(super) async fn serve(self, listener: tokio::net::TcpListener, stop: CancellationToken) {
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let page = self.render();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+                        page,
+                    )
+                }
+            }),
+        );
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the metrics endpoint stopped");
+        }
+    }
+}

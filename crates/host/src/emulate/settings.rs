@@ -1,0 +1,95 @@
+//! App settings as the host reads them: local.settings.json `Values`, overridden by the process
+//! environment (so a test or a shell can point one instance elsewhere), and `%Name%`
+//! expansion in function.json and host.json.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::EmulateError;
+
+/// App settings: local.settings.json `Values`, the process environment winning.
+#[derive(Debug, Clone, Default)]
+pub struct AppSettings {
+    pub(super) values: BTreeMap<String, String>,
+}
+
+impl AppSettings {
+    pub fn load(app_root: &Path) -> Result<Self, EmulateError> {
+        let path = app_root.join("local.settings.json");
+        let mut values = BTreeMap::new();
+        if path.is_file() {
+            let problem = |problem: String| EmulateError::Settings {
+                path: path.clone(),
+                problem,
+            };
+            let text = std::fs::read_to_string(&path).map_err(|e| problem(e.to_string()))?;
+            let json: Value =
+                serde_json::from_str(&text).map_err(|e| problem(format!("not valid JSON: {e}")))?;
+            if let Some(map) = json.get("Values").and_then(Value::as_object) {
+                for (k, v) in map {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        Value::Null => continue,
+                        other => other.to_string(),
+                    };
+                    values.insert(k.clone(), v);
+                }
+            }
+        }
+        for (k, v) in std::env::vars() {
+            values.insert(k, v);
+        }
+        Ok(AppSettings { values })
+    }
+
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        AppSettings {
+            values: pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.values.get(name).cloned()
+    }
+
+    /// `%Name%` → the setting's value, as the host resolves binding expressions.
+    pub fn expand(&self, text: &str) -> Result<String, String> {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find('%') {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 1..];
+            let end = after
+                .find('%')
+                .ok_or(format!("unclosed %…% in \"{text}\""))?;
+            let name = &after[..end];
+            let value = self.get(name).ok_or(format!(
+                "the app setting {name} (used as %{name}%) is not set"
+            ))?;
+            out.push_str(&value);
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_expand_like_the_host() {
+        let s = AppSettings::from_pairs([("EventHubName", "sensors"), ("X", "y")]);
+        assert_eq!(s.expand("%EventHubName%").unwrap(), "sensors");
+        assert_eq!(s.expand("a-%X%-%X%").unwrap(), "a-y-y");
+        assert_eq!(s.expand("plain").unwrap(), "plain");
+        assert!(s.expand("%Missing%").unwrap_err().contains("Missing"));
+        assert!(s.expand("%open").unwrap_err().contains("unclosed"));
+    }
+}
