@@ -2,7 +2,7 @@
 //! a `$cbs` put-token (or a management request), signed with one of the namespace's keys.
 //!
 //! A token is `SharedAccessSignature sr=<resource>&sig=<signature>&se=<expiry>&skn=<key name>`, where
-//! the signature is base64(HMAC-SHA256(key, "<resource as it appears in the token>\n<expiry>")).
+//! the signature is `base64(HMAC-SHA256(key, "<resource as it appears in the token>\n<expiry>"))`.
 //! SDKs differ in how they percent-encode the resource, so the check signs the exact text the
 //! client put in `sr`, which is also what the client signed.
 

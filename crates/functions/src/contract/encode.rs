@@ -1,4 +1,4 @@
-//! [`TriggerBatch`]-like parts → the exact request the Functions host sends to a custom handler.
+//! [`TriggerBatch`](crate::batch::TriggerBatch)-like parts → the exact request the Functions host sends to a custom handler.
 //!
 //! This is the host's side of the contract (docs/host-contract.md §2: the value rules, the
 //! metadata keys), so that hubhost's demo, tests, benchmark and emulated host invoke a

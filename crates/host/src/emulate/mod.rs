@@ -2,11 +2,11 @@
 //!
 //! It does what `func start` does for a custom-handler app with Event Hubs triggers
 //! (docs/host-contract.md): reads host.json, every function.json and local.settings.json
-//! ([`settings`]); starts the custom handler with `FUNCTIONS_CUSTOMHANDLER_PORT` and waits for
+//! (`settings`); starts the custom handler with `FUNCTIONS_CUSTOMHANDLER_PORT` and waits for
 //! any answer to `GET /` (`handler_process`); then, for each `eventHubTrigger` function, runs an
 //! [`EventProcessor`] on the function's event hub and consumer group, and delivers each batch
 //! as `POST /{FunctionName}` with the exact request the host builds and the function's retry
-//! policy ([`dispatch`]). Several `hubhost emulate` processes on the same event hub and
+//! policy (`dispatch`). Several `hubhost emulate` processes on the same event hub and
 //! checkpoint store form one pool, as Functions instances do. `/metrics` is `metrics`.
 //!
 //! This file is the run loop: it wires those parts together and restarts the handler when it
