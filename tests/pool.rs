@@ -404,7 +404,7 @@ impl Pool {
                     .map(|n| format!("--- {n}\n{}", self.log(n)))
                     .collect::<String>()
             );
-            std::thread::sleep(Duration::from_millis(250));
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -412,36 +412,9 @@ impl Pool {
     /// most one; returns how long that took.
     fn wait_balanced(&self, what: &str) -> Duration {
         let started = Instant::now();
-        let live: BTreeSet<&str> = self.instances.keys().map(String::as_str).collect();
-        loop {
-            let owners = self.owners();
-            let mut shares: BTreeMap<&str, usize> = live.iter().map(|i| (*i, 0)).collect();
-            let mut foreign = false;
-            for owner in owners.values() {
-                match shares.get_mut(owner.as_str()) {
-                    Some(n) => *n += 1,
-                    None => foreign = true,
-                }
-            }
-            let (lo, hi) = (
-                shares.values().min().copied().unwrap_or(0),
-                shares.values().max().copied().unwrap_or(0),
-            );
-            if owners.len() == PARTITIONS && !foreign && hi - lo <= 1 {
-                let took = started.elapsed();
-                eprintln!("{what}: balanced {shares:?} after {took:?}");
-                return took;
-            }
-            assert!(
-                started.elapsed() < SETTLE,
-                "{what}: not balanced after {SETTLE:?}: {owners:?}\n{}",
-                self.instances
-                    .keys()
-                    .map(|n| format!("--- {n}\n{}", self.log(n)))
-                    .collect::<String>()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let live: Vec<&str> = self.instances.keys().map(String::as_str).collect();
+        self.wait_shared(&live, SETTLE, what);
+        started.elapsed()
     }
 
     /// Each partition's last sequence number, from the hub itself.

@@ -167,14 +167,11 @@ impl EventHubFunction for SensorFunction {
         counters.add("applied", report.applied);
         counters.add("replayed", report.replayed);
         counters.add("poison", report.dead_lettered);
-        let seqs = batch
-            .sequence_range()
-            .map(|(a, b)| format!("{a}..={b}"))
-            .unwrap_or_else(|| "-".into());
         let log = format!(
-            "{}: partition {}, sequence numbers {seqs}: {} events, {} applied, {} replayed, {} dead-lettered",
+            "{}: partition {}, sequence numbers {}: {} events, {} applied, {} replayed, {} dead-lettered",
             batch.function,
             batch.partition.partition_id,
+            batch.sequence_label(),
             report.events,
             report.applied,
             report.replayed,

@@ -53,6 +53,13 @@ impl TriggerBatch {
         Some((lo, hi))
     }
 
+    /// `first..=last` of the batch's sequence numbers (`-` without any), for log lines.
+    pub fn sequence_label(&self) -> String {
+        self.sequence_range()
+            .map(|(a, b)| format!("{a}..={b}"))
+            .unwrap_or_else(|| "-".into())
+    }
+
     /// The event hub name, or `unknown-hub` when the host did not say (old extensions).
     pub fn hub_name(&self) -> &str {
         self.partition

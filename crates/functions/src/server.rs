@@ -392,13 +392,6 @@ async fn not_found() -> Response {
     )
 }
 
-/// `first..=last` of a batch's sequence numbers, for logs.
-fn sequence_numbers(range: Option<(i64, i64)>) -> String {
-    range
-        .map(|(a, b)| format!("{a}..={b}"))
-        .unwrap_or_else(|| "-".into())
-}
-
 async fn metrics_page(State(server): State<Arc<FunctionServer>>) -> Response {
     type Read = fn(&FunctionStats) -> &AtomicU64;
     let mut page = Exposition::new();
@@ -523,14 +516,14 @@ async fn invoke(
     let task = tokio::spawn(async move {
         let batch = decode_request(&name, &trigger, &bytes).map_err(Failure::Contract)?;
         let partition = batch.partition.partition_id.clone();
-        let range = batch.sequence_range();
+        let sequence_numbers = batch.sequence_label();
         let events = batch.events.len() as u64;
         match implementation.run(batch, &counters).await {
-            Ok(output) => Ok((partition, range, events, output)),
+            Ok(output) => Ok((partition, sequence_numbers, events, output)),
             Err(error) => Err(Failure::Function {
                 error,
                 partition,
-                sequence_numbers: sequence_numbers(range),
+                sequence_numbers,
             }),
         }
     });
@@ -539,11 +532,11 @@ async fn invoke(
     let outcome = task.await;
     stats.latency.observe(started.elapsed());
     match outcome {
-        Ok(Ok((partition, range, events, output))) => {
+        Ok(Ok((partition, sequence_numbers, events, output))) => {
             FunctionStats::count(&stats.ok, 1);
             FunctionStats::count(&stats.events, events);
             tracing::info!(
-                function, partition = %partition, sequence_numbers = %sequence_numbers(range), events,
+                function, partition = %partition, sequence_numbers = %sequence_numbers, events,
                 elapsed_ms = started.elapsed().as_millis() as u64, invocation_id = %invocation_id,
                 "batch processed"
             );
