@@ -29,7 +29,7 @@ use crate::dashboard::DashboardSources;
 use crate::emulate::{self, AppSettings};
 use crate::eventhubs::{EventHubTarget, on_sending_thread};
 use crate::function_app::EventHubTrigger;
-use crate::handler::{self, HandlerConfig, builtin_functions};
+use crate::handler::{self, ALARMS_HUB, HandlerConfig, builtin_functions};
 use crate::hub::{HubConfig, HubSpec};
 use crate::invoker::Invoker;
 use crate::processor::{Consumer, EventProcessor, ProcessorOptions};
@@ -132,14 +132,20 @@ pub async fn run(
     };
     let mut spec = HubSpec::sensors();
     spec.partitions = opts.partitions;
-    let hub_config = HubConfig::new(([127, 0, 0, 1], 0).into(), vec![spec], hub_dir);
+    let hub_config = HubConfig::new(
+        ([127, 0, 0, 1], 0).into(),
+        vec![spec, HubSpec::alarms()],
+        hub_dir,
+    );
     let (hub_tx, hub_rx) = tokio::sync::oneshot::channel();
+    // The hub outlives the pool: the alarms the pool forwarded are counted after it stopped.
+    let hub_stop = CancellationToken::new();
     let mut hub = tokio::spawn(crate::hub::serve(
         hub_config,
         move |_, _, addr| {
             let _ = hub_tx.send(addr);
         },
-        stop.clone().cancelled_owned(),
+        hub_stop.clone().cancelled_owned(),
     ));
     let hub_addr = address_of(hub_rx, &mut hub, "the event hub").await?;
     let connection = format!(
@@ -183,7 +189,11 @@ pub async fn run(
         ("EventHubConnection", connection.as_str()),
         ("EventHubName", DEMO_HUB),
     ]);
-    let functions = emulate::event_hub_functions(&builtin_functions(), &settings)?;
+    let functions = emulate::event_hub_functions(
+        &builtin_functions(),
+        &settings,
+        &emulate::EventSender::start(),
+    )?;
     let store = CheckpointStore::new(opts.storage.open()?, crate::checkpoint::DEFAULT_CONTAINER);
     store.ensure_container().await?;
     let options = ProcessorOptions::default();
@@ -275,6 +285,8 @@ pub async fn run(
     stop.cancel();
     while processors.join_next().await.is_some() {}
     let _ = server.await;
+    let forwarded = forwarded_alarms(&connection).await;
+    hub_stop.cancel();
     let _ = hub.await;
     summary.print();
     println!(
@@ -282,7 +294,26 @@ pub async fn run(
         processed(&pool, AGGREGATOR_FUNCTION),
         processed(&pool, ARCHIVE_FUNCTION)
     );
+    match forwarded {
+        Some(n) => println!("alarms forwarded to the '{ALARMS_HUB}' hub: {n} events"),
+        None => println!(
+            "alarms forwarded to the '{ALARMS_HUB}' hub: unknown (its ends could not be read)"
+        ),
+    }
     summarize(&opts.storage.open()?).await
+}
+
+/// How many events the `alarms` hub holds (the demo's hub starts empty when it keeps no data,
+/// and a second run on the same directory counts the first run's too).
+async fn forwarded_alarms(connection: &str) -> Option<i64> {
+    let target = EventHubTarget::parse(connection, Some(ALARMS_HUB)).ok()?;
+    let ends = target.partition_ends().await.ok()?;
+    Some(
+        ends.iter()
+            .filter(|e| !e.is_empty)
+            .map(|e| e.last_sequence_number - e.beginning_sequence_number + 1)
+            .sum(),
+    )
 }
 
 /// The address a server task reports once it listens; its error if it stops before.
@@ -379,7 +410,9 @@ pub async fn summarize(store: &SharedStore) -> Result<(), DemoError> {
     }
     let events: u64 = merged.values().map(|w| w.events).sum();
     let mut alarms: BTreeMap<String, u64> = BTreeMap::new();
+    let mut alarm_count = 0;
     for home in merged.values().flat_map(|w| w.homes.values()) {
+        alarm_count += home.alarm_count;
         for a in &home.alarms {
             *alarms.entry(format!("{:?}", a.kind)).or_default() += 1;
         }
@@ -407,7 +440,7 @@ pub async fn summarize(store: &SharedStore) -> Result<(), DemoError> {
         "  {homes} home-directory buckets, {} archive chunks",
         archive.len()
     );
-    println!("  alarms kept: {alarms:?}");
+    println!("  {alarm_count} alarms; the latest kept per home: {alarms:?}");
     println!("  {} dead letters:", dead.len());
     for d in dead.iter().take(5) {
         if let Some(blob) = store.get(container, &d.name).await?

@@ -137,7 +137,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1")]
         bind: IpAddr,
         /// A hub as `name:partitions[:group1,group2]` ($Default is always there); repeatable
-        /// [default: sensors:16:archive].
+        /// [default: sensors:16:archive and alarms:4].
         #[arg(long = "hub")]
         hubs: Vec<String>,
         /// Hubs from a JSON file: hubhost's ({"hubs": [...]}) or the official emulator's Config.json.
@@ -519,7 +519,7 @@ fn main() -> ExitCode {
                     (Some(path), _) => {
                         hubhost::hub::config::hubs_from_file(path).map_err(|e| e.to_string())?
                     }
-                    (None, true) => vec![hubhost::hub::HubSpec::sensors()],
+                    (None, true) => hubhost::hub::HubSpec::reference(),
                     (None, false) => hubs
                         .iter()
                         .map(|h| hubhost::hub::HubSpec::parse_flag(h))

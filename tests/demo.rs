@@ -2,6 +2,7 @@
 //! a local directory. A bounded run must print the page's URL on a line of its own, aggregate
 //! exactly the readings the simulator sent, set the two poison events aside, and a second run on
 //! the same directory must resume from the checkpoints instead of reading everything again.
+//! Alarms go out to the `alarms` hub through the aggregator's `eventHub` output.
 
 mod common;
 
@@ -63,6 +64,12 @@ fn the_demo_aggregates_what_it_sent_and_resumes_from_its_checkpoints() {
     assert_eq!(number(&first, "holding ", " readings"), sent, "{first}");
     assert!(first.contains("  2 dead letters:"), "{first}");
     assert!(first.contains("unknown sensor type 'laser'"), "{first}");
+    // Every alarm the aggregates hold went out through SensorAggregator's `eventHub` output,
+    // at least once (a batch read twice during rebalancing forwards its alarms twice).
+    let alarms = number(&first, "  ", " alarms; the latest kept");
+    assert!(alarms > 0, "{first}");
+    let forwarded = number(&first, "alarms forwarded to the 'alarms' hub: ", " events");
+    assert!(forwarded >= alarms, "{first}");
 
     let second = demo(dir.path());
     let sent_again = number(&second, "sent ", " events");
@@ -79,4 +86,8 @@ fn the_demo_aggregates_what_it_sent_and_resumes_from_its_checkpoints() {
         "processed {processed} after sending {sent_again} (first run {sent}):\n{second}"
     );
     assert!(processed >= sent_again + 2, "{second}");
+    // The hub kept the first run's alarms; the aggregates count both runs'.
+    let alarms = number(&second, "  ", " alarms; the latest kept");
+    let forwarded = number(&second, "alarms forwarded to the 'alarms' hub: ", " events");
+    assert!(forwarded >= alarms, "{second}");
 }

@@ -157,6 +157,8 @@ impl HubProcess {
         let child = crate::child::std_command(exe)
             .args(["hub", "--port", &port.to_string(), "--hub"])
             .arg(format!("{HUB}:{partitions}"))
+            // Where the reference app's SensorAggregator forwards alarms.
+            .args(["--hub", "alarms:4"])
             .arg("--data-dir")
             .arg(data_dir)
             .stdout(Stdio::null())

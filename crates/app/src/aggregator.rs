@@ -17,7 +17,7 @@ use super::directory::Directory;
 use super::layout;
 use super::sensor::{Reading, parse_reading};
 use super::versioned::VersionedDocs;
-use super::{AppError, BatchReport};
+use super::{AlarmEvent, AppError, BatchReport};
 use hubhost_functions::batch::TriggerBatch;
 use hubhost_storage::SharedStore;
 
@@ -55,6 +55,16 @@ impl Aggregator {
         for event in &batch.events {
             match parse_reading(&event.body, event.enqueued_time) {
                 Ok(reading) => {
+                    if let Some(kind) = reading.alarm() {
+                        report.alarms.push(AlarmEvent {
+                            home_id: reading.home_id.clone(),
+                            sensor_id: reading.sensor_id.clone(),
+                            kind,
+                            ts: reading.time,
+                            partition_id: batch.partition.partition_id.clone(),
+                            sequence_number: event.sequence_number,
+                        });
+                    }
                     let window = window_start(reading.time, self.window_seconds);
                     by_block
                         .entry((window, block_of(event.sequence_number)))

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use hubhost_functions::batch::TriggerBatch;
 use hubhost_functions::function_app::{
-    Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
+    BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
 };
 use hubhost_functions::server::{
     CounterFamily, Counters, EventHubFunction, FunctionError, FunctionOutput, FunctionServer,
@@ -32,6 +32,11 @@ use crate::dashboard::{self, Dashboard, DashboardSources};
 use crate::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION, App, AppError, AppFunction};
 
 pub use hubhost_functions::server::DEFAULT_MAX_BODY_BYTES;
+
+/// The `eventHub` output of `SensorAggregator` that alarms are forwarded through.
+pub const ALARMS_OUTPUT: &str = "alarms";
+/// The event hub it sends to: in the local hub by default (`hubhost hub`, `hubhost demo`).
+pub const ALARMS_HUB: &str = "alarms";
 
 /// The HTTP-triggered function that serves the dashboard (`function_app/Dashboard`).
 pub const DASHBOARD_FUNCTION: &str = "Dashboard";
@@ -77,11 +82,17 @@ pub fn builtin_functions() -> Vec<FunctionSpec> {
             name: AGGREGATOR_FUNCTION.into(),
             trigger: trigger("$Default"),
             retry: None,
+            bindings: vec![BindingSpec::event_hub_output(
+                ALARMS_OUTPUT,
+                ALARMS_HUB,
+                "EventHubConnection",
+            )],
         },
         FunctionSpec {
             name: ARCHIVE_FUNCTION.into(),
             trigger: trigger("archive"),
             retry: None,
+            bindings: Vec::new(),
         },
     ]
 }
@@ -177,10 +188,18 @@ impl EventHubFunction for SensorFunction {
             report.replayed,
             report.dead_lettered
         );
-        Ok(FunctionOutput {
-            logs: vec![log],
-            return_value: serde_json::to_value(&report).expect("reports serialize"),
-        })
+        let mut output = FunctionOutput::default();
+        output.log(log);
+        // Every alarm of the batch, replays included: if sending them failed last time, the
+        // host ran the function again and the aggregates saw these readings as replays, yet
+        // the alarms must still go out (at least once; a receiver dedupes by sensor and time).
+        for alarm in &report.alarms {
+            output
+                .send_event_json(ALARMS_OUTPUT, alarm)
+                .expect("alarms serialize");
+        }
+        output.return_value = serde_json::to_value(&report).expect("reports serialize");
+        Ok(output)
     }
 }
 

@@ -56,6 +56,23 @@ pub struct BatchReport {
     pub without_sequence_number: u64,
     pub windows: u64,
     pub homes: u64,
+    /// The batch's alarms, forwarded through the `alarms` output (not part of the report).
+    #[serde(skip)]
+    pub alarms: Vec<AlarmEvent>,
+}
+
+/// One alarm as it is forwarded to the `alarms` event hub: which home, which sensor, what and
+/// when, and where the reading came from (so that a receiver can drop duplicates).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlarmEvent {
+    pub home_id: String,
+    pub sensor_id: String,
+    pub kind: sensor::AlarmKind,
+    /// The reading's time (RFC 3339).
+    pub ts: chrono::DateTime<chrono::Utc>,
+    pub partition_id: String,
+    pub sequence_number: Option<i64>,
 }
 
 /// Which of the app's functions a request is for.

@@ -29,6 +29,48 @@ pub struct EventRecord {
     pub properties: Map<String, Value>,
 }
 
+impl EventRecord {
+    /// The body as text, if it is UTF-8.
+    ///
+    /// ```
+    /// # use hubhost_functions::batch::EventRecord;
+    /// let event = EventRecord::new("hello");
+    /// assert_eq!(event.text(), Ok("hello"));
+    /// ```
+    pub fn text(&self) -> Result<&str, std::str::Utf8Error> {
+        std::str::from_utf8(&self.body)
+    }
+
+    /// The body deserialized from JSON into `T`. An event that fails is usually poison: set it
+    /// aside and go on with the rest of the batch.
+    ///
+    /// ```
+    /// # use hubhost_functions::batch::EventRecord;
+    /// #[derive(serde::Deserialize)]
+    /// struct Reading { home: u32 }
+    ///
+    /// let reading: Reading = EventRecord::new(r#"{"home": 42}"#).json()?;
+    /// assert_eq!(reading.home, 42);
+    /// assert!(EventRecord::new("not json").json::<Reading>().is_err());
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+
+    /// An event with `body` and nothing else (for tests and examples).
+    pub fn new(body: impl Into<Bytes>) -> Self {
+        EventRecord {
+            body: body.into(),
+            sequence_number: None,
+            offset: None,
+            enqueued_time: None,
+            partition_key: None,
+            properties: Map::new(),
+        }
+    }
+}
+
 /// The host's retry bookkeeping, present when the function has a retry policy.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RetryContext {

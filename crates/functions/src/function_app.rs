@@ -61,11 +61,112 @@ pub enum Trigger {
     Other { kind: String },
 }
 
+/// Which way a binding's data flows, as function.json's `direction` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    In,
+    Out,
+    InOut,
+}
+
+/// A binding other than the trigger: an output (or input) the host carries out around the
+/// invocation. Its settings stay as function.json wrote them, because each binding type has
+/// its own (`eventHubName` and `connection` for `eventHub`, `path` for `blob`, …).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindingSpec {
+    /// The key the handler's answer uses in `Outputs` (`$return` takes `ReturnValue`).
+    pub name: String,
+    /// As written, e.g. `eventHub`; compare with [`BindingSpec::is`].
+    pub kind: String,
+    pub direction: Direction,
+    /// `dataType`: with `binary` the host passes the answer's value through unchanged; with
+    /// anything else it decodes a string that is valid base64 into bytes.
+    pub data_type: Option<String>,
+    /// The binding's object from function.json, every setting included.
+    pub settings: serde_json::Map<String, Value>,
+}
+
+impl BindingSpec {
+    /// An `eventHub` output named `name` that sends to `event_hub_name` through the
+    /// connection in the app setting `connection`.
+    pub fn event_hub_output(name: &str, event_hub_name: &str, connection: &str) -> Self {
+        let settings = serde_json::json!({
+            "type": "eventHub", "direction": "out", "name": name,
+            "eventHubName": event_hub_name, "connection": connection,
+        });
+        BindingSpec::from_json(&settings).expect("a well-formed binding")
+    }
+
+    /// A `blob` output named `name` that writes the blob at `path` (`container/name`, with
+    /// binding expressions such as `{rand-guid}`) in the storage of the app setting
+    /// `connection` (the host's default: `AzureWebJobsStorage`).
+    pub fn blob_output(name: &str, path: &str, connection: Option<&str>) -> Self {
+        let mut settings = serde_json::json!({
+            "type": "blob", "direction": "out", "name": name, "path": path,
+        });
+        if let Some(c) = connection {
+            settings["connection"] = Value::from(c);
+        }
+        BindingSpec::from_json(&settings).expect("a well-formed binding")
+    }
+
+    /// Whether the binding's type is `kind` (types are case-insensitive, as in the host).
+    pub fn is(&self, kind: &str) -> bool {
+        self.kind.eq_ignore_ascii_case(kind)
+    }
+
+    /// A setting's text, e.g. `setting("eventHubName")`.
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.settings.get(key).and_then(Value::as_str)
+    }
+
+    /// Whether `dataType` is `binary` (the host then skips its base64 decoding).
+    pub fn is_binary(&self) -> bool {
+        self.data_type
+            .as_deref()
+            .is_some_and(|d| d.eq_ignore_ascii_case("binary"))
+    }
+
+    fn from_json(json: &Value) -> Result<Self, String> {
+        let settings = json
+            .as_object()
+            .ok_or("a binding is not a JSON object")?
+            .clone();
+        let text = |key: &str| {
+            settings
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let kind = text("type").ok_or("a binding has no \"type\"")?;
+        let name = text("name").ok_or(format!("the {kind} binding has no \"name\""))?;
+        let direction = match text("direction").map(|d| d.to_ascii_lowercase()).as_deref() {
+            Some("in") => Direction::In,
+            Some("out") => Direction::Out,
+            Some("inout") => Direction::InOut,
+            other => {
+                return Err(format!(
+                    "the {kind} binding '{name}' has direction {other:?} (in, out or inout)"
+                ));
+            }
+        };
+        Ok(BindingSpec {
+            name,
+            kind,
+            direction,
+            data_type: text("dataType"),
+            settings,
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionSpec {
     pub name: String,
     pub trigger: Trigger,
     pub retry: Option<RetryPolicy>,
+    /// Every binding but the trigger, in function.json's order.
+    pub bindings: Vec<BindingSpec>,
 }
 
 #[derive(Debug, Clone)]
@@ -224,11 +325,24 @@ impl FunctionSpec {
             _ => Trigger::Other { kind },
         };
         let retry = json.get("retry").map(parse_retry).transpose()?;
+        let bindings = bindings
+            .iter()
+            .filter(|b| !std::ptr::eq(*b, trigger_binding))
+            .map(BindingSpec::from_json)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(FunctionSpec {
             name: name.to_string(),
             trigger,
             retry,
+            bindings,
         })
+    }
+
+    /// The output bindings (direction `out` or `inout`), in function.json's order.
+    pub fn outputs(&self) -> impl Iterator<Item = &BindingSpec> {
+        self.bindings
+            .iter()
+            .filter(|b| b.direction != Direction::In)
     }
 
     pub fn event_hub_trigger(&self) -> Option<&EventHubTrigger> {
@@ -338,5 +452,33 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn bindings_beside_the_trigger_are_kept_with_their_settings() {
+        let spec = FunctionSpec::from_json(
+            "F",
+            &json!({"bindings":[
+                {"type":"eventHubTrigger","name":"ev","direction":"in","eventHubName":"h"},
+                {"type":"eventHub","name":"alarms","direction":"out","eventHubName":"alarms","connection":"C"},
+                {"type":"blob","name":"report","direction":"out","path":"reports/{rand-guid}.json","dataType":"binary"},
+                {"type":"blob","name":"config","direction":"in","path":"config/app.json"}]}),
+        )
+        .unwrap();
+        let outputs: Vec<&str> = spec.outputs().map(|b| b.name.as_str()).collect();
+        assert_eq!(outputs, ["alarms", "report"]);
+        assert_eq!(spec.bindings.len(), 3);
+        assert!(spec.bindings[0].is("EVENTHUB"));
+        assert_eq!(spec.bindings[0].setting("connection"), Some("C"));
+        assert!(spec.bindings[1].is_binary() && !spec.bindings[0].is_binary());
+        assert_eq!(
+            spec.bindings[0],
+            BindingSpec::event_hub_output("alarms", "alarms", "C")
+        );
+        let no_direction = FunctionSpec::from_json(
+            "F",
+            &json!({"bindings":[{"type":"eventHubTrigger","name":"ev","eventHubName":"h"},{"type":"blob","name":"b","path":"c/n"}]}),
+        );
+        assert!(no_direction.unwrap_err().contains("blob binding 'b'"));
     }
 }

@@ -15,4 +15,15 @@ pub mod batch;
 pub mod contract;
 pub mod function_app;
 pub mod metrics;
+pub mod output;
 pub mod server;
+
+/// What a function needs, in one import: `use hubhost_functions::prelude::*;`.
+pub mod prelude {
+    pub use crate::batch::{EventRecord, PartitionContext, TriggerBatch};
+    pub use crate::server::{
+        CounterFamily, Counters, EventHubFunction, FunctionError, FunctionOutput, FunctionServer,
+        ServeError,
+    };
+    pub use async_trait::async_trait;
+}

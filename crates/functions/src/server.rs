@@ -34,26 +34,18 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::batch::TriggerBatch;
 use crate::contract::decode::decode_request;
 use crate::contract::response::InvocationResponse;
 use crate::function_app::{EventHubTrigger, FunctionApp, FunctionAppError, FunctionSpec};
 use crate::metrics::{self, Exposition, Histogram, Kind, LATENCY_BUCKETS};
+pub use crate::output::FunctionOutput;
 
 /// The default limit on a request body: the host sends batches of up to `maxEventBatchSize`
 /// events of up to 1 MB each.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 128 * 1024 * 1024;
-
-/// What a function answers for a batch it processed.
-#[derive(Debug, Clone, Default)]
-pub struct FunctionOutput {
-    /// Lines the host logs for this invocation.
-    pub logs: Vec<String>,
-    /// `ReturnValue` of the answer.
-    pub return_value: Value,
-}
 
 /// Why a function did not process a batch, by what the host must do about it.
 #[derive(Debug, thiserror::Error)]
@@ -118,8 +110,15 @@ pub trait EventHubFunction: Send + Sync + 'static {
     ) -> Result<FunctionOutput, FunctionError>;
 }
 
+/// The port a handler listens on when `FUNCTIONS_CUSTOMHANDLER_PORT` is not set (started by
+/// hand rather than by the host).
+pub const DEFAULT_PORT: u16 = 7072;
+
+/// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    #[error("FUNCTIONS_CUSTOMHANDLER_PORT is {0:?}, not a port number")]
+    Port(String),
     #[error(transparent)]
     FunctionApp(#[from] FunctionAppError),
     #[error("cannot listen on {addr}: {source}")]
@@ -155,6 +154,23 @@ impl ServerBuilder {
     ) -> Self {
         self.functions.push((declaration, Arc::new(function)));
         self
+    }
+
+    /// An Event Hubs function declared only by the app folder's `{name}/function.json` (the
+    /// usual case: the host and `hubhost emulate` read the same file). Without an app folder,
+    /// [`build`](Self::build) refuses it; use [`event_hub_function`](Self::event_hub_function).
+    pub fn function(self, name: &str, function: impl EventHubFunction) -> Self {
+        self.event_hub_function(
+            FunctionSpec {
+                name: name.to_string(),
+                trigger: crate::function_app::Trigger::Other {
+                    kind: "declared by function.json".into(),
+                },
+                retry: None,
+                bindings: Vec::new(),
+            },
+            function,
+        )
     }
 
     /// Counters every function may add to (one family each, labelled by function).
@@ -206,11 +222,42 @@ impl ServerBuilder {
         self
     }
 
+    /// Serves as the host expects of a custom handler, until SIGTERM or Ctrl-C: on
+    /// `127.0.0.1:$FUNCTIONS_CUSTOMHANDLER_PORT` ([`DEFAULT_PORT`] without it), with the
+    /// functions declared in the working directory when it holds host.json (the host starts the
+    /// handler in the script root), and logs to stderr ([`init_logging`]).
+    pub async fn run(self) -> Result<(), ServeError> {
+        init_logging();
+        let port = match std::env::var("FUNCTIONS_CUSTOMHANDLER_PORT") {
+            Ok(p) => p.trim().parse::<u16>().map_err(|_| ServeError::Port(p))?,
+            Err(_) => DEFAULT_PORT,
+        };
+        let here = std::env::current_dir().map_err(ServeError::Server)?;
+        let app_root = here.join("host.json").is_file().then_some(here);
+        let server = self.build(app_root.as_deref())?;
+        server
+            .serve(([127, 0, 0, 1], port).into(), |_| {}, shutdown_signal())
+            .await
+    }
+
     /// Matches the registered functions with the app folder's declarations (`app_root`), or
     /// takes their own declarations when there is no folder.
     pub fn build(self, app_root: Option<&FsPath>) -> Result<FunctionServer, FunctionAppError> {
         let declared = match app_root {
             Some(root) => FunctionApp::load(root)?.functions,
+            None if let Some((spec, _)) = self
+                .functions
+                .iter()
+                .find(|(s, _)| matches!(s.trigger, crate::function_app::Trigger::Other { .. })) =>
+            {
+                return Err(FunctionAppError::Invalid {
+                    path: format!("{}/function.json", spec.name).into(),
+                    problem: format!(
+                        "function {} is declared only by its function.json, and there is no app folder (run the handler in the script root, or register it with event_hub_function)",
+                        spec.name
+                    ),
+                });
+            }
             None => self
                 .functions
                 .iter()
@@ -237,11 +284,23 @@ impl ServerBuilder {
                 tracing::warn!(function = %spec.name, "function.json declares a function this handler does not implement; requests for it get 404");
                 continue;
             };
+            if let Some(blob) = spec.outputs().find(|b| b.is("blob") && b.is_binary()) {
+                return Err(FunctionAppError::Invalid {
+                    path: app_root
+                        .map(|r| r.join(&spec.name).join("function.json"))
+                        .unwrap_or_else(|| spec.name.clone().into()),
+                    problem: format!(
+                        "the blob output '{}' declares dataType binary: the host would then store the base64 text FunctionOutput::write_blob sends; leave dataType out",
+                        blob.name
+                    ),
+                });
+            }
             functions.push(Registered {
                 spec,
                 trigger,
                 implementation,
                 stats: FunctionStats::new(&self.counters),
+                warned_undeclared: std::sync::atomic::AtomicBool::new(false),
             });
         }
         Ok(FunctionServer {
@@ -260,6 +319,23 @@ struct Registered {
     trigger: EventHubTrigger,
     implementation: Arc<dyn EventHubFunction>,
     stats: FunctionStats,
+    /// Whether an output the function set but did not declare was logged already.
+    warned_undeclared: std::sync::atomic::AtomicBool,
+}
+
+impl Registered {
+    /// The host looks up only the outputs function.json declares, so a value under any other
+    /// name would vanish without a word: say so, once per function.
+    fn warn_undeclared(&self, output: &FunctionOutput) {
+        let undeclared: Vec<&String> = output
+            .outputs
+            .keys()
+            .filter(|name| !self.spec.outputs().any(|b| &b.name == *name))
+            .collect();
+        if !undeclared.is_empty() && !self.warned_undeclared.swap(true, Ordering::Relaxed) {
+            tracing::warn!(function = %self.spec.name, outputs = ?undeclared, "the function set outputs its function.json does not declare; the host ignores them");
+        }
+    }
 }
 
 /// What `/metrics` reports for one function.
@@ -360,6 +436,39 @@ impl FunctionServer {
             cleanup().await;
         }
         Ok(())
+    }
+}
+
+/// Logs to stderr, at the level `RUST_LOG` says (default `info`), as one line per event; the
+/// host collects a handler's output. Does nothing if a logger is already set.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves at SIGTERM (how the host stops a handler) or Ctrl-C.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async {
+                match term.as_mut() {
+                    Some(t) => { t.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -534,6 +643,7 @@ async fn invoke(
     match outcome {
         Ok(Ok((partition, sequence_numbers, events, output))) => {
             FunctionStats::count(&stats.ok, 1);
+            registered.warn_undeclared(&output);
             FunctionStats::count(&stats.events, events);
             tracing::info!(
                 function, partition = %partition, sequence_numbers = %sequence_numbers, events,
@@ -542,7 +652,7 @@ async fn invoke(
             );
             reply(
                 StatusCode::OK,
-                &InvocationResponse::ok(output.logs, output.return_value),
+                &InvocationResponse::ok(output.outputs, output.logs, output.return_value),
             )
         }
         Ok(Err(Failure::Contract(e))) => {

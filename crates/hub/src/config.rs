@@ -58,6 +58,21 @@ impl HubSpec {
         }
     }
 
+    /// The reference app's second hub: `SensorAggregator` forwards alarms to it through its
+    /// `eventHub` output.
+    pub fn alarms() -> Self {
+        HubSpec {
+            name: "alarms".into(),
+            partitions: 4,
+            consumer_groups: vec!["$Default".into()],
+        }
+    }
+
+    /// What `hubhost hub` serves without `--hub` or `--config`: `sensors` and `alarms`.
+    pub fn reference() -> Vec<Self> {
+        vec![HubSpec::sensors(), HubSpec::alarms()]
+    }
+
     /// `name:partitions[:cg1,cg2]`, as `--hub` takes it; `$Default` is always there.
     pub fn parse_flag(text: &str) -> Result<Self, ConfigError> {
         let mut parts = text.splitn(3, ':');

@@ -26,11 +26,12 @@ pub struct ErrorBody {
 }
 
 impl InvocationResponse {
-    pub fn ok(logs: Vec<String>, return_value: Value) -> Self {
+    pub fn ok(outputs: Map<String, Value>, logs: Vec<String>, return_value: Value) -> Self {
         InvocationResponse {
+            outputs,
             logs,
             return_value,
-            ..Default::default()
+            error: None,
         }
     }
 

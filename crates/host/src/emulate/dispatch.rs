@@ -8,6 +8,9 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::Arc;
+
+use super::outputs::OutputPlan;
 use crate::invoker::{InvokeError, Invoker};
 use hubhost_functions::batch::RetryContext;
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
@@ -21,6 +24,8 @@ pub struct FunctionDispatch {
     /// With `%…%` expanded.
     pub trigger: EventHubTrigger,
     pub retry: Option<RetryPolicy>,
+    /// What to do with the answer's `Outputs` (carried out before the batch counts as done).
+    pub outputs: Arc<OutputPlan>,
 }
 
 /// Why one invocation did not succeed.
@@ -57,7 +62,12 @@ impl FunctionDispatch {
             Err(e) => return Err(InvocationFailure::Function(e.to_string())),
         };
         if answer.succeeded() {
-            Ok(())
+            // As in the host, an output that cannot be carried out fails the invocation.
+            self.outputs
+                .carry_out(&answer.body)
+                .await
+                .map(|_| ())
+                .map_err(|e| InvocationFailure::Function(format!("output binding failed: {e}")))
         } else {
             Err(InvocationFailure::Function(format!(
                 "the handler answered {}: {}",
@@ -120,8 +130,6 @@ impl BatchHandler for FunctionDispatch {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use serde_json::Value;
 
     use super::*;
@@ -179,6 +187,7 @@ mod tests {
                 },
                 max_retry_count,
             }),
+            outputs: Arc::default(),
         }
     }
 

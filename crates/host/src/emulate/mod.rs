@@ -15,6 +15,7 @@
 mod dispatch;
 mod handler_process;
 mod metrics;
+mod outputs;
 mod settings;
 
 use std::path::PathBuf;
@@ -32,6 +33,7 @@ use hubhost_processor::{Consumer, EventProcessor, ProcessorOptions, ProcessorSta
 use hubhost_storage::counting::CountingStore;
 
 pub use dispatch::{FunctionDispatch, retry_delay};
+pub use outputs::{EventSender, OutputPlan, OutputsDone};
 pub use settings::AppSettings;
 
 use handler_process::{HandlerProcess, free_port, start_handler, stop_child};
@@ -52,6 +54,13 @@ pub enum EmulateError {
     HostJson(String),
     #[error("function {function}: {problem}")]
     Function { function: String, problem: String },
+    #[error("function {function}: binding '{binding}' ({kind}): {problem}")]
+    Binding {
+        function: String,
+        binding: String,
+        kind: String,
+        problem: String,
+    },
     #[error("the app has no function with an eventHubTrigger; nothing to run")]
     NoEventHubFunctions,
     #[error("the custom handler ({command}) could not start: {problem}")]
@@ -91,12 +100,16 @@ pub struct FunctionTarget {
     pub spec: FunctionSpec,
     pub trigger: EventHubTrigger,
     pub target: EventHubTarget,
+    /// Its output bindings, resolved; the app is refused if one cannot be carried out.
+    pub outputs: Arc<OutputPlan>,
 }
 
-/// Every `eventHubTrigger` function of the app with its event hub resolved.
+/// Every `eventHubTrigger` function of the app with its event hub and its outputs resolved;
+/// `eventHub` outputs send through `sender`.
 pub fn event_hub_functions(
     app_functions: &[FunctionSpec],
     settings: &AppSettings,
+    sender: &EventSender,
 ) -> Result<Vec<FunctionTarget>, EmulateError> {
     let mut out = Vec::new();
     for spec in app_functions {
@@ -119,10 +132,12 @@ pub fn event_hub_functions(
             )))?;
         let target = EventHubTarget::parse(&connection, Some(&trigger.event_hub_name))
             .map_err(|e| bad(format!("{setting}: {e}")))?;
+        let outputs = Arc::new(OutputPlan::resolve(spec, settings, sender)?);
         out.push(FunctionTarget {
             spec: spec.clone(),
             trigger,
             target,
+            outputs,
         });
     }
     if out.is_empty() {
@@ -159,6 +174,7 @@ pub fn consumers(
                     function: f.spec.name.clone(),
                     trigger: f.trigger.clone(),
                     retry: f.spec.retry.clone(),
+                    outputs: f.outputs.clone(),
                 }),
                 stats: Arc::new(ProcessorStats::default()),
             }))
@@ -192,7 +208,7 @@ pub async fn run(
             .validate()
             .map_err(|e| EmulateError::HostJson(format!("--foreign-ownership-expiry: {e}")))?;
     }
-    let functions = event_hub_functions(&app.functions, &settings)?;
+    let functions = event_hub_functions(&app.functions, &settings, &EventSender::start())?;
 
     let storage =
         hubhost_storage::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;

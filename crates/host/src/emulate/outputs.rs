@@ -1,0 +1,562 @@
+//! Output bindings, carried out as the host does once the handler answered 2xx: the value under
+//! each declared output's name in `Outputs` (`ReturnValue` for `$return`) is sent to an event
+//! hub (`eventHub`) or written as a blob (`blob`). Any other binding type is refused when the
+//! app is loaded ([`OutputPlan::resolve`]), so an output is never dropped without a word.
+//!
+//! How the host reads a value (docs/host-contract.md §6):
+//! - unless the binding says `dataType: binary`, a *string* that is valid base64 becomes bytes
+//!   ([`binding_value`]);
+//! - an `eventHub` output sends one event per element of a JSON array (also of a string holding
+//!   a JSON array), else one event ([`event_bodies`]); strings go as their text, other JSON as
+//!   its text;
+//! - a `blob` output writes bytes as they are, a string as its text, other JSON as its text.
+//!
+//! Failing to carry out an output fails the invocation, as in the host: the function's retry
+//! policy delivers the batch again (so outputs are at-least-once, like the events).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_messaging_eventhubs::ProducerClient;
+use azure_messaging_eventhubs::models::EventData;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use super::settings::AppSettings;
+use super::{DEFAULT_CONNECTION_SETTING, EmulateError};
+use hubhost_functions::function_app::{BindingSpec, Direction, FunctionSpec};
+use hubhost_processor::eventhubs::{EventHubTarget, close_quietly};
+use hubhost_storage::settings::{STORAGE_SETTING_VAR, resolve_storage};
+use hubhost_storage::{Condition, Metadata, SharedStore};
+
+/// The binding types this emulation carries out.
+pub const SUPPORTED: &str = "eventHub and blob outputs";
+
+/// How long one output's send or write may take before the invocation counts as failed.
+const OUTPUT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What one function's answer is turned into.
+#[derive(Default)]
+pub struct OutputPlan {
+    outputs: Vec<PlannedOutput>,
+}
+
+struct PlannedOutput {
+    name: String,
+    binary: bool,
+    action: OutputAction,
+}
+
+enum OutputAction {
+    EventHub {
+        target: EventHubTarget,
+        sender: EventSender,
+    },
+    Blob {
+        store: SharedStore,
+        path: BlobPath,
+    },
+}
+
+/// What carrying out one answer's outputs did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OutputsDone {
+    pub events_sent: usize,
+    pub blobs_written: usize,
+}
+
+impl OutputPlan {
+    /// Every binding of `spec` but its trigger, checked and resolved against the settings: a
+    /// binding this emulation does not carry out is an error naming it.
+    pub fn resolve(
+        spec: &FunctionSpec,
+        settings: &AppSettings,
+        sender: &EventSender,
+    ) -> Result<Self, EmulateError> {
+        let mut outputs = Vec::new();
+        for binding in &spec.bindings {
+            let bad = |problem: String| EmulateError::Binding {
+                function: spec.name.clone(),
+                binding: binding.name.clone(),
+                kind: binding.kind.clone(),
+                problem,
+            };
+            if binding.direction == Direction::In {
+                return Err(bad(format!(
+                    "input bindings are not carried out by hubhost emulate (it carries out {SUPPORTED})"
+                )));
+            }
+            let action = if binding.is("eventHub") {
+                let hub = binding
+                    .setting("eventHubName")
+                    .or(binding.setting("path"))
+                    .ok_or_else(|| bad("no \"eventHubName\"".into()))?;
+                let hub = settings.expand(hub).map_err(&bad)?;
+                let setting = binding
+                    .setting("connection")
+                    .unwrap_or(DEFAULT_CONNECTION_SETTING);
+                let connection = settings.get(setting).ok_or_else(|| {
+                    bad(format!(
+                        "the connection setting {setting} is not set (local.settings.json Values or the environment)"
+                    ))
+                })?;
+                let target = EventHubTarget::parse(&connection, Some(&hub))
+                    .map_err(|e| bad(format!("{setting}: {e}")))?;
+                OutputAction::EventHub {
+                    target,
+                    sender: sender.clone(),
+                }
+            } else if binding.is("blob") {
+                let path = binding
+                    .setting("path")
+                    .ok_or_else(|| bad("no \"path\"".into()))?;
+                let path = BlobPath::parse(&settings.expand(path).map_err(&bad)?).map_err(&bad)?;
+                let store = blob_store(binding, settings).map_err(&bad)?;
+                OutputAction::Blob { store, path }
+            } else {
+                return Err(bad(format!(
+                    "hubhost emulate does not implement this binding type (it carries out {SUPPORTED}); remove it or run the app under the Functions host"
+                )));
+            };
+            outputs.push(PlannedOutput {
+                name: binding.name.clone(),
+                binary: binding.is_binary(),
+                action,
+            });
+        }
+        Ok(OutputPlan { outputs })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.outputs.is_empty()
+    }
+
+    /// Carries out the outputs of one 2xx answer (its JSON body).
+    pub async fn carry_out(&self, answer: &Value) -> Result<OutputsDone, String> {
+        let mut done = OutputsDone::default();
+        for output in &self.outputs {
+            let value = if output.name == "$return" {
+                answer.get("ReturnValue")
+            } else {
+                answer.get("Outputs").and_then(|o| o.get(&output.name))
+            };
+            let Some(value) = value.filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let value = binding_value(output.binary, value.clone());
+            match &output.action {
+                OutputAction::EventHub { target, sender } => {
+                    let bodies = event_bodies(value);
+                    let count = bodies.len();
+                    sender
+                        .send(target.clone(), bodies)
+                        .await
+                        .map_err(|e| format!("output '{}': {e}", output.name))?;
+                    done.events_sent += count;
+                }
+                OutputAction::Blob { store, path } => {
+                    let (container, name) = path.render(Utc::now(), uuid::Uuid::new_v4());
+                    let content = bytes::Bytes::from(blob_content(value));
+                    let write = async {
+                        store.ensure_container(&container).await?;
+                        store
+                            .put(
+                                &container,
+                                &name,
+                                content,
+                                &Metadata::new(),
+                                &Condition::Always,
+                            )
+                            .await
+                    };
+                    tokio::time::timeout(OUTPUT_TIMEOUT, write)
+                        .await
+                        .map_err(|_| format!("output '{}': no answer from storage", output.name))?
+                        .map_err(|e| {
+                            format!("output '{}': writing {container}/{name}: {e}", output.name)
+                        })?;
+                    done.blobs_written += 1;
+                }
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// The storage a `blob` binding's `connection` names (default `AzureWebJobsStorage`, as in the
+/// host), read the same way as the app's own storage setting.
+fn blob_store(binding: &BindingSpec, settings: &AppSettings) -> Result<SharedStore, String> {
+    let setting = binding
+        .setting("connection")
+        .unwrap_or(hubhost_storage::settings::DEFAULT_STORAGE_SETTING)
+        .to_string();
+    let location = resolve_storage(None, |key| {
+        if key == STORAGE_SETTING_VAR {
+            Some(setting.clone())
+        } else {
+            settings.get(key)
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    location.open().map_err(|e| e.to_string())
+}
+
+/// An output value once the host has read it: bytes, or JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputValue {
+    Bytes(Vec<u8>),
+    Json(Value),
+}
+
+/// The host's reading of an output value: unless the binding is `binary`, a string that .NET's
+/// `Convert.FromBase64String` accepts becomes the bytes it encodes (whitespace ignored, padding
+/// required) — so `"abcd"` is three bytes, and `""` none.
+pub fn binding_value(binary: bool, value: Value) -> OutputValue {
+    if !binary && let Value::String(text) = &value {
+        let compact: String = text
+            .chars()
+            .filter(|c| !matches!(c, ' ' | '\t' | '\r' | '\n'))
+            .collect();
+        let engine = base64::engine::GeneralPurpose::new(
+            &base64::alphabet::STANDARD,
+            base64::engine::GeneralPurposeConfig::new()
+                .with_decode_allow_trailing_bits(true)
+                .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
+        );
+        if compact.len().is_multiple_of(4)
+            && let Ok(bytes) = engine.decode(compact.as_bytes())
+        {
+            return OutputValue::Bytes(bytes);
+        }
+    }
+    OutputValue::Json(value)
+}
+
+/// The events an `eventHub` output value sends: one per element of an array (or of a string
+/// holding a JSON array), else one.
+pub fn event_bodies(value: OutputValue) -> Vec<Vec<u8>> {
+    let elements = match value {
+        OutputValue::Bytes(bytes) => return vec![bytes],
+        OutputValue::Json(Value::Array(items)) => items,
+        OutputValue::Json(Value::String(text)) if looks_like_json(&text) => {
+            match serde_json::from_str::<Value>(&text) {
+                Ok(Value::Array(items)) => items,
+                Ok(other) => vec![other],
+                Err(_) => vec![Value::String(text)],
+            }
+        }
+        OutputValue::Json(other) => vec![other],
+    };
+    elements.into_iter().map(text_of).collect()
+}
+
+/// A `blob` output value's content.
+pub fn blob_content(value: OutputValue) -> Vec<u8> {
+    match value {
+        OutputValue::Bytes(bytes) => bytes,
+        OutputValue::Json(v) => text_of(v),
+    }
+}
+
+/// A string as its text, anything else as JSON text (the host indents objects; compact here).
+fn text_of(value: Value) -> Vec<u8> {
+    match value {
+        Value::String(s) => s.into_bytes(),
+        other => other.to_string().into_bytes(),
+    }
+}
+
+/// The host's test for "this string is JSON": an object or an array by its first and last
+/// characters.
+fn looks_like_json(text: &str) -> bool {
+    let t = text.trim();
+    (t.starts_with('{') && t.ends_with('}')) || (t.starts_with('[') && t.ends_with(']'))
+}
+
+/// A blob output's `path`: `container/name`, where the name may hold the binding expressions
+/// that need no trigger data: `{rand-guid}` and `{sys.randguid}` (a new GUID each time),
+/// `{DateTime}` (`yyyy-MM-ddTHH-mm-ssZ`) and `{sys.utcnow}` (RFC 3339). Others are refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlobPath {
+    container: String,
+    parts: Vec<PathPart>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum PathPart {
+    Text(String),
+    Guid,
+    DateTime,
+    UtcNow,
+}
+
+impl BlobPath {
+    pub fn parse(path: &str) -> Result<Self, String> {
+        let (container, name) = path
+            .split_once('/')
+            .filter(|(c, n)| !c.is_empty() && !n.is_empty())
+            .ok_or_else(|| format!("path \"{path}\" is not container/name"))?;
+        if container.contains('{') {
+            return Err(format!(
+                "path \"{path}\": the container cannot hold binding expressions"
+            ));
+        }
+        hubhost_storage::validate_container_name(container).map_err(|e| e.to_string())?;
+        let mut parts = Vec::new();
+        let mut rest = name;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                parts.push(PathPart::Text(rest[..open].to_string()));
+            }
+            let close = rest[open..]
+                .find('}')
+                .ok_or_else(|| format!("path \"{path}\" has an unclosed '{{'"))?;
+            let expression = &rest[open + 1..open + close];
+            parts.push(match expression.to_ascii_lowercase().as_str() {
+                "rand-guid" | "sys.randguid" => PathPart::Guid,
+                "datetime" => PathPart::DateTime,
+                "sys.utcnow" => PathPart::UtcNow,
+                _ => {
+                    return Err(format!(
+                        "path \"{path}\" uses {{{expression}}}, which hubhost emulate does not resolve (it resolves {{rand-guid}}, {{sys.randguid}}, {{DateTime}}, {{sys.utcnow}} and %Setting%)"
+                    ));
+                }
+            });
+            rest = &rest[open + close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(PathPart::Text(rest.to_string()));
+        }
+        let parsed = BlobPath {
+            container: container.to_string(),
+            parts,
+        };
+        let (_, sample) = parsed.render(Utc::now(), uuid::Uuid::nil());
+        hubhost_storage::validate_blob_name(&sample)
+            .map_err(|e| format!("path \"{path}\": {e}"))?;
+        Ok(parsed)
+    }
+
+    /// The container and blob name for one write.
+    pub fn render(&self, now: DateTime<Utc>, guid: uuid::Uuid) -> (String, String) {
+        let mut name = String::new();
+        for part in &self.parts {
+            match part {
+                PathPart::Text(t) => name.push_str(t),
+                PathPart::Guid => name.push_str(&guid.hyphenated().to_string()),
+                PathPart::DateTime => name.push_str(&now.format("%Y-%m-%dT%H-%M-%SZ").to_string()),
+                PathPart::UtcNow => {
+                    name.push_str(&now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+                }
+            }
+        }
+        (self.container.clone(), name)
+    }
+}
+
+/// Sends events for `eventHub` outputs, on a thread of its own: the SDK's sends must run on a
+/// single-threaded runtime ([`hubhost_processor::eventhubs::on_sending_thread`] says why), and
+/// one long-lived thread keeps one producer per event hub open between invocations.
+#[derive(Clone)]
+pub struct EventSender {
+    requests: mpsc::UnboundedSender<SendRequest>,
+}
+
+struct SendRequest {
+    target: EventHubTarget,
+    bodies: Vec<Vec<u8>>,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
+impl EventSender {
+    /// Starts the sending thread; it ends when the last clone is dropped.
+    pub fn start() -> Self {
+        let (requests, mut incoming) = mpsc::unbounded_channel::<SendRequest>();
+        std::thread::Builder::new()
+            .name("hubhost-outputs".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a current-thread tokio runtime");
+                runtime.block_on(async move {
+                    let mut producers: HashMap<String, Arc<ProducerClient>> = HashMap::new();
+                    while let Some(request) = incoming.recv().await {
+                        let key = format!("{}/{}", request.target.namespace, request.target.hub);
+                        let outcome = tokio::time::timeout(
+                            OUTPUT_TIMEOUT,
+                            send_all(&mut producers, &key, &request.target, &request.bodies),
+                        )
+                        .await
+                        .unwrap_or_else(|_| Err(format!("no answer within {OUTPUT_TIMEOUT:?}")));
+                        if outcome.is_err() {
+                            // Start over on a new connection next time.
+                            producers.remove(&key);
+                        }
+                        let _ = request.done.send(outcome);
+                    }
+                    for (_, producer) in producers {
+                        if let Ok(producer) = Arc::try_unwrap(producer) {
+                            close_quietly("output producer", producer.close()).await;
+                        }
+                    }
+                });
+            })
+            .expect("a thread for outputs");
+        EventSender { requests }
+    }
+
+    /// Sends `bodies` to `target`'s event hub, in order, in as few batches as fit.
+    pub async fn send(&self, target: EventHubTarget, bodies: Vec<Vec<u8>>) -> Result<(), String> {
+        if bodies.is_empty() {
+            return Ok(());
+        }
+        let (done, outcome) = oneshot::channel();
+        self.requests
+            .send(SendRequest {
+                target,
+                bodies,
+                done,
+            })
+            .map_err(|_| "the output sender stopped".to_string())?;
+        outcome
+            .await
+            .map_err(|_| "the output sender stopped".to_string())?
+    }
+}
+
+async fn send_all(
+    producers: &mut HashMap<String, Arc<ProducerClient>>,
+    key: &str,
+    target: &EventHubTarget,
+    bodies: &[Vec<u8>],
+) -> Result<(), String> {
+    let producer = match producers.get(key) {
+        Some(p) => p.clone(),
+        None => {
+            let p = Arc::new(target.producer().await.map_err(|e| e.to_string())?);
+            producers.insert(key.to_string(), p.clone());
+            p
+        }
+    };
+    let to_string = |e: azure_messaging_eventhubs::EventHubsError| e.to_string();
+    let mut batch = producer.create_batch(None).await.map_err(to_string)?;
+    for body in bodies {
+        let event = || EventData::builder().with_body(body.clone()).build();
+        if batch.try_add_event_data(event(), None).map_err(to_string)? {
+            continue;
+        }
+        if batch.is_empty() {
+            return Err(format!(
+                "an event of {} bytes does not fit one message",
+                body.len()
+            ));
+        }
+        producer.send_batch(batch, None).await.map_err(to_string)?;
+        batch = producer.create_batch(None).await.map_err(to_string)?;
+        if !batch.try_add_event_data(event(), None).map_err(to_string)? {
+            return Err(format!(
+                "an event of {} bytes does not fit one message",
+                body.len()
+            ));
+        }
+    }
+    if !batch.is_empty() {
+        producer.send_batch(batch, None).await.map_err(to_string)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strings_that_are_base64_become_bytes_unless_the_binding_is_binary() {
+        assert_eq!(
+            binding_value(false, json!("aGk=")),
+            OutputValue::Bytes(b"hi".to_vec())
+        );
+        // The host's quirk: a short word can be valid base64.
+        assert_eq!(
+            binding_value(false, json!("abcd")),
+            OutputValue::Bytes(vec![0x69, 0xb7, 0x1d])
+        );
+        assert_eq!(binding_value(false, json!("")), OutputValue::Bytes(vec![]));
+        assert_eq!(
+            binding_value(false, json!("hello")),
+            OutputValue::Json(json!("hello"))
+        );
+        assert_eq!(
+            binding_value(true, json!("aGk=")),
+            OutputValue::Json(json!("aGk="))
+        );
+        assert_eq!(
+            binding_value(false, json!(["aGk="])),
+            OutputValue::Json(json!(["aGk="]))
+        );
+    }
+
+    #[test]
+    fn event_hub_values_become_one_event_per_array_element() {
+        let bodies = |v: Value| -> Vec<String> {
+            event_bodies(binding_value(false, v))
+                .into_iter()
+                .map(|b| String::from_utf8(b).unwrap())
+                .collect()
+        };
+        assert_eq!(
+            bodies(json!(["a", "{\"x\":1}", {"y": 2}])),
+            ["a", "{\"x\":1}", "{\"y\":2}"]
+        );
+        assert_eq!(bodies(json!("[\"a\",\"b\"]")), ["a", "b"]);
+        assert_eq!(bodies(json!("{\"k\": 1}")), ["{\"k\":1}"]);
+        assert_eq!(bodies(json!("plain text")), ["plain text"]);
+        assert_eq!(bodies(json!({"o": true})), ["{\"o\":true}"]);
+        assert_eq!(bodies(json!(7)), ["7"]);
+        assert_eq!(
+            event_bodies(binding_value(false, json!("aGk="))),
+            [b"hi".to_vec()]
+        );
+    }
+
+    #[test]
+    fn what_the_framework_sends_arrives_exactly() {
+        let mut output = hubhost_functions::server::FunctionOutput::default();
+        output
+            .send_event_text("e", "abcd")
+            .send_event_text("e", "[1]");
+        output.write_blob("b", [0u8, 255, 10]);
+        let events = event_bodies(binding_value(false, output.outputs["e"].clone()));
+        assert_eq!(events, [b"abcd".to_vec(), b"[1]".to_vec()]);
+        assert_eq!(
+            blob_content(binding_value(false, output.outputs["b"].clone())),
+            [0u8, 255, 10]
+        );
+    }
+
+    #[test]
+    fn blob_paths_resolve_expressions_or_name_the_one_they_cannot() {
+        let path = BlobPath::parse("reports/{DateTime}/{rand-guid}.json").unwrap();
+        let now = DateTime::parse_from_rfc3339("2026-11-23T21:05:09Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let guid = uuid::Uuid::from_u128(1);
+        assert_eq!(
+            path.render(now, guid),
+            (
+                "reports".to_string(),
+                "2026-11-23T21-05-09Z/00000000-0000-0000-0000-000000000001.json".to_string()
+            )
+        );
+        let e = BlobPath::parse("reports/{PartitionContext.PartitionId}.json").unwrap_err();
+        assert!(e.contains("{PartitionContext.PartitionId}"), "{e}");
+        assert!(BlobPath::parse("noslash").is_err());
+        assert!(BlobPath::parse("{x}/name").is_err());
+        assert!(BlobPath::parse("reports/../up").is_err());
+    }
+}

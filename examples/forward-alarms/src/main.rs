@@ -1,0 +1,85 @@
+//! An Event Hubs function with an `eventHub` output: reads sensor readings from `sensors` and
+//! forwards every alarm (a reading whose state is `alarm` or `break`) to the `alarms` hub, as
+//! `{"homeId", "sensorId", "state", "sequenceNumber"}`. Events that are not readings are
+//! counted and skipped; the rest of the batch goes on.
+//!
+//! Run (with `hubhost hub` running, which serves both hubs):
+//! `cargo build -p forward-alarms && hubhost emulate --app examples/forward-alarms/function_app`
+use hubhost_functions::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Reading {
+    home_id: String,
+    sensor_id: String,
+    state: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Alarm<'a> {
+    home_id: &'a str,
+    sensor_id: &'a str,
+    state: &'a str,
+    sequence_number: Option<i64>,
+}
+
+/// The `eventHub` output's `name` in function.json.
+const ALARMS: &str = "alarms";
+
+const UNREADABLE: CounterFamily = CounterFamily {
+    key: "unreadable",
+    name: "forward_alarms_unreadable_total",
+    help: "Events that are not readings (skipped).",
+};
+
+struct ForwardAlarms;
+
+#[async_trait]
+impl EventHubFunction for ForwardAlarms {
+    async fn run(
+        &self,
+        batch: TriggerBatch,
+        counters: &Counters,
+    ) -> Result<FunctionOutput, FunctionError> {
+        let mut output = FunctionOutput::default();
+        let mut forwarded = 0;
+        for event in &batch.events {
+            let Ok(reading) = event.json::<Reading>() else {
+                counters.add("unreadable", 1);
+                continue;
+            };
+            if reading.state == "alarm" || reading.state == "break" {
+                let alarm = Alarm {
+                    home_id: &reading.home_id,
+                    sensor_id: &reading.sensor_id,
+                    state: &reading.state,
+                    sequence_number: event.sequence_number,
+                };
+                output
+                    .send_event_json(ALARMS, &alarm)
+                    .map_err(|e| FunctionError::Failed {
+                        code: "encode",
+                        message: e.to_string(),
+                    })?;
+                forwarded += 1;
+            }
+        }
+        output.log(format!(
+            "partition {}: {} readings, {forwarded} alarms forwarded",
+            batch.partition.partition_id,
+            batch.events.len()
+        ));
+        Ok(output)
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), ServeError> {
+    FunctionServer::builder()
+        .counters(&[UNREADABLE])
+        .function("ForwardAlarms", ForwardAlarms)
+        .run()
+        .await
+}
