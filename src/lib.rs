@@ -14,4 +14,5 @@ pub use hubhost_storage as storage;
 
 pub mod bench;
 pub mod demo;
+pub mod scaffold;
 pub mod simulate;
