@@ -202,6 +202,13 @@ enum Command {
         #[command(subcommand)]
         which: BenchCommand,
     },
+    /// The trivial function `bench handler` compares the reference app with (the framework's
+    /// own cost).
+    #[command(hide = true)]
+    BenchTrivialHandler {
+        #[arg(long)]
+        port: u16,
+    },
     /// A new Rust function app with one Event Hubs function, on hubhost-functions (as `func init`
     /// and `func new` for other languages): the Cargo project, its function_app/, a README, and
     /// a test that runs it under `hubhost emulate` on `hubhost hub`.
@@ -374,6 +381,9 @@ enum BenchCommand {
         partitions: u32,
         #[arg(long, default_value_t = 100_000)]
         homes: u32,
+        /// Runs of each handler (the reference app and a trivial function) per batch size.
+        #[arg(long, default_value_t = 3)]
+        repetitions: usize,
         /// Storage for the handler (default: a fresh temporary directory per run).
         #[arg(long)]
         storage: Option<String>,
@@ -440,6 +450,9 @@ fn main() -> ExitCode {
     .expect("tokio runtime");
     let result: Result<(), String> = runtime.block_on(async move {
         match cli.command {
+            Command::BenchTrivialHandler { port } => bench::handler::serve_trivial(port)
+                .await
+                .map_err(|e| e.to_string()),
             Command::New {
                 dir,
                 function,
@@ -766,6 +779,7 @@ fn main() -> ExitCode {
                         events,
                         partitions,
                         homes,
+                        repetitions,
                         storage,
                     },
             } => bench::run(bench::BenchOptions {
@@ -773,6 +787,7 @@ fn main() -> ExitCode {
                 events,
                 partitions,
                 homes,
+                repetitions,
                 storage,
             })
             .await
