@@ -40,3 +40,6 @@ fi
 
 echo "== cargo test"
 cargo test --workspace --all-targets "$@"
+# --all-targets leaves out the examples in the documentation; they run here.
+echo "== cargo test --doc"
+cargo test --workspace --doc

@@ -11,19 +11,28 @@ use serde_json::{Map, Value};
 pub struct PartitionContext {
     /// e.g. `myns.servicebus.windows.net`; absent in the legacy v3/v4 extension's context.
     pub fully_qualified_namespace: Option<String>,
+    /// The event hub's name.
     pub event_hub_name: Option<String>,
+    /// The consumer group the events were read with.
     pub consumer_group: Option<String>,
+    /// The partition, `"0"` to `"31"`.
     pub partition_id: String,
+    /// Whether the host checkpoints after this invocation (the current extension says so).
     pub is_checkpointing_after_invocation: Option<bool>,
 }
 
 /// One event, with the service's annotations.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRecord {
+    /// The event's body, as the producer sent it.
     pub body: Bytes,
+    /// Its position in the partition (increasing by one per event).
     pub sequence_number: Option<i64>,
+    /// Its offset in the partition, as the service gives it.
     pub offset: Option<String>,
+    /// When the service accepted the event.
     pub enqueued_time: Option<DateTime<Utc>>,
+    /// The key the producer chose the partition by, if any.
     pub partition_key: Option<String>,
     /// Application properties set by the producer.
     pub properties: Map<String, Value>,
@@ -74,15 +83,22 @@ impl EventRecord {
 /// The host's retry bookkeeping, present when the function has a retry policy.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RetryContext {
+    /// Retries of this batch so far (0 on the first delivery).
     pub retry_count: i64,
+    /// The policy's `maxRetryCount` (-1: forever).
     pub max_retry_count: i64,
 }
 
+/// One invocation of an Event Hubs-triggered function: a batch of one partition, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TriggerBatch {
+    /// The function's name.
     pub function: String,
+    /// Where the events were read from.
     pub partition: PartitionContext,
+    /// The events, in partition order (one for cardinality `one`).
     pub events: Vec<EventRecord>,
+    /// Present when the function has a retry policy.
     pub retry: Option<RetryContext>,
 }
 
@@ -111,6 +127,7 @@ impl TriggerBatch {
             .unwrap_or("unknown-hub")
     }
 
+    /// The consumer group, `$Default` when the host did not say.
     pub fn consumer_group(&self) -> &str {
         self.partition
             .consumer_group

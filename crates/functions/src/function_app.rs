@@ -10,9 +10,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// The trigger's `cardinality`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cardinality {
+    /// One event per invocation.
     One,
+    /// A batch per invocation.
     Many,
 }
 
@@ -21,51 +24,80 @@ pub enum Cardinality {
 pub enum DataType {
     /// No `dataType`: with cardinality many the host JSON-parses every body.
     Unset,
+    /// `dataType: string`: bodies as strings.
     String,
+    /// `dataType: binary`: bodies base64-encoded.
     Binary,
 }
 
+/// An `eventHubTrigger` binding, as function.json declares it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventHubTrigger {
+    /// The binding's `name`: the key of the events in the request's `Data`.
     pub binding_name: String,
+    /// `eventHubName` (may hold `%Setting%`).
     pub event_hub_name: String,
+    /// `consumerGroup` (default `$Default`).
     pub consumer_group: String,
+    /// `cardinality` (default `one`).
     pub cardinality: Cardinality,
+    /// `dataType`.
     pub data_type: DataType,
     /// Name of the app setting with the Event Hubs connection.
     pub connection: Option<String>,
 }
 
+/// How long to wait between retries.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RetryStrategy {
+    /// The same delay every time (`fixedDelay`).
     FixedDelay {
+        /// `delayInterval`.
         delay: Duration,
     },
+    /// Doubling from `minimumInterval` up to `maximumInterval` (`exponentialBackoff`).
     ExponentialBackoff {
+        /// `minimumInterval`.
         minimum: Duration,
+        /// `maximumInterval`.
         maximum: Duration,
     },
 }
 
+/// A function's `retry` section: the host delivers a failed batch again this way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
+    /// The waits between retries.
     pub strategy: RetryStrategy,
     /// -1 means forever.
     pub max_retry_count: i64,
 }
 
+/// What triggers a function.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Trigger {
+    /// An `eventHubTrigger`.
     EventHub(EventHubTrigger),
-    Http { binding_name: String },
-    Other { kind: String },
+    /// An `httpTrigger`.
+    Http {
+        /// The binding's `name`.
+        binding_name: String,
+    },
+    /// Any other trigger type, by name.
+    Other {
+        /// The binding's `type`.
+        kind: String,
+    },
 }
 
 /// Which way a binding's data flows, as function.json's `direction` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
+    /// `in`: read before the function runs.
     In,
+    /// `out`: written after it answered.
     Out,
+    /// `inout`: both.
     InOut,
 }
 
@@ -78,6 +110,7 @@ pub struct BindingSpec {
     pub name: String,
     /// As written, e.g. `eventHub`; compare with [`BindingSpec::is`].
     pub kind: String,
+    /// `direction`.
     pub direction: Direction,
     /// `dataType`: with `binary` the host passes the answer's value through unchanged; with
     /// anything else it decodes a string that is valid base64 into bytes.
@@ -160,38 +193,60 @@ impl BindingSpec {
     }
 }
 
+/// One function of the app: its name (the folder), trigger, retry policy and other bindings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionSpec {
+    /// The function's name (its folder's name; case-insensitive).
     pub name: String,
+    /// Its trigger.
     pub trigger: Trigger,
+    /// Its `retry` section, if any.
     pub retry: Option<RetryPolicy>,
     /// Every binding but the trigger, in function.json's order.
     pub bindings: Vec<BindingSpec>,
 }
 
+/// A function app folder (script root): host.json and the functions beside it.
 #[derive(Debug, Clone)]
 pub struct FunctionApp {
+    /// The folder.
     pub root: PathBuf,
+    /// host.json as read.
     pub host_json: Value,
+    /// The functions it declares (host.json's `functions` list honoured).
     pub functions: Vec<FunctionSpec>,
 }
 
+/// Why an app folder cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum FunctionAppError {
+    /// The folder has no host.json.
     #[error("{0} has no host.json: point --app at the function app folder (the script root)")]
     NoHostJson(PathBuf),
+    /// A file could not be read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// Why.
         source: std::io::Error,
     },
+    /// A file is not JSON.
     #[error("{path} is not valid JSON: {source}")]
     BadJson {
+        /// The file.
         path: PathBuf,
+        /// The parser's error.
         source: serde_json::Error,
     },
+    /// A file is JSON but not a valid declaration.
     #[error("{path}: {problem}")]
-    Invalid { path: PathBuf, problem: String },
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, in words.
+        problem: String,
+    },
 }
 
 impl FunctionApp {
@@ -272,6 +327,7 @@ fn read_json(path: &Path) -> Result<Value, FunctionAppError> {
 }
 
 impl FunctionSpec {
+    /// A function's declaration from its function.json; the error names the problem.
     pub fn from_json(name: &str, json: &Value) -> Result<Self, String> {
         let bindings = json
             .get("bindings")
@@ -345,6 +401,7 @@ impl FunctionSpec {
             .filter(|b| b.direction != Direction::In)
     }
 
+    /// The trigger, if it is an `eventHubTrigger`.
     pub fn event_hub_trigger(&self) -> Option<&EventHubTrigger> {
         match &self.trigger {
             Trigger::EventHub(t) => Some(t),

@@ -11,6 +11,8 @@
 //!
 //! What the host sends and expects is described in the repository's `docs/host-contract.md`.
 
+#![deny(missing_docs)]
+
 pub mod batch;
 pub mod contract;
 pub mod function_app;

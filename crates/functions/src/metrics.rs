@@ -10,9 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The content type Prometheus expects for this format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// A family's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// Only goes up.
     Counter,
+    /// Goes up and down.
     Gauge,
 }
 
@@ -32,6 +35,7 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 impl Histogram {
+    /// An empty histogram with these bucket bounds (seconds).
     pub fn new(bounds: &'static [f64]) -> Self {
         Histogram {
             bounds,
@@ -40,6 +44,7 @@ impl Histogram {
         }
     }
 
+    /// Counts one observation.
     pub fn observe(&self, elapsed: std::time::Duration) {
         let seconds = elapsed.as_secs_f64();
         let bucket = self.bounds.partition_point(|&b| b < seconds);
@@ -48,6 +53,7 @@ impl Histogram {
             .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Observations so far.
     pub fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
@@ -60,6 +66,7 @@ pub struct Exposition {
 }
 
 impl Exposition {
+    /// An empty page.
     pub fn new() -> Self {
         Self::default()
     }
@@ -126,6 +133,7 @@ impl Exposition {
         let _ = writeln!(self.text, " {value}");
     }
 
+    /// The page's text.
     pub fn finish(self) -> String {
         self.text
     }
@@ -141,12 +149,16 @@ fn escape(value: &str) -> String {
 /// One sample line of a scraped page.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
+    /// The family's name.
     pub name: String,
+    /// Its labels, in order.
     pub labels: Vec<(String, String)>,
+    /// Its value.
     pub value: f64,
 }
 
 impl Sample {
+    /// The value of label `name`, if present.
     pub fn label(&self, name: &str) -> Option<&str> {
         self.labels
             .iter()
@@ -155,11 +167,15 @@ impl Sample {
     }
 }
 
+/// Where a page stops being Prometheus text.
 #[derive(Debug, thiserror::Error)]
 #[error("line {line}: {problem}: {text:?}")]
 pub struct ParseError {
+    /// The line (1-based).
     pub line: usize,
+    /// What is wrong.
     pub problem: &'static str,
+    /// The line's text.
     pub text: String,
 }
 

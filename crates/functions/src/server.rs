@@ -53,11 +53,21 @@ pub enum FunctionError {
     /// The request itself is unusable (e.g. a name that cannot be stored): 400, and delivering
     /// it again would not help.
     #[error("{message}")]
-    BadRequest { code: &'static str, message: String },
+    BadRequest {
+        /// A stable, machine-readable code, e.g. `invalid_name`.
+        code: &'static str,
+        /// What is wrong, in words.
+        message: String,
+    },
     /// The batch could not be processed now (e.g. storage unreachable): 500, so that the host's
     /// retry policy delivers it again.
     #[error("{message}")]
-    Failed { code: &'static str, message: String },
+    Failed {
+        /// A stable, machine-readable code, e.g. `storage_unavailable`.
+        code: &'static str,
+        /// What went wrong, in words.
+        message: String,
+    },
 }
 
 /// A counter a function declares: one Prometheus family, one sample per function.
@@ -67,6 +77,7 @@ pub struct CounterFamily {
     pub key: &'static str,
     /// The Prometheus family name, e.g. `myapp_events_rejected_total`.
     pub name: &'static str,
+    /// Its help text.
     pub help: &'static str,
 }
 
@@ -100,6 +111,50 @@ impl Counters {
 }
 
 /// An Event Hubs-triggered function: one batch of one partition in, an answer out.
+///
+/// The host sends a partition's batches one at a time, in order; batches of different
+/// partitions arrive concurrently. A function is registered under its name and found by
+/// `POST /{name}`:
+///
+/// ```
+/// use hubhost_functions::prelude::*;
+/// use hubhost_functions::function_app::{Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger};
+///
+/// struct Echo;
+///
+/// #[async_trait]
+/// impl EventHubFunction for Echo {
+///     async fn run(&self, batch: TriggerBatch, _: &Counters) -> Result<FunctionOutput, FunctionError> {
+///         let mut output = FunctionOutput::default();
+///         for event in &batch.events {
+///             let text = event.text().map_err(|e| FunctionError::BadRequest {
+///                 code: "not_text",
+///                 message: e.to_string(),
+///             })?;
+///             output.send_event_text("copies", text);
+///         }
+///         Ok(output)
+///     }
+/// }
+///
+/// // Without an app folder, the function's declaration is given here.
+/// let declaration = FunctionSpec {
+///     name: "Echo".into(),
+///     trigger: Trigger::EventHub(EventHubTrigger {
+///         binding_name: "events".into(),
+///         event_hub_name: "sensors".into(),
+///         consumer_group: "$Default".into(),
+///         cardinality: Cardinality::Many,
+///         data_type: DataType::String,
+///         connection: None,
+///     }),
+///     retry: None,
+///     bindings: Vec::new(),
+/// };
+/// let server = FunctionServer::builder().event_hub_function(declaration, Echo).build(None)?;
+/// assert_eq!(server.function_names(), ["Echo"]);
+/// # Ok::<(), hubhost_functions::function_app::FunctionAppError>(())
+/// ```
 #[async_trait::async_trait]
 pub trait EventHubFunction: Send + Sync + 'static {
     /// Processes `batch`. Count what the function declared in `counters`, success or not.
@@ -117,15 +172,21 @@ pub const DEFAULT_PORT: u16 = 7072;
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// `FUNCTIONS_CUSTOMHANDLER_PORT` is not a port number.
     #[error("FUNCTIONS_CUSTOMHANDLER_PORT is {0:?}, not a port number")]
     Port(String),
+    /// The app folder or the registrations are unusable.
     #[error(transparent)]
     FunctionApp(#[from] FunctionAppError),
+    /// The port is taken or not allowed.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address.
         addr: SocketAddr,
+        /// Why.
         source: std::io::Error,
     },
+    /// Serving failed.
     #[error("server failed: {0}")]
     Server(std::io::Error),
 }
@@ -207,6 +268,7 @@ impl ServerBuilder {
         self
     }
 
+    /// The largest request body accepted (413 above it) [default: [`DEFAULT_MAX_BODY_BYTES`]].
     pub fn max_body_bytes(mut self, bytes: usize) -> Self {
         self.max_body_bytes = Some(bytes);
         self
@@ -381,6 +443,7 @@ pub struct FunctionServer {
 }
 
 impl FunctionServer {
+    /// Starts registering functions.
     pub fn builder() -> ServerBuilder {
         ServerBuilder::default()
     }

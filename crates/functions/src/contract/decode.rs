@@ -133,6 +133,41 @@ struct Annotations {
 }
 
 /// Decodes one invocation request for `function`, whose trigger is `trigger`.
+///
+/// ```
+/// use hubhost_functions::batch::{EventRecord, PartitionContext};
+/// use hubhost_functions::contract::decode::decode_request;
+/// use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+/// use hubhost_functions::function_app::{Cardinality, DataType, EventHubTrigger};
+///
+/// let trigger = EventHubTrigger {
+///     binding_name: "events".into(),
+///     event_hub_name: "sensors".into(),
+///     consumer_group: "$Default".into(),
+///     cardinality: Cardinality::Many,
+///     data_type: DataType::String,
+///     connection: None,
+/// };
+/// let partition = PartitionContext { partition_id: "3".into(), ..Default::default() };
+/// let mut event = EventRecord::new(r#"{"homeId":"h1"}"#);
+/// event.sequence_number = Some(41);
+/// // The request the host would send …
+/// let body = encode_request(&HostInvocation {
+///     function: "F",
+///     trigger: &trigger,
+///     partition: &partition,
+///     events: &[event],
+///     retry: None,
+///     flavor: MetadataFlavor::Current,
+///     now: chrono::Utc::now(),
+/// })?;
+/// // … decoded into the typed batch a function gets.
+/// let batch = decode_request("F", &trigger, &body)?;
+/// assert_eq!(batch.partition.partition_id, "3");
+/// assert_eq!(batch.events[0].sequence_number, Some(41));
+/// assert_eq!(batch.events[0].text(), Ok(r#"{"homeId":"h1"}"#));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn decode_request(
     function: &str,
     trigger: &EventHubTrigger,

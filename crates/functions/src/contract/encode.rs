@@ -15,6 +15,7 @@ use super::{dotnet_datetime, dotnet_datetime_offset, dotnet_utc_now};
 use crate::batch::{EventRecord, PartitionContext, RetryContext};
 use crate::function_app::{Cardinality, DataType, EventHubTrigger};
 
+/// Which generation of the Event Hubs extension's metadata to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetadataFlavor {
     /// Event Hubs extension 6.x, what extension bundle `[4.*, 5.0.0)` gives today.
@@ -25,23 +26,36 @@ pub enum MetadataFlavor {
     LegacyV4,
 }
 
+/// Everything the host puts in one request.
 pub struct HostInvocation<'a> {
+    /// The function's name (the request goes to `POST /{function}`).
     pub function: &'a str,
+    /// The trigger binding, which decides the encoding.
     pub trigger: &'a EventHubTrigger,
+    /// Where the events come from.
     pub partition: &'a PartitionContext,
+    /// The events.
     pub events: &'a [EventRecord],
     /// Present when the function has a retry policy (the host then sends it on every attempt).
     pub retry: Option<&'a RetryContext>,
+    /// Which extension's metadata.
     pub flavor: MetadataFlavor,
+    /// The time the host stamps on the request.
     pub now: DateTime<Utc>,
 }
 
+/// Why a request cannot be built.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum EncodeError {
+    /// An event the host could not bind as JSON.
     #[error(
         "event {index} is not JSON, and the trigger has cardinality many without dataType: the host fails to bind such a batch (set dataType to string or binary)"
     )]
-    BodyNotJson { index: usize },
+    BodyNotJson {
+        /// The event's index in the batch.
+        index: usize,
+    },
+    /// A cardinality-one request with another number of events.
     #[error("a cardinality-one invocation carries exactly one event, not {0}")]
     NotOneEvent(usize),
 }

@@ -19,33 +19,63 @@ use chrono::{DateTime, Datelike, NaiveDateTime, SecondsFormat, Timelike, Utc};
 /// Why a request cannot be decoded. Each message names the offending part of the request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ContractError {
+    /// The body is not JSON (the parser's message).
     #[error("the request body is not valid JSON: {0}")]
     MalformedJson(String),
+    /// The body has no `Data` object.
     #[error("the request has no \"Data\" object")]
     MissingData,
+    /// `Data` lacks the trigger's binding name.
     #[error(
         "\"Data\" has no binding named '{expected}' (function {function} declares it in function.json); found: {found:?}"
     )]
     MissingBinding {
+        /// The function the request is for.
         function: String,
+        /// The trigger's binding name from function.json.
         expected: String,
+        /// The keys `Data` has.
         found: Vec<String>,
     },
+    /// The events are not in the shape cardinality and dataType promise.
     #[error("Data.{binding} is not what the trigger's function.json promises: {problem}")]
-    BadData { binding: String, problem: String },
+    BadData {
+        /// The trigger's binding name.
+        binding: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A `binary` event is not base64.
     #[error("Data.{binding}[{index}] is not valid base64 (the trigger has dataType binary)")]
-    InvalidBase64 { binding: String, index: usize },
+    InvalidBase64 {
+        /// The trigger's binding name.
+        binding: String,
+        /// The event's index in the batch.
+        index: usize,
+    },
+    /// A metadata array is not one entry per event.
     #[error(
         "the batch's metadata arrays disagree: Data.{binding} has {events} events but Metadata.{key} has {len}"
     )]
     LengthMismatch {
+        /// The trigger's binding name.
         binding: String,
+        /// The metadata key, e.g. `SystemPropertiesArray`.
         key: String,
+        /// Events in `Data`.
         events: usize,
+        /// Entries in the metadata array.
         len: usize,
     },
+    /// A metadata value cannot be read.
     #[error("Metadata.{key} is malformed: {problem}")]
-    BadMetadata { key: String, problem: String },
+    BadMetadata {
+        /// The metadata key.
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// No partition context: the batch cannot be placed.
     #[error(
         "Metadata has no TriggerPartitionContext or PartitionContext with a PartitionId: cannot tell which partition the batch came from"
     )]
