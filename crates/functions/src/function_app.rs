@@ -160,7 +160,7 @@ impl BindingSpec {
             .is_some_and(|d| d.eq_ignore_ascii_case("binary"))
     }
 
-    fn from_json(json: &Value) -> Result<Self, String> {
+    pub(crate) fn from_json(json: &Value) -> Result<Self, String> {
         let settings = json
             .as_object()
             .ok_or("a binding is not a JSON object")?

@@ -6,7 +6,9 @@
 //!   [`contract::encode`] builds the request the host would send (for emulation and tests);
 //!   [`contract::response`] is the `{"Outputs","Logs","ReturnValue"}` answer.
 //! - [`function_app`]: host.json and `*/function.json` discovery, trigger and retry settings.
-//! - [`server`]: the HTTP server the host calls, hosting the functions you register.
+//! - [`server`]: the HTTP server the host calls, hosting the functions you register;
+//!   [`output`]: what a function answers, output bindings included; [`http`]: HTTP-triggered
+//!   functions.
 //! - [`metrics`]: Prometheus text exposition (and a strict reader of it, for tests).
 //!
 //! What the host sends and expects is described in the repository's `docs/host-contract.md`.
@@ -16,6 +18,7 @@
 pub mod batch;
 pub mod contract;
 pub mod function_app;
+pub mod http;
 pub mod metrics;
 pub mod output;
 pub mod server;
@@ -23,6 +26,7 @@ pub mod server;
 /// What a function needs, in one import: `use hubhost_functions::prelude::*;`.
 pub mod prelude {
     pub use crate::batch::{EventRecord, PartitionContext, TriggerBatch};
+    pub use crate::http::{HttpFunction, HttpRequest, HttpResponse};
     pub use crate::server::{
         CounterFamily, Counters, EventHubFunction, FunctionError, FunctionOutput, FunctionServer,
         ServeError,

@@ -34,12 +34,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::batch::TriggerBatch;
 use crate::contract::decode::decode_request;
 use crate::contract::response::InvocationResponse;
-use crate::function_app::{EventHubTrigger, FunctionApp, FunctionAppError, FunctionSpec};
+use crate::function_app::{EventHubTrigger, FunctionApp, FunctionAppError, FunctionSpec, Trigger};
+use crate::http::{HttpFunction, HttpRequest};
 use crate::metrics::{self, Exposition, Histogram, Kind, LATENCY_BUCKETS};
 pub use crate::output::FunctionOutput;
 
@@ -191,13 +192,20 @@ pub enum ServeError {
     Server(std::io::Error),
 }
 
+/// A registered function, by trigger.
+#[derive(Clone)]
+enum Implementation {
+    EventHub(Arc<dyn EventHubFunction>),
+    Http(Arc<dyn HttpFunction>),
+}
+
 type Cleanup = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 type Page = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Response> + Send>> + Send + Sync>;
 
 /// Registers functions and routes; [`build`](Self::build) matches them with the app folder.
 #[derive(Default)]
 pub struct ServerBuilder {
-    functions: Vec<(FunctionSpec, Arc<dyn EventHubFunction>)>,
+    functions: Vec<(FunctionSpec, Implementation)>,
     counters: Vec<CounterFamily>,
     routes: Option<Router>,
     browser_page: Option<Page>,
@@ -213,7 +221,30 @@ impl ServerBuilder {
         declaration: FunctionSpec,
         function: impl EventHubFunction,
     ) -> Self {
-        self.functions.push((declaration, Arc::new(function)));
+        self.functions
+            .push((declaration, Implementation::EventHub(Arc::new(function))));
+        self
+    }
+
+    /// An HTTP-triggered function (requests the host wraps, see [`crate::http`]), with the
+    /// declaration `func new` gives one when there is no app folder: trigger binding `req`,
+    /// `http` output `res`.
+    pub fn http_function(mut self, name: &str, function: impl HttpFunction) -> Self {
+        let declaration = FunctionSpec {
+            name: name.to_string(),
+            trigger: Trigger::Http {
+                binding_name: "req".into(),
+            },
+            retry: None,
+            bindings: vec![
+                crate::function_app::BindingSpec::from_json(
+                    &json!({"type": "http", "direction": "out", "name": "res"}),
+                )
+                .expect("a well-formed binding"),
+            ],
+        };
+        self.functions
+            .push((declaration, Implementation::Http(Arc::new(function))));
         self
     }
 
@@ -340,11 +371,27 @@ impl ServerBuilder {
                 .iter()
                 .find(|(s, _)| s.name.eq_ignore_ascii_case(&spec.name))
                 .map(|(_, f)| f.clone());
-            let (Some(trigger), Some(implementation)) =
-                (spec.event_hub_trigger().cloned(), implementation)
-            else {
-                tracing::warn!(function = %spec.name, "function.json declares a function this handler does not implement; requests for it get 404");
-                continue;
+            let bound = match (&spec.trigger, implementation) {
+                (Trigger::EventHub(trigger), Some(Implementation::EventHub(function))) => {
+                    Bound::EventHub {
+                        trigger: trigger.clone(),
+                        function,
+                    }
+                }
+                (Trigger::Http { binding_name }, Some(Implementation::Http(function))) => {
+                    Bound::Http {
+                        binding: binding_name.clone(),
+                        response: spec
+                            .outputs()
+                            .find(|b| b.is("http"))
+                            .map_or_else(|| "$return".to_string(), |b| b.name.clone()),
+                        function,
+                    }
+                }
+                _ => {
+                    tracing::warn!(function = %spec.name, "function.json declares a function this handler does not implement (or with another trigger); requests for it get 404");
+                    continue;
+                }
             };
             if let Some(blob) = spec.outputs().find(|b| b.is("blob") && b.is_binary()) {
                 return Err(FunctionAppError::Invalid {
@@ -359,8 +406,7 @@ impl ServerBuilder {
             }
             functions.push(Registered {
                 spec,
-                trigger,
-                implementation,
+                bound,
                 stats: FunctionStats::new(&self.counters),
                 warned_undeclared: std::sync::atomic::AtomicBool::new(false),
             });
@@ -376,10 +422,24 @@ impl ServerBuilder {
     }
 }
 
+/// A function matched with its declaration.
+enum Bound {
+    EventHub {
+        trigger: EventHubTrigger,
+        function: Arc<dyn EventHubFunction>,
+    },
+    Http {
+        /// The trigger binding: the request is `Data.<binding>`.
+        binding: String,
+        /// The `http` output binding's name (`$return`: the answer's `ReturnValue`).
+        response: String,
+        function: Arc<dyn HttpFunction>,
+    },
+}
+
 struct Registered {
     spec: FunctionSpec,
-    trigger: EventHubTrigger,
-    implementation: Arc<dyn EventHubFunction>,
+    bound: Bound,
     stats: FunctionStats,
     /// Whether an output the function set but did not declare was logged already.
     warned_undeclared: std::sync::atomic::AtomicBool,
@@ -680,9 +740,26 @@ async fn invoke(
         }
     };
 
+    let (trigger, implementation) = match &registered.bound {
+        Bound::EventHub { trigger, function } => (trigger.clone(), function.clone()),
+        Bound::Http {
+            binding,
+            response,
+            function,
+        } => {
+            return invoke_http(
+                registered,
+                binding,
+                response,
+                function.clone(),
+                bytes,
+                started,
+                &invocation_id,
+            )
+            .await;
+        }
+    };
     let name = registered.spec.name.clone();
-    let trigger = registered.trigger.clone();
-    let implementation = registered.implementation.clone();
     let counters = registered.stats.declared.clone();
     // Decoding and processing run in their own task: a panic there fails this invocation only.
     let task = tokio::spawn(async move {
@@ -748,6 +825,73 @@ async fn invoke(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "handler_panic",
                 "processing this batch panicked; the handler is still running and the host may retry",
+            )
+        }
+    }
+}
+
+/// One invocation of an HTTP-triggered function: the request from `Data.<binding>`, the
+/// response into `Outputs.<response>` (or `ReturnValue`).
+async fn invoke_http(
+    registered: &Registered,
+    binding: &str,
+    response_binding: &str,
+    function: Arc<dyn HttpFunction>,
+    bytes: bytes::Bytes,
+    started: Instant,
+    invocation_id: &str,
+) -> Response {
+    let name = registered.spec.name.as_str();
+    let stats = &registered.stats;
+    let request = match HttpRequest::from_invocation(&bytes, binding) {
+        Ok(r) => r,
+        Err(e) => {
+            FunctionStats::count(&stats.bad_request, 1);
+            tracing::warn!(function = name, invocation_id, "bad request: {e}");
+            return error(StatusCode::BAD_REQUEST, "bad_http_request", e.to_string());
+        }
+    };
+    let (method, url) = (request.method.clone(), request.url.clone());
+    let outcome = tokio::spawn(async move { function.call(request).await }).await;
+    stats.latency.observe(started.elapsed());
+    match outcome {
+        Ok(Ok(response)) => {
+            FunctionStats::count(&stats.ok, 1);
+            tracing::info!(function = name, %method, status = response.status, elapsed_ms = started.elapsed().as_millis() as u64, invocation_id, "request answered");
+            let value = response.to_binding_value();
+            let mut answer = InvocationResponse::ok(Default::default(), Vec::new(), Value::Null);
+            if response_binding == "$return" {
+                answer.return_value = value;
+            } else {
+                answer.outputs.insert(response_binding.to_string(), value);
+            }
+            reply(StatusCode::OK, &answer)
+        }
+        Ok(Err(e)) => {
+            let (status, code) = match &e {
+                FunctionError::BadRequest { code, .. } => {
+                    FunctionStats::count(&stats.bad_request, 1);
+                    (StatusCode::BAD_REQUEST, *code)
+                }
+                FunctionError::Failed { code, .. } => {
+                    FunctionStats::count(&stats.failed, 1);
+                    (StatusCode::INTERNAL_SERVER_ERROR, *code)
+                }
+            };
+            tracing::error!(function = name, %method, url = %url, invocation_id, code, "invocation failed: {e}");
+            error(status, code, e.to_string())
+        }
+        Err(join) => {
+            FunctionStats::count(&stats.panicked, 1);
+            tracing::error!(
+                function = name,
+                invocation_id,
+                "invocation panicked: {join}"
+            );
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "handler_panic",
+                "this request's function panicked; the handler is still running",
             )
         }
     }
