@@ -378,9 +378,11 @@ async fn measure(
         }
     }
 
+    // Copied before the clock starts: each run sends its own copy of the requests.
+    let requests = prepared.requests.clone();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for (_, batches) in prepared.requests.clone() {
+    for (_, batches) in requests {
         let (invoker, name) = (invoker.clone(), spec.name.clone());
         tasks.spawn(async move {
             let mut latencies = Vec::with_capacity(batches.len());
