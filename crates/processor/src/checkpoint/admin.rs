@@ -1,5 +1,5 @@
 //! What `hubhost checkpoints list|reset|migrate` do, as library functions that return reports
-//! (the CLI in `main.rs` only parses flags, confirms, and prints).
+//! (the CLI's `commands/checkpoints.rs` only parses flags, confirms, and prints).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -242,9 +242,112 @@ pub fn active_owners<'a>(
         .collect()
 }
 
+/// Where `checkpoints reset --to` moves partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTo {
+    /// The oldest retained event.
+    Start,
+    /// After the last event: only events sent from now on.
+    End,
+    /// The first event enqueued at or after this time.
+    Time(DateTime<Utc>),
+}
+
+impl ResetTo {
+    /// `start`, `end`, or an RFC 3339 time.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "start" => Ok(ResetTo::Start),
+            "end" => Ok(ResetTo::End),
+            time => DateTime::parse_from_rfc3339(time)
+                .map(|t| ResetTo::Time(t.with_timezone(&Utc)))
+                .map_err(|e| {
+                    format!("--to {time:?}: expected start, end or an RFC 3339 time ({e})")
+                }),
+        }
+    }
+
+    /// Whether the event hub must say where its partitions end.
+    pub fn needs_partition_ends(self) -> bool {
+        self != ResetTo::Start
+    }
+
+    /// In words, for the confirmation and the report.
+    pub fn describe(self) -> String {
+        match self {
+            ResetTo::Start => "the start of the event hub".to_string(),
+            ResetTo::End => "the end of the event hub (only new events)".to_string(),
+            ResetTo::Time(t) => format!("the first event enqueued at or after {t}"),
+        }
+    }
+}
+
+/// What resetting one partition takes, given where it ends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResetStep {
+    /// Write this checkpoint.
+    Write(Checkpoint),
+    /// Find the last event before this time first (the event hub is read for it).
+    FindBefore(DateTime<Utc>),
+}
+
+/// The reset of partition `id` to `to`, where the partition's last event is `last` (sequence
+/// number and offset; `None` for a partition that never had one).
+pub fn reset_step(id: &str, last: Option<(i64, &str)>, to: ResetTo) -> ResetStep {
+    match (to, last) {
+        (ResetTo::Time(t), _) => ResetStep::FindBefore(t),
+        (ResetTo::Start, _) | (ResetTo::End, None) => ResetStep::Write(Checkpoint::at_start(id)),
+        (ResetTo::End, Some((sequence, offset))) => ResetStep::Write(Checkpoint::new(
+            id.to_string(),
+            Some(offset.to_string()),
+            sequence,
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reset_targets_parse_and_plan_per_partition() {
+        assert_eq!(ResetTo::parse("start"), Ok(ResetTo::Start));
+        assert_eq!(ResetTo::parse("end"), Ok(ResetTo::End));
+        let t = ResetTo::parse("2026-11-23T10:00:00+01:00").unwrap();
+        assert_eq!(t, ResetTo::Time("2026-11-23T09:00:00Z".parse().unwrap()));
+        assert!(
+            ResetTo::parse("yesterday")
+                .unwrap_err()
+                .contains("RFC 3339")
+        );
+        assert!(!ResetTo::Start.needs_partition_ends() && ResetTo::End.needs_partition_ends());
+
+        // The end of a partition with events: after its last one.
+        assert_eq!(
+            reset_step("3", Some((41, "9000")), ResetTo::End),
+            ResetStep::Write(Checkpoint::new(
+                "3".to_string(),
+                Some("9000".to_string()),
+                41
+            ))
+        );
+        // An empty partition's end is its start.
+        assert_eq!(
+            reset_step("3", None, ResetTo::End),
+            ResetStep::Write(Checkpoint::at_start("3"))
+        );
+        assert_eq!(
+            reset_step("3", Some((41, "9000")), ResetTo::Start),
+            ResetStep::Write(Checkpoint::at_start("3"))
+        );
+        let ResetTo::Time(when) = t else {
+            unreachable!()
+        };
+        assert_eq!(
+            reset_step("3", Some((41, "9000")), t),
+            ResetStep::FindBefore(when)
+        );
+    }
 
     #[test]
     fn partitions_sort_numerically() {

@@ -1,0 +1,204 @@
+//! `hubhost bench …`: the benchmarks' flags; the work is `hubhost::bench`.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use hubhost::bench;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// A pool of `hubhost emulate` processes on real hubs: crash takeover, graceful handoff,
+    /// scale-out balance, steady ownership, end-to-end throughput with 1 and 4 instances, and
+    /// checkpoint store operations per instance; baseline: the bare SDK consumer.
+    Pool {
+        /// Events prefilled for the throughput phase.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Homes of the simulated fleet (100,000: the reference scenario).
+        #[arg(long, default_value_t = 100_000)]
+        homes: u32,
+        /// Events per second the simulator sends during the membership scenarios.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u32,
+        /// Seconds of steady membership (ownership changes, storage operations).
+        #[arg(long, default_value_t = 600)]
+        steady_seconds: u64,
+        #[arg(long, default_value_t = 16)]
+        partitions: u32,
+        /// host.json maxEventBatchSize of the instances (the function app's value).
+        #[arg(long, default_value_t = 100)]
+        max_batch: u32,
+        /// host.json prefetchCount of the instances (the function app's value).
+        #[arg(long, default_value_t = 300)]
+        prefetch: u32,
+        /// Print the figures as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ingest and read through `hubhost hub` with the Rust and Python SDKs; baseline: raw
+    /// segment-file appends.
+    Hub {
+        /// Events per phase.
+        #[arg(long, default_value_t = 800_000)]
+        events: u64,
+        /// Events the Python producer sends.
+        #[arg(long, default_value_t = 100_000)]
+        python_events: u64,
+        #[arg(long, default_value_t = 500)]
+        batch_size: usize,
+        #[arg(long, default_value_t = 16)]
+        partitions: u32,
+        /// Python with azure-eventhub [default: .tools/venv/bin/python when present].
+        #[arg(long, env = "HUBHOST_PYTHON")]
+        python: Option<PathBuf>,
+    },
+    /// Drive `hubhost serve` over loopback HTTP with Event Hubs batches; baseline: plain JSON parse.
+    Handler {
+        #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+        batch_sizes: Vec<usize>,
+        /// Events per batch size.
+        #[arg(long, default_value_t = 320_000)]
+        events: usize,
+        #[arg(long, default_value_t = 16)]
+        partitions: u32,
+        #[arg(long, default_value_t = 100_000)]
+        homes: u32,
+        /// Runs of each handler (the reference app and a trivial function) per batch size.
+        #[arg(long, default_value_t = 3)]
+        repetitions: usize,
+        /// Storage for the handler (default: a fresh temporary directory per run).
+        #[arg(long)]
+        storage: Option<String>,
+    },
+    /// Claims/s and checkpoint updates/s per storage backend, and storage operations per minute;
+    /// baseline: plain blob writes on the same backend.
+    Checkpoints {
+        /// Storages to measure (repeat): directories, connection strings (e.g. Azurite's), `memory:`
+        /// [default: a fresh temporary directory].
+        #[arg(long)]
+        storage: Vec<String>,
+        /// Duration of each timed phase.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 16)]
+        partitions: u32,
+    },
+}
+
+pub async fn run(which: BenchCommand) -> Result<(), String> {
+    match which {
+        BenchCommand::Checkpoints {
+            storage,
+            seconds,
+            partitions,
+        } => {
+            in_bench_dir(|temp| {
+                let storages = if storage.is_empty() {
+                    vec![temp.to_string_lossy().into_owned()]
+                } else {
+                    storage
+                };
+                bench::checkpoints::run(bench::checkpoints::CheckpointBenchOptions {
+                    storages,
+                    seconds,
+                    partitions,
+                })
+            })
+            .await
+        }
+        BenchCommand::Hub {
+            events,
+            python_events,
+            batch_size,
+            partitions,
+            python,
+        } => {
+            if partitions == 0 || batch_size == 0 {
+                return Err("--partitions and --batch-size must be at least 1".into());
+            }
+            let python = python.or_else(|| {
+                let venv = PathBuf::from(".tools/venv/bin/python");
+                venv.exists().then_some(venv)
+            });
+            in_bench_dir(|work_dir| {
+                bench::hub::run(bench::hub::HubBenchOptions {
+                    events,
+                    python_events,
+                    batch_size,
+                    partitions,
+                    python,
+                    work_dir,
+                })
+            })
+            .await
+        }
+        BenchCommand::Pool {
+            events,
+            homes,
+            rate,
+            steady_seconds,
+            partitions,
+            max_batch,
+            prefetch,
+            json,
+        } => {
+            if partitions == 0 || max_batch == 0 || events < u64::from(partitions) {
+                return Err(
+                        "--partitions and --max-batch must be at least 1, --events at least --partitions"
+                            .into(),
+                    );
+            }
+            in_bench_dir(|work_dir| {
+                bench::pool::run(bench::pool::PoolBenchOptions {
+                    partitions,
+                    events,
+                    homes,
+                    rate,
+                    steady: std::time::Duration::from_secs(steady_seconds),
+                    max_batch,
+                    prefetch,
+                    json,
+                    work_dir,
+                })
+            })
+            .await
+        }
+        BenchCommand::Handler {
+            batch_sizes,
+            events,
+            partitions,
+            homes,
+            repetitions,
+            storage,
+        } => bench::run(bench::BenchOptions {
+            batch_sizes,
+            events,
+            partitions,
+            homes,
+            repetitions,
+            storage,
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string()),
+    }
+}
+
+/// A fresh directory under the system's temporary directory.
+/// Runs a benchmark in a fresh temporary directory of its own, removed afterwards whatever the
+/// outcome; the benchmark prints its own figures.
+async fn in_bench_dir<T, E, F>(run: impl FnOnce(PathBuf) -> F) -> Result<(), String>
+where
+    E: std::fmt::Display,
+    F: std::future::Future<Output = Result<T, E>>,
+{
+    let dir = std::env::temp_dir().join(format!(
+        "hubhost-bench-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_millis()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let result = run(dir.clone()).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result.map(|_| ()).map_err(|e| e.to_string())
+}

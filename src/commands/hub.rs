@@ -1,0 +1,83 @@
+//! `hubhost hub`: a local Event Hubs namespace (see `hubhost::hub`).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672).
+#[derive(clap::Args)]
+pub struct Args {
+    /// Port to listen on (5672, as the official emulator; 0: any free port).
+    #[arg(long, default_value_t = 5672)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+    /// A hub as `name:partitions[:group1,group2]` ($Default is always there); repeatable
+    /// [default: sensors:16:archive and alarms:4].
+    #[arg(long = "hub")]
+    pub hubs: Vec<String>,
+    /// Hubs from a JSON file: hubhost's ({"hubs": [...]}) or the official emulator's Config.json.
+    #[arg(long, conflicts_with = "hubs")]
+    pub config: Option<PathBuf>,
+    /// Where partitions' segment files live.
+    #[arg(long, default_value = "hubhost-data/hub")]
+    pub data_dir: PathBuf,
+    /// Keep events in memory only (lost on exit).
+    #[arg(long)]
+    pub in_memory: bool,
+    /// Hours an event is kept at least (whole segments are deleted after it).
+    #[arg(long, default_value_t = 24.0)]
+    pub retention_hours: f64,
+    /// Flush every acknowledged send to disk (survives power loss, not only kill -9).
+    #[arg(long)]
+    pub fsync: bool,
+    /// Shared access key as `name=key`, replacing the emulator's well-known
+    /// RootManageSharedAccessKey=SAS_KEY_VALUE; repeatable.
+    #[arg(long = "key", env = "HUBHOST_HUB_KEY", hide_env_values = true)]
+    pub keys: Vec<String>,
+}
+
+pub async fn run(args: Args) -> Result<(), String> {
+    let Args {
+        port,
+        bind,
+        hubs,
+        config,
+        data_dir,
+        in_memory,
+        retention_hours,
+        fsync,
+        keys,
+    } = args;
+    let specs = match (&config, hubs.is_empty()) {
+        (Some(path), _) => hubhost::hub::config::hubs_from_file(path).map_err(|e| e.to_string())?,
+        (None, true) => hubhost::hub::HubSpec::reference(),
+        (None, false) => hubs
+            .iter()
+            .map(|h| hubhost::hub::HubSpec::parse_flag(h))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
+    };
+    let data_dir = (!in_memory).then_some(data_dir);
+    let mut config = hubhost::hub::HubConfig::new((bind, port).into(), specs, data_dir);
+    if retention_hours.is_nan() || retention_hours <= 0.0 {
+        return Err("--retention-hours must be positive".into());
+    }
+    config.retention = std::time::Duration::from_secs_f64(retention_hours * 3600.0);
+    config.fsync = fsync;
+    if !keys.is_empty() {
+        config.keys = keys
+            .iter()
+            .map(|k| {
+                k.split_once('=')
+                    .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                    .map(|(n, v)| hubhost::hub::sas::SharedAccessKey {
+                        name: n.into(),
+                        key: v.into(),
+                    })
+                    .ok_or_else(|| "--key takes name=key".to_string())
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    hubhost::hub::run(config).await.map_err(|e| e.to_string())
+}
