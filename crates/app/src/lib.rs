@@ -1,26 +1,26 @@
 //! The reference app: a home-security company's 100,000 homes, whose sensors report every minute.
 //!
 //! Two functions consume the same event hub on two consumer groups:
-//! - `SensorAggregator` ([`aggregator`]): consolidates readings per home and time window into
-//!   blob storage, notes where each home reports ([`directory`]) and sets poison events aside
-//!   ([`deadletter`]);
+//! - `SensorAggregator` (`aggregator`): consolidates readings per home and time window into
+//!   blob storage, notes where each home reports (`directory`) and sets poison events aside
+//!   (`deadletter`);
 //! - `RawArchive` ([`archive`]): keeps the raw events.
 //!
 //! Data flow: [`sensor`] (schema, validation, alarm rules) → [`aggregate`] (pure fold with
-//! replay protection) → [`versioned`] (read-modify-write under ETags) → storage, at the names
+//! replay protection) → `versioned` (read-modify-write under ETags) → storage, at the names
 //! [`layout`] gives. State lives in blob storage, never only in process memory.
 
 pub mod aggregate;
-pub mod aggregator;
+pub(crate) mod aggregator;
 pub mod archive;
 pub mod dashboard;
-pub mod deadletter;
-pub mod directory;
+pub(crate) mod deadletter;
+pub(crate) mod directory;
 pub mod fleet;
 pub mod handler;
 pub mod layout;
 pub mod sensor;
-pub mod versioned;
+pub(crate) mod versioned;
 
 use serde::Serialize;
 

@@ -8,16 +8,16 @@
 //! receivers hold a partition (owner levels).
 
 pub mod config;
-pub mod encoding;
-pub mod filter;
-pub mod links;
+pub(crate) mod encoding;
+pub(crate) mod filter;
+pub(crate) mod links;
 pub mod log;
 pub mod partition_key;
-pub mod received;
-pub mod requests;
+pub(crate) mod received;
+pub(crate) mod requests;
 pub mod sas;
-pub mod server;
-pub mod wire;
+pub(crate) mod server;
+pub(crate) mod wire;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

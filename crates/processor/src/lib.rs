@@ -16,9 +16,9 @@
 pub mod balancer;
 pub mod checkpoint;
 pub mod eventhubs;
-pub mod instance;
-pub mod options;
-pub mod pump;
+pub(crate) mod instance;
+pub(crate) mod options;
+pub(crate) mod pump;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -7,7 +7,7 @@
 //! conditional writes (`If-Match`, `If-None-Match: *`), user metadata and prefix listings, so
 //! that code written against it behaves the same against the cloud and against a folder.
 
-pub mod azure;
+pub(crate) mod azure;
 pub mod connection;
 pub mod counting;
 pub mod entra;
