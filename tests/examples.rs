@@ -240,8 +240,30 @@ fn forward_alarms_sends_each_alarm_to_the_alarms_hub() {
     bodies.push("not json".into());
     send(&hub, "k", &bodies);
 
-    let emulate = Emulate::start(&app, &hub, &dir.path().join("storage"), dir.path());
+    let storage = dir.path().join("storage");
+    let emulate = Emulate::start(&app, &hub, &storage, dir.path());
     emulate.wait_processed("ForwardAlarms", 21.0);
+
+    // The event that is not a reading was set aside through the `poison` blob output.
+    let store = StorageLocation::Directory(storage).open().unwrap();
+    let poison: Vec<Value> = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut records = Vec::new();
+        for blob in store.list("deadletter", "").await.unwrap() {
+            let content = store.get("deadletter", &blob.name).await.unwrap().unwrap();
+            records.extend(serde_json::from_slice::<Vec<Value>>(&content.data).unwrap());
+        }
+        records
+    });
+    assert_eq!(poison.len(), 1, "{poison:?}\n{}", emulate.log());
+    assert_eq!(poison[0]["body"], "not json");
+    assert!(
+        poison[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("not a reading"),
+        "{poison:?}"
+    );
+    assert!(poison[0]["sequenceNumber"].is_i64(), "{poison:?}");
 
     // Read back with the Python SDK, an independent consumer of the `alarms` hub.
     let received = common::python_json(

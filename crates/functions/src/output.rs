@@ -76,6 +76,71 @@ impl FunctionOutput {
         self
     }
 
+    /// Sets `event` aside as poison, with `reason`, so that the rest of the batch goes on: the
+    /// batch's poison events are written together as one JSON array — each with its partition,
+    /// sequence number, offset, enqueued time, partition key, properties, body (as text when it
+    /// is UTF-8, else `bodyBase64`) and the reason — through the `blob` output `binding`, e.g.
+    /// one declared with `"path": "deadletter/{DateTime}-{rand-guid}.json"`.
+    ///
+    /// ```
+    /// use hubhost_functions::batch::{EventRecord, PartitionContext};
+    /// use hubhost_functions::server::FunctionOutput;
+    ///
+    /// let partition = PartitionContext { partition_id: "2".into(), ..Default::default() };
+    /// let mut output = FunctionOutput::default();
+    /// output.dead_letter("poison", &partition, &EventRecord::new("not json"), "not JSON");
+    /// output.dead_letter("poison", &partition, &EventRecord::new(vec![0xff]), "not UTF-8");
+    /// let records = FunctionOutput::dead_letters(&output.outputs["poison"]);
+    /// assert_eq!(records.len(), 2);
+    /// assert_eq!(records[0]["reason"], "not JSON");
+    /// assert_eq!(records[0]["body"], "not json");
+    /// assert_eq!(records[1]["bodyBase64"], "/w==");
+    /// ```
+    pub fn dead_letter(
+        &mut self,
+        binding: &str,
+        partition: &crate::batch::PartitionContext,
+        event: &crate::batch::EventRecord,
+        reason: impl Into<String>,
+    ) -> &mut Self {
+        let mut records = self
+            .outputs
+            .get(binding)
+            .map(Self::dead_letters)
+            .unwrap_or_default();
+        let mut record = serde_json::json!({
+            "reason": reason.into(),
+            "eventHubName": partition.event_hub_name,
+            "consumerGroup": partition.consumer_group,
+            "partitionId": partition.partition_id,
+            "sequenceNumber": event.sequence_number,
+            "offset": event.offset,
+            "enqueuedTime": event.enqueued_time,
+            "partitionKey": event.partition_key,
+            "properties": event.properties,
+        });
+        match event.text() {
+            Ok(text) => record["body"] = Value::from(text),
+            Err(_) => {
+                record["bodyBase64"] =
+                    Value::from(base64::engine::general_purpose::STANDARD.encode(&event.body))
+            }
+        }
+        records.push(record);
+        let content = serde_json::to_vec(&records).expect("records serialize");
+        self.write_blob(binding, content)
+    }
+
+    /// The records [`dead_letter`](Self::dead_letter) wrote into an output value (empty if
+    /// the value is not such a blob).
+    pub fn dead_letters(value: &Value) -> Vec<Value> {
+        value
+            .as_str()
+            .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
     /// Sets an output binding's value as it is, for binding types without a helper.
     pub fn set_output(&mut self, binding: &str, value: Value) -> &mut Self {
         self.outputs.insert(binding.to_string(), value);

@@ -1,7 +1,8 @@
 //! An Event Hubs function with an `eventHub` output: reads sensor readings from `sensors` and
 //! forwards every alarm (a reading whose state is `alarm` or `break`) to the `alarms` hub, as
-//! `{"homeId", "sensorId", "state", "sequenceNumber"}`. Events that are not readings are
-//! counted and skipped; the rest of the batch goes on.
+//! `{"homeId", "sensorId", "state", "sequenceNumber"}`. An event that is not a reading is set
+//! aside with its reason through the `blob` output `poison` (and counted); the rest of the
+//! batch goes on.
 //!
 //! Run (with `hubhost hub` running, which serves both hubs):
 //! `cargo build -p forward-alarms && hubhost emulate --app examples/forward-alarms/function_app`
@@ -27,11 +28,13 @@ struct Alarm<'a> {
 
 /// The `eventHub` output's `name` in function.json.
 const ALARMS: &str = "alarms";
+/// The `blob` output that poison events are set aside in.
+const POISON: &str = "poison";
 
 const UNREADABLE: CounterFamily = CounterFamily {
     key: "unreadable",
     name: "forward_alarms_unreadable_total",
-    help: "Events that are not readings (skipped).",
+    help: "Events that are not readings (set aside).",
 };
 
 struct ForwardAlarms;
@@ -46,9 +49,14 @@ impl EventHubFunction for ForwardAlarms {
         let mut output = FunctionOutput::default();
         let mut forwarded = 0;
         for event in &batch.events {
-            let Ok(reading) = event.json::<Reading>() else {
-                counters.add("unreadable", 1);
-                continue;
+            let reading = match event.json::<Reading>() {
+                Ok(reading) => reading,
+                Err(e) => {
+                    counters.add("unreadable", 1);
+                    let reason = format!("not a reading: {e}");
+                    output.dead_letter(POISON, &batch.partition, event, reason);
+                    continue;
+                }
             };
             if reading.state == "alarm" || reading.state == "break" {
                 let alarm = Alarm {
