@@ -15,9 +15,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::Hub;
+use hubhost::bench::emulate_pool::{AppFolder, EmulatePool, live_owners};
 use hubhost::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost::eventhubs::EventHubTarget;
-use hubhost::processor::balancer::FOREIGN_OWNERSHIP_EXPIRY;
 use hubhost::storage::StorageLocation;
 use serde_json::{Value, json};
 
@@ -35,7 +35,8 @@ struct Pool {
     hub: Hub,
     dir: tempfile::TempDir,
     storage: String,
-    instances: BTreeMap<String, Child>,
+    /// The instances: the harness `bench pool` uses too.
+    emulate: EmulatePool,
     producer: Option<Child>,
     runtime: tokio::runtime::Runtime,
 }
@@ -54,42 +55,34 @@ impl Pool {
 
     fn on_hub(hub: Hub, dir: tempfile::TempDir, storage: &str) -> Pool {
         let app = dir.path().join("app");
-        std::fs::create_dir_all(app.join("Recorder")).unwrap();
         std::fs::create_dir_all(dir.path().join("records")).unwrap();
         let handler =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/recording_handler.py");
-        let host = json!({
-            "version": "2.0",
-            "customHandler": {"description": {
-                "defaultExecutablePath": common::python(),
-                "arguments": [handler],
-            }},
-            "extensions": {"eventHubs": {
-                "maxEventBatchSize": MAX_BATCH,
-                "prefetchCount": PREFETCH,
-                "batchCheckpointFrequency": 1,
-                "initialOffsetOptions": {"type": "fromStart"},
-            }},
-        });
-        std::fs::write(app.join("host.json"), host.to_string()).unwrap();
         let function = json!({"bindings": [{
             "type": "eventHubTrigger", "name": "events", "direction": "in",
             "eventHubName": "%EventHubName%", "consumerGroup": "$Default",
             "connection": "EventHubConnection", "cardinality": "many", "dataType": "string",
         }]});
-        std::fs::write(app.join("Recorder/function.json"), function.to_string()).unwrap();
-        let settings = json!({"IsEncrypted": false, "Values": {
-            "FUNCTIONS_WORKER_RUNTIME": "custom",
-            "AzureWebJobsStorage": storage,
-            "EventHubConnection": hub.connection_string(common::KEY),
-            "EventHubName": "sensors",
-        }});
-        std::fs::write(app.join("local.settings.json"), settings.to_string()).unwrap();
+        AppFolder {
+            handler: (&common::python(), &[handler.to_str().unwrap()]),
+            function: "Recorder",
+            function_json: &function.to_string(),
+            max_batch: MAX_BATCH as u32,
+            prefetch: PREFETCH as u32,
+            values: &[
+                ("AzureWebJobsStorage", storage.to_string()),
+                ("EventHubConnection", hub.connection_string(common::KEY)),
+                ("EventHubName", "sensors".to_string()),
+            ],
+        }
+        .write(&app)
+        .unwrap();
+        let emulate = EmulatePool::new(Path::new(env!("CARGO_BIN_EXE_hubhost")), &app, dir.path());
         Pool {
             hub,
             dir,
             storage: storage.to_string(),
-            instances: BTreeMap::new(),
+            emulate,
             producer: None,
             runtime: tokio::runtime::Runtime::new().unwrap(),
         }
@@ -100,25 +93,16 @@ impl Pool {
     }
 
     fn start(&mut self, name: &str) {
-        let log = std::fs::File::create(self.path(&format!("{name}.log"))).unwrap();
-        // `--metrics-port 0`: the instance picks its port and prints the URL (a port picked
-        // here could be taken by another process before the instance binds it).
-        let out = std::fs::File::create(self.path(&format!("{name}.out"))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hubhost"))
-            .args(["emulate", "--app"])
-            .arg(self.path("app"))
-            .args(["--instance-id", name, "--metrics-port", "0"])
-            .env("RECORD_FILE", self.path(&format!("records/{name}.jsonl")))
-            .env("RECORD_INSTANCE", name)
-            .env_remove("HUBHOST_STORAGE")
-            .env_remove("AzureWebJobsStorage")
-            .env_remove("EventHubConnection")
-            .env_remove("EventHubName")
-            .stdout(out)
-            .stderr(log)
-            .spawn()
+        let record = self.path(&format!("records/{name}.jsonl"));
+        self.emulate
+            .start(
+                name,
+                &[
+                    ("RECORD_FILE", record.display().to_string()),
+                    ("RECORD_INSTANCE", name.to_string()),
+                ],
+            )
             .expect("hubhost emulate starts");
-        self.instances.insert(name.to_string(), child);
     }
 
     /// Polls the dashboard's operations view until its instances (owner → partitions)
@@ -165,33 +149,23 @@ impl Pool {
     }
 
     /// An instance's `/metrics`, parsed as Prometheus text.
-    fn metrics(&self, name: &str) -> Vec<hubhost::metrics::Sample> {
-        let out = std::fs::read_to_string(self.path(&format!("{name}.out"))).unwrap();
-        let url = out
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("metrics: "))
-            .unwrap_or_else(|| panic!("{name} printed no metrics URL:\n{out}"))
-            .to_string();
-        let (content_type, page) = self.runtime.block_on(async {
-            let resp = reqwest::get(&url)
-                .await
-                .expect("the metrics endpoint answers");
-            assert!(resp.status().is_success(), "{url}: {}", resp.status());
-            let content_type = resp.headers()["content-type"].to_str().unwrap().to_string();
-            (content_type, resp.text().await.unwrap())
-        });
+    fn metrics(&mut self, name: &str) -> Vec<hubhost::metrics::Sample> {
+        let (content_type, samples) = self
+            .runtime
+            .block_on(self.emulate.metrics(name))
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             content_type.starts_with("text/plain; version=0.0.4"),
             "{content_type}"
         );
-        hubhost::metrics::parse(&page).unwrap_or_else(|e| panic!("{url}: {e}\n{page}"))
+        samples
     }
 
     /// Each live instance's owned-partitions gauge agrees with the checkpoint store, and every
     /// instance counted the events it processed and the store requests it made.
-    fn assert_metrics_match_the_store(&self) {
+    fn assert_metrics_match_the_store(&mut self) {
         let owners = self.owners();
-        for name in self.instances.keys() {
+        for name in &self.emulate.live() {
             let samples = self.metrics(name);
             let owned = hubhost::metrics::sum(&samples, "hubhost_owned_partitions", &[]);
             let in_store = owners.values().filter(|o| *o == name).count();
@@ -231,35 +205,16 @@ impl Pool {
 
     /// SIGTERM, as the host's platform stops an instance; waits for it to exit.
     fn stop(&mut self, name: &str) {
-        let mut child = self.instances.remove(name).unwrap();
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(
-                    status.success(),
-                    "{name} exited with {status}: {}",
-                    self.log(name)
-                );
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} did not stop: {}",
-                self.log(name)
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        let stopped = self.runtime.block_on(self.emulate.stop(name));
+        if let Err(e) = stopped {
+            panic!("{e}");
         }
     }
 
     /// The pid of the custom handler an instance started (its child running the recording
     /// handler), if it has one now.
     fn handler_pid(&self, name: &str) -> Option<u32> {
-        let pid = self.instances[name].id();
+        let pid = self.emulate.pid(name)?;
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
         tasks
             .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
@@ -276,14 +231,12 @@ impl Pool {
 
     /// Waits for an instance to exit on its own; returns its status.
     fn wait_exit(&mut self, name: &str, limit: Duration) -> std::process::ExitStatus {
-        let mut child = self.instances.remove(name).unwrap();
+        let mut child = self.emulate.take(name).unwrap();
         common::wait_within(&mut child, limit, name)
     }
 
     fn kill_9(&mut self, name: &str) {
-        let mut child = self.instances.remove(name).unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
+        self.emulate.kill_9(name).unwrap();
     }
 
     fn log(&self, name: &str) -> String {
@@ -335,16 +288,9 @@ impl Pool {
     /// owner vouched for, or within the foreign expiry for an SDK processor).
     fn owners(&self) -> BTreeMap<String, String> {
         let (store, key) = self.store();
-        let listed = self
-            .runtime
-            .block_on(store.list_ownership(&key))
-            .expect("the ownerships can be listed");
-        let now = chrono::Utc::now();
-        listed
-            .into_iter()
-            .filter(|o| o.is_live(now, FOREIGN_OWNERSHIP_EXPIRY))
-            .map(|o| (o.partition_id, o.owner_id))
-            .collect()
+        self.runtime
+            .block_on(live_owners(&store, &key))
+            .expect("the ownerships can be listed")
     }
 
     /// The official Python processor as a pool member named `name`, at the SDK's default
@@ -412,7 +358,8 @@ impl Pool {
     /// most one; returns how long that took.
     fn wait_balanced(&self, what: &str) -> Duration {
         let started = Instant::now();
-        let live: Vec<&str> = self.instances.keys().map(String::as_str).collect();
+        let live = self.emulate.live();
+        let live: Vec<&str> = live.iter().map(String::as_str).collect();
         self.wait_shared(&live, SETTLE, what);
         started.elapsed()
     }
@@ -519,7 +466,8 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        for child in self.instances.values_mut().chain(self.producer.as_mut()) {
+        // The instances die with `emulate`.
+        if let Some(child) = self.producer.as_mut() {
             let _ = child.kill();
             let _ = child.wait();
         }

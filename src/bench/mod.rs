@@ -10,6 +10,7 @@
 //!   ownership, end-to-end throughput, store traffic; baseline: the bare SDK consumer.
 
 pub mod checkpoints;
+pub mod emulate_pool;
 pub mod handler;
 pub mod hub;
 pub mod pool;

@@ -25,8 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
+use super::emulate_pool::{AppFolder, EmulatePool, PoolError, live_owners};
 use super::hub::{HubBenchError, HubProcess, rust_consumer};
 use crate::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use crate::metrics;
@@ -77,8 +76,8 @@ pub enum PoolBenchError {
         within: Duration,
         detail: String,
     },
-    #[error("instance {name}: {problem}")]
-    Instance { name: String, problem: String },
+    #[error(transparent)]
+    Instance(#[from] PoolError),
 }
 
 fn io(context: &str) -> impl FnOnce(std::io::Error) -> PoolBenchError + '_ {
@@ -167,15 +166,7 @@ impl Observer {
     }
 
     async fn snapshot(&self) -> Result<Snapshot, PoolBenchError> {
-        let now = chrono::Utc::now();
-        let owners = self
-            .store
-            .list_ownership(&self.key)
-            .await?
-            .into_iter()
-            .filter(|o| o.is_live(now, crate::processor::balancer::FOREIGN_OWNERSHIP_EXPIRY))
-            .map(|o| (o.partition_id, o.owner_id))
-            .collect();
+        let owners = live_owners(&self.store, &self.key).await?;
         let checkpoints = self
             .store
             .list_checkpoints(&self.key)
@@ -240,22 +231,13 @@ impl OwnerHistory {
     }
 }
 
-/// One `hubhost emulate` child.
-struct Instance {
-    child: tokio::process::Child,
-    /// Its `/metrics` URL, once it has printed it (it listens on a port of its own choosing:
-    /// a port picked here and handed over could be taken by another process in between).
-    metrics: Option<String>,
-}
-
-/// The app the instances run, in its own directory with its own checkpoint store.
+/// The app the instances run, in its own directory with its own checkpoint store, and the
+/// instances themselves (the harness `bench pool` shares with the pool tests).
 struct PoolApp {
-    dir: PathBuf,
     store_dir: PathBuf,
     observer: Observer,
-    instances: BTreeMap<String, Instance>,
+    pool: EmulatePool,
     partitions: usize,
-    http: reqwest::Client,
 }
 
 impl PoolApp {
@@ -266,148 +248,55 @@ impl PoolApp {
     ) -> Result<Self, PoolBenchError> {
         let exe = std::env::current_exe().map_err(io("this executable"))?;
         let store_dir = dir.join("store");
-        let function_dir = dir.join("SensorAggregator");
-        std::fs::create_dir_all(&function_dir).map_err(io("the app directory"))?;
         std::fs::create_dir_all(&store_dir).map_err(io("the store directory"))?;
-        let host = json!({
-            "version": "2.0",
-            "customHandler": {"description": {
-                "defaultExecutablePath": exe,
-                "arguments": ["serve"],
-            }},
-            "extensions": {"eventHubs": {
-                "maxEventBatchSize": opts.max_batch,
-                "prefetchCount": opts.prefetch,
-                "batchCheckpointFrequency": 1,
-                "initialOffsetOptions": {"type": "fromStart"},
-            }},
-        });
-        let settings = json!({"IsEncrypted": false, "Values": {
-            "FUNCTIONS_WORKER_RUNTIME": "custom",
-            "AzureWebJobsStorage": store_dir,
-            "EventHubConnection": hub.connection_string,
-            "EventHubName": HUB,
-        }});
-        for (path, text) in [
-            (dir.join("host.json"), host.to_string()),
-            (dir.join("local.settings.json"), settings.to_string()),
-            (
-                function_dir.join("function.json"),
-                AGGREGATOR_FUNCTION_JSON.to_string(),
-            ),
-        ] {
-            std::fs::write(&path, text).map_err(io("the app files"))?;
+        AppFolder {
+            handler: (&exe, &["serve"]),
+            function: "SensorAggregator",
+            function_json: AGGREGATOR_FUNCTION_JSON,
+            max_batch: opts.max_batch,
+            prefetch: opts.prefetch,
+            values: &[
+                ("AzureWebJobsStorage", store_dir.display().to_string()),
+                ("EventHubConnection", hub.connection_string.clone()),
+                ("EventHubName", HUB.to_string()),
+            ],
         }
+        .write(&dir)?;
         Ok(PoolApp {
             observer: Observer::new(&store_dir, &hub.target.namespace)?,
-            dir,
+            pool: EmulatePool::new(&exe, &dir, &dir),
             store_dir,
-            instances: BTreeMap::new(),
             partitions: opts.partitions as usize,
-            http: reqwest::Client::new(),
         })
     }
 
     fn live(&self) -> BTreeSet<String> {
-        self.instances.keys().cloned().collect()
+        self.pool.live()
     }
 
     fn start(&mut self, name: &str) -> Result<(), PoolBenchError> {
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
-            .map_err(io("an instance log"))?;
-        let out = std::fs::File::create(self.dir.join(format!("{name}.out")))
-            .map_err(io("an instance's output"))?;
-        let exe = std::env::current_exe().map_err(io("this executable"))?;
-        let child = crate::child::command(exe)
-            .args(["emulate", "--app"])
-            .arg(&self.dir)
-            .args(["--instance-id", name, "--metrics-port", "0"])
-            .env_remove("HUBHOST_STORAGE")
-            .env_remove("AzureWebJobsStorage")
-            .env_remove("EventHubConnection")
-            .env_remove("EventHubName")
-            .env("RUST_LOG", "warn")
-            .stdout(out)
-            .stderr(log)
-            .spawn()
-            .map_err(io("hubhost emulate"))?;
-        self.instances.insert(
-            name.to_string(),
-            Instance {
-                child,
-                metrics: None,
-            },
-        );
-        Ok(())
-    }
-
-    fn instance_error(&self, name: &str, problem: String) -> PoolBenchError {
-        let log = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(5).collect();
-        PoolBenchError::Instance {
-            name: name.into(),
-            problem: format!(
-                "{problem}; last log lines:\n{}",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            ),
-        }
+        Ok(self.pool.start(name, &[("RUST_LOG", "warn".to_string())])?)
     }
 
     /// SIGTERM, as the platform stops an instance; returns once it has exited.
     async fn stop(&mut self, name: &str) -> Result<(), PoolBenchError> {
-        let mut instance = self.instances.remove(name).expect("a running instance");
-        if let Some(pid) = instance.child.id() {
-            // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-        }
-        match tokio::time::timeout(Duration::from_secs(60), instance.child.wait()).await {
-            Ok(Ok(status)) if status.success() => Ok(()),
-            Ok(Ok(status)) => Err(self.instance_error(name, format!("exited with {status}"))),
-            Ok(Err(e)) => Err(self.instance_error(name, e.to_string())),
-            Err(_) => Err(self.instance_error(name, "did not stop within 60 s".into())),
-        }
+        Ok(self.pool.stop(name).await?)
     }
 
     async fn kill_9(&mut self, name: &str) -> Result<(), PoolBenchError> {
-        let mut instance = self.instances.remove(name).expect("a running instance");
-        instance.child.start_kill().map_err(io("kill -9"))?;
-        instance.child.wait().await.map_err(io("kill -9"))?;
+        self.pool.kill_9(name)?;
         Ok(())
     }
 
     async fn stop_all(&mut self) -> Result<(), PoolBenchError> {
-        for name in self.live() {
-            self.stop(&name).await?;
-        }
-        Ok(())
+        Ok(self.pool.stop_all().await?)
     }
 
     /// Each instance's `/metrics`, summed per metric (and per `operation` for the store).
     async fn scrape(&mut self) -> Result<BTreeMap<String, MetricTotals>, PoolBenchError> {
         let mut out = BTreeMap::new();
-        let names = self.live();
-        for name in names {
-            let instance = self.instances.get_mut(&name).expect("live");
-            if let Ok(Some(status)) = instance.child.try_wait() {
-                return Err(self.instance_error(&name, format!("exited with {status}")));
-            }
-            if instance.metrics.is_none() {
-                let out = std::fs::read_to_string(self.dir.join(format!("{name}.out")))
-                    .unwrap_or_default();
-                instance.metrics = out
-                    .lines()
-                    .find_map(|l| l.trim().strip_prefix("metrics: "))
-                    .map(str::to_string);
-            }
-            let Some(url) = instance.metrics.clone() else {
-                return Err(self.instance_error(&name, "no metrics endpoint yet".into()));
-            };
-            let page = match self.http.get(&url).send().await {
-                Ok(resp) => resp.text().await.unwrap_or_default(),
-                Err(e) => return Err(self.instance_error(&name, format!("{url}: {e}"))),
-            };
-            let samples = metrics::parse(&page)
-                .map_err(|e| self.instance_error(&name, format!("{url}: {e}")))?;
+        for name in self.live() {
+            let (_, samples) = self.pool.metrics(&name).await?;
             out.insert(
                 name.clone(),
                 MetricTotals {
@@ -426,16 +315,7 @@ impl PoolApp {
 
     /// Waits until every instance answers on its metrics endpoint (started and configured).
     async fn wait_started(&mut self) -> Result<(), PoolBenchError> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match self.scrape().await {
-                Ok(_) => return Ok(()),
-                Err(PoolBenchError::Instance { .. }) if Instant::now() < deadline => {
-                    tokio::time::sleep(POLL).await
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        Ok(self.pool.wait_started(Duration::from_secs(30)).await?)
     }
 }
 
