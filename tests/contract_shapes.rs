@@ -73,6 +73,13 @@ fn current_extension_many_string() {
     assert_eq!(batch.events[1].properties["myProp"], "x");
     assert_eq!(batch.sequence_range(), Some((10, 11)));
     assert_eq!(batch.retry, None);
+    // Every system property, as sent, per event.
+    let system = batch.system_properties.all().unwrap();
+    assert_eq!(system.len(), 2);
+    assert_eq!(
+        batch.system_properties.of(1).unwrap().unwrap()["x-opt-sequence-number"],
+        11
+    );
 }
 
 /// The minimal case: Metadata holds only TriggerPartitionContext.
@@ -181,6 +188,10 @@ fn cardinality_one_string() {
         assert_eq!(
             e.enqueued_time.unwrap().to_rfc3339(),
             "2024-05-01T12:00:00+00:00"
+        );
+        assert_eq!(
+            batch.system_properties.of(0).unwrap().unwrap()["x-opt-sequence-number"],
+            59
         );
     }
 }

@@ -100,6 +100,73 @@ pub struct TriggerBatch {
     pub events: Vec<EventRecord>,
     /// Present when the function has a retry policy.
     pub retry: Option<RetryContext>,
+    /// Every system property of every event, as the host sent them (read on demand).
+    pub system_properties: SystemProperties,
+}
+
+/// The system properties the host sends for each event — the service's annotations
+/// (`x-opt-sequence-number`, `x-opt-offset`, `x-opt-enqueued-time`, `x-opt-partition-key`, …)
+/// and the AMQP message properties (`message-id`, `correlation-id`, `content-type`, `user-id`,
+/// `to`, `subject`, …), plus what the extension adds. They are kept as the JSON text of the
+/// request and parsed only when asked for, so a function that does not look pays nothing.
+///
+/// ```
+/// use hubhost_functions::batch::SystemProperties;
+///
+/// let sent = SystemProperties::from_json(r#"[{"message-id":"m1","content-type":"application/json"},{}]"#);
+/// assert_eq!(sent.of(0)?.unwrap()["message-id"], "m1");
+/// assert!(sent.of(1)?.unwrap().is_empty());
+/// assert_eq!(sent.of(2)?, None);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SystemProperties {
+    /// `SystemPropertiesArray` (cardinality many) or `[SystemProperties]` (one), as JSON text
+    /// (possibly string-encoded, as the host writes metadata).
+    json: Option<std::sync::Arc<str>>,
+    /// Cardinality one: the text is a single object.
+    single: bool,
+}
+
+impl SystemProperties {
+    /// From a `SystemPropertiesArray` value (JSON text of an array of objects).
+    pub fn from_json(array: &str) -> Self {
+        SystemProperties {
+            json: Some(array.into()),
+            single: false,
+        }
+    }
+
+    /// From a cardinality-one request's `SystemProperties` object.
+    pub fn from_single_json(object: &str) -> Self {
+        SystemProperties {
+            json: Some(object.into()),
+            single: true,
+        }
+    }
+
+    /// Event `index`'s system properties; `None` if the host sent none for it.
+    pub fn of(&self, index: usize) -> Result<Option<Map<String, Value>>, serde_json::Error> {
+        Ok(self.all()?.into_iter().nth(index).flatten())
+    }
+
+    /// Every event's system properties, in batch order.
+    pub fn all(&self) -> Result<Vec<Option<Map<String, Value>>>, serde_json::Error> {
+        let Some(text) = self.json.as_deref().filter(|t| *t != "null") else {
+            return Ok(Vec::new());
+        };
+        // The host writes metadata values as JSON text inside a string.
+        let unwrapped: std::borrow::Cow<str> = if text.starts_with('"') {
+            std::borrow::Cow::Owned(serde_json::from_str::<String>(text)?)
+        } else {
+            std::borrow::Cow::Borrowed(text)
+        };
+        if self.single {
+            Ok(vec![serde_json::from_str(&unwrapped)?])
+        } else {
+            serde_json::from_str(&unwrapped)
+        }
+    }
 }
 
 impl TriggerBatch {

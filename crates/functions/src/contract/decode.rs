@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{ContractError, parse_host_time};
-use crate::batch::{EventRecord, PartitionContext, RetryContext, TriggerBatch};
+use crate::batch::{EventRecord, PartitionContext, RetryContext, SystemProperties, TriggerBatch};
 use crate::function_app::{Cardinality, DataType, EventHubTrigger};
 
 #[derive(Deserialize)]
@@ -227,11 +227,21 @@ pub fn decode_request(
             properties: a.properties,
         })
         .collect();
+    let system_properties = match trigger.cardinality {
+        Cardinality::Many => metadata
+            .get("SystemPropertiesArray")
+            .map(|raw| SystemProperties::from_json(raw.get())),
+        Cardinality::One => metadata
+            .get("SystemProperties")
+            .map(|raw| SystemProperties::from_single_json(raw.get())),
+    }
+    .unwrap_or_default();
     Ok(TriggerBatch {
         function: function.to_string(),
         partition,
         events,
         retry,
+        system_properties,
     })
 }
 
