@@ -490,6 +490,20 @@ impl FunctionStats {
     fn count(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// Counts a function's failure by its kind; the status and code the host is answered.
+    fn count_failure(&self, e: &FunctionError) -> (StatusCode, &'static str) {
+        match e {
+            FunctionError::BadRequest { code, .. } => {
+                Self::count(&self.bad_request, 1);
+                (StatusCode::BAD_REQUEST, *code)
+            }
+            FunctionError::Failed { code, .. } => {
+                Self::count(&self.failed, 1);
+                (StatusCode::INTERNAL_SERVER_ERROR, *code)
+            }
+        }
+    }
 }
 
 /// The functions of one app, served over HTTP as the host expects.
@@ -805,16 +819,7 @@ async fn invoke(
             partition,
             sequence_numbers,
         })) => {
-            let (status, code) = match &e {
-                FunctionError::BadRequest { code, .. } => {
-                    FunctionStats::count(&stats.bad_request, 1);
-                    (StatusCode::BAD_REQUEST, *code)
-                }
-                FunctionError::Failed { code, .. } => {
-                    FunctionStats::count(&stats.failed, 1);
-                    (StatusCode::INTERNAL_SERVER_ERROR, *code)
-                }
-            };
+            let (status, code) = stats.count_failure(&e);
             tracing::error!(function, partition = %partition, sequence_numbers = %sequence_numbers, invocation_id = %invocation_id, code, "invocation failed: {e}");
             error(status, code, e.to_string())
         }
@@ -868,16 +873,7 @@ async fn invoke_http(
             reply(StatusCode::OK, &answer)
         }
         Ok(Err(e)) => {
-            let (status, code) = match &e {
-                FunctionError::BadRequest { code, .. } => {
-                    FunctionStats::count(&stats.bad_request, 1);
-                    (StatusCode::BAD_REQUEST, *code)
-                }
-                FunctionError::Failed { code, .. } => {
-                    FunctionStats::count(&stats.failed, 1);
-                    (StatusCode::INTERNAL_SERVER_ERROR, *code)
-                }
-            };
+            let (status, code) = stats.count_failure(&e);
             tracing::error!(function = name, %method, url = %url, invocation_id, code, "invocation failed: {e}");
             error(status, code, e.to_string())
         }
