@@ -7,12 +7,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use common::{Hub, KEY};
+use hubhost::bench::emulate_pool::EmulatePool;
 use hubhost::storage::StorageLocation;
 
 /// Builds the examples (a no-op after `cargo test --workspace --all-targets`) and returns the
@@ -44,7 +45,7 @@ fn app_copy(name: &str, dir: &Path, bin_dir: &Path) -> PathBuf {
     let source =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/{name}/function_app"));
     let app = dir.join("app");
-    copy_dir(&source, &app);
+    common::copy_dir(&source, &app);
     let host_path = app.join("host.json");
     let mut host: Value =
         serde_json::from_str(&std::fs::read_to_string(&host_path).unwrap()).unwrap();
@@ -65,57 +66,39 @@ fn app_copy(name: &str, dir: &Path, bin_dir: &Path) -> PathBuf {
     app
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
-/// `hubhost emulate` on `app`, its checkpoints and blobs in `storage`, killed on drop.
+/// `hubhost emulate` on `app`, its checkpoints and blobs in `storage`: one instance of the
+/// pool harness the pool tests and `bench pool` use, killed on drop.
 struct Emulate {
-    child: Child,
-    out: PathBuf,
-    log: PathBuf,
+    pool: EmulatePool,
+    runtime: tokio::runtime::Runtime,
 }
 
 impl Emulate {
+    const NAME: &str = "emulate";
+
     fn start(app: &Path, hub: &Hub, storage: &Path, dir: &Path) -> Emulate {
-        let out = dir.join("emulate.out");
-        let log = dir.join("emulate.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_hubhost"))
-            .args(["emulate", "--app"])
-            .arg(app)
-            .args(["--metrics-port", "0"])
-            .env("EventHubConnection", hub.connection_string(KEY))
-            .env("AzureWebJobsStorage", storage)
-            .env_remove("HUBHOST_STORAGE")
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("hubhost emulate starts");
-        Emulate { child, out, log }
+        let mut pool = EmulatePool::new(Path::new(env!("CARGO_BIN_EXE_hubhost")), app, dir);
+        pool.start(
+            Self::NAME,
+            &[
+                ("EventHubConnection", hub.connection_string(KEY)),
+                ("AzureWebJobsStorage", storage.display().to_string()),
+            ],
+        )
+        .expect("hubhost emulate starts");
+        Emulate {
+            pool,
+            runtime: tokio::runtime::Runtime::new().unwrap(),
+        }
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.pool.log(Self::NAME)
     }
 
     /// `hubhost_events_processed_total` of `function`, from the instance's `/metrics`.
-    fn events_processed(&self, function: &str) -> Option<f64> {
-        let out = std::fs::read_to_string(&self.out).ok()?;
-        let url = out
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("metrics: "))?
-            .to_string();
-        let page = http::blocking_get(&url)?;
-        let samples = hubhost::metrics::parse(&page).ok()?;
+    fn events_processed(&mut self, function: &str) -> Option<f64> {
+        let (_, samples) = self.runtime.block_on(self.pool.metrics(Self::NAME)).ok()?;
         Some(hubhost::metrics::sum(
             &samples,
             "hubhost_events_processed_total",
@@ -123,7 +106,7 @@ impl Emulate {
         ))
     }
 
-    fn wait_processed(&self, function: &str, events: f64) {
+    fn wait_processed(&mut self, function: &str, events: f64) {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             let seen = self.events_processed(function);
@@ -137,32 +120,6 @@ impl Emulate {
             );
             std::thread::sleep(Duration::from_millis(250));
         }
-    }
-}
-
-impl Drop for Emulate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-mod http {
-    /// A GET on loopback, without an async runtime in the test.
-    pub fn blocking_get(url: &str) -> Option<String> {
-        let rest = url.strip_prefix("http://")?;
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(authority).ok()?;
-        write!(
-            stream,
-            "GET /{path} HTTP/1.0\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let (head, body) = response.split_once("\r\n\r\n")?;
-        (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_string())
     }
 }
 
@@ -201,7 +158,7 @@ fn count_readings_counts_every_reading_into_blobs_under_emulate() {
     // Not a reading: skipped by the function, the rest of its batch counted.
     send(&hub, "a", &["not json".to_string()]);
 
-    let emulate = Emulate::start(&app, &hub, &storage, dir.path());
+    let mut emulate = Emulate::start(&app, &hub, &storage, dir.path());
     emulate.wait_processed("CountReadings", 37.0);
 
     // Each batch's counts are one blob at the output's path; together they count every reading.
@@ -241,7 +198,7 @@ fn forward_alarms_sends_each_alarm_to_the_alarms_hub() {
     send(&hub, "k", &bodies);
 
     let storage = dir.path().join("storage");
-    let emulate = Emulate::start(&app, &hub, &storage, dir.path());
+    let mut emulate = Emulate::start(&app, &hub, &storage, dir.path());
     emulate.wait_processed("ForwardAlarms", 21.0);
 
     // The event that is not a reading was set aside through the `poison` blob output.

@@ -162,20 +162,7 @@ fn the_script_root_holds_real_copies_of_the_top_level_files() {
     }
     // A plain copy of the folder is a working app.
     let copy = tempfile::tempdir().unwrap();
-    copy_dir(&repo().join("function_app"), copy.path());
+    common::copy_dir(&repo().join("function_app"), copy.path());
     let app = FunctionApp::load(copy.path()).expect("a copied script root loads");
     assert!(app.function("SensorAggregator").is_some());
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
