@@ -86,7 +86,7 @@ pub enum ScaffoldError {
     )]
     FunctionName(String),
     #[error(
-        "`{0}` is not a valid event hub or consumer group name (letters, digits, `.`, `-`, `_`, `$`)"
+        "`{0}` is not a valid event hub or consumer group name (letters, digits, `.`, `-`, `_`, `$`; starting with a letter, a digit or `$`)"
     )]
     EntityName(String),
     #[error("{0} exists and is not empty: pick a new folder")]
@@ -145,13 +145,9 @@ impl Scaffold {
         {
             return Err(ScaffoldError::FunctionName(self.function.clone()));
         }
+        // The rule `hubhost hub` applies: the new project's test serves these names there.
         for name in [&self.event_hub, &self.consumer_group] {
-            let ok = !name.is_empty()
-                && name.len() <= 256
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '$'));
-            if !ok {
+            if !crate::hub::config::is_valid_name(name) {
                 return Err(ScaffoldError::EntityName(name.clone()));
             }
         }

@@ -110,20 +110,24 @@ impl HubSpec {
             });
         }
         for name in std::iter::once(&self.name).chain(&self.consumer_groups) {
-            let ok = name
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '$')
-                && name.len() <= 256
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '$'));
-            if !ok {
+            if !is_valid_name(name) {
                 return Err(ConfigError::Name(name.clone()));
             }
         }
         Ok(())
     }
+}
+
+/// Whether `name` can name a hub or a consumer group: letters, digits, `.`, `-`, `_` and `$`,
+/// starting with a letter, a digit or `$`, at most 256 characters.
+pub fn is_valid_name(name: &str) -> bool {
+    name.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '$')
+        && name.len() <= 256
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '$'))
 }
 
 /// hubhost's own file: `{"hubs": [{"name": "sensors", "partitions": 16, "consumerGroups": ["archive"]}]}`.
