@@ -54,6 +54,16 @@ impl Pool {
     }
 
     fn on_hub(hub: Hub, dir: tempfile::TempDir, storage: &str) -> Pool {
+        Pool::configured(hub, dir, storage, None)
+    }
+
+    /// As `on_hub`, with host.json's ownership expiry set to `ownership_expiry`.
+    fn configured(
+        hub: Hub,
+        dir: tempfile::TempDir,
+        storage: &str,
+        ownership_expiry: Option<Duration>,
+    ) -> Pool {
         let app = dir.path().join("app");
         std::fs::create_dir_all(dir.path().join("records")).unwrap();
         let handler =
@@ -69,6 +79,7 @@ impl Pool {
             function_json: &function.to_string(),
             max_batch: MAX_BATCH as u32,
             prefetch: PREFETCH as u32,
+            ownership_expiry,
             values: &[
                 ("AzureWebJobsStorage", storage.to_string()),
                 ("EventHubConnection", hub.connection_string(common::KEY)),
@@ -103,6 +114,34 @@ impl Pool {
                 ],
             )
             .expect("hubhost emulate starts");
+    }
+
+    /// Starts an instance known here as `name` with its default identity (host name and free
+    /// slot), claimed in the lock folder `locks`; returns the owner id it took.
+    fn start_default_identity(&mut self, name: &str, locks: &Path) -> String {
+        let record = self.path(&format!("records/{name}.jsonl"));
+        self.emulate
+            .start_default_identity(
+                name,
+                &[
+                    ("RECORD_FILE", record.display().to_string()),
+                    ("RECORD_INSTANCE", name.to_string()),
+                    ("HUBHOST_INSTANCE_LOCKS", locks.display().to_string()),
+                ],
+            )
+            .expect("hubhost emulate starts");
+        let started = Instant::now();
+        loop {
+            if let Some(id) = self.emulate.owner_id(name) {
+                return id;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{name} announced no instance id: {}",
+                self.log(name)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Polls the dashboard's operations view until its instances (owner → partitions)
@@ -548,6 +587,107 @@ fn a_killed_instance_is_replaced_from_its_checkpoints() {
     std::thread::sleep(Duration::from_secs(2));
     pool.stop_producing();
     pool.assert_complete("kill -9");
+}
+
+/// A restarted instance reclaims its own partitions at once, where the Functions host leaves
+/// them orphaned for the whole ownership expiry. Two instances take their default identity
+/// (the host name and the lowest free slot, claimed in a lock folder of this test); host.json
+/// sets a 40 s expiry so that reclaiming is told apart from waiting for the expiry. One is
+/// killed with `kill -9` and started again: it comes back under the same id, owns the same
+/// partitions and processes every one of them again within 15 s, while the other instance
+/// never takes them; nothing is lost. A process asking for an id in use is refused.
+#[test]
+fn a_restarted_instance_reclaims_its_partitions_at_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let expiry = Duration::from_secs(40);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store").display().to_string();
+    let mut pool = Pool::configured(Hub::start(None), dir, &store, Some(expiry));
+    pool.produce(400);
+    let locks = pool.path("instance-locks");
+    let first = pool.start_default_identity("a", &locks);
+    let second = pool.start_default_identity("b", &locks);
+    let host = first.rsplit_once('-').map(|(h, _)| h.to_string()).unwrap();
+    assert_eq!(
+        (first.as_str(), second.as_str()),
+        (format!("{host}-0").as_str(), format!("{host}-1").as_str()),
+        "slots are taken lowest first"
+    );
+    let settled = pool.wait_shared(&[&first, &second], SETTLE, "two instances");
+    let mine: BTreeSet<String> = settled
+        .iter()
+        .filter(|(_, o)| **o == first)
+        .map(|(p, _)| p.clone())
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+
+    pool.emulate.kill_9("a").unwrap();
+    let killed = Instant::now();
+    let again = pool.start_default_identity("a-restarted", &locks);
+    assert_eq!(again, first, "the restart takes its id back");
+    // Every partition it owned is processed again by the restarted process, and the other
+    // instance never owns one of them meanwhile.
+    let reclaimed = loop {
+        let owners = pool.owners();
+        let stolen: Vec<&String> = mine
+            .iter()
+            .filter(|p| owners.get(*p) == Some(&second))
+            .collect();
+        assert!(
+            stolen.is_empty(),
+            "{second} took {stolen:?} during the restart"
+        );
+        let processed: BTreeSet<String> = pool
+            .records()
+            .iter()
+            .filter(|r| r["instance"] == "a-restarted")
+            .map(|r| r["partition"].as_str().unwrap().to_string())
+            .collect();
+        if mine.is_subset(&processed) {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "after {:?} the restarted instance processed only {processed:?} of {mine:?}\n{}",
+            killed.elapsed(),
+            pool.log("a-restarted")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "restart reclaim: {} partitions processed again {reclaimed:?} after kill -9 (expiry {expiry:?})",
+        mine.len()
+    );
+    assert_eq!(
+        pool.wait_shared(&[&first, &second], SETTLE, "restarted"),
+        settled,
+        "the restart changed the ownership"
+    );
+
+    // A second process asking for an id that a live one holds is refused, naming it.
+    pool.emulate
+        .start(
+            &second,
+            &[
+                (
+                    "RECORD_FILE",
+                    pool.path("records/dup.jsonl").display().to_string(),
+                ),
+                ("HUBHOST_INSTANCE_LOCKS", locks.display().to_string()),
+            ],
+        )
+        .unwrap();
+    let status = pool.wait_exit(&second, Duration::from_secs(30));
+    assert!(!status.success());
+    let refusal = pool.log(&second);
+    assert!(
+        refusal.contains(&format!(
+            "instance id {second} is in use by another process"
+        )),
+        "{refusal}"
+    );
+    pool.stop_producing();
+    pool.assert_complete("restart");
 }
 
 /// A custom handler that dies is not a function failure. The handler of one instance is

@@ -38,6 +38,8 @@ pub struct AppFolder<'a> {
     pub function_json: &'a str,
     pub max_batch: u32,
     pub prefetch: u32,
+    /// host.json `partitionOwnershipExpirationInterval` [default: hubhost's own expiry].
+    pub ownership_expiry: Option<Duration>,
     /// App settings (`AzureWebJobsStorage`, `EventHubConnection`, …).
     pub values: &'a [(&'a str, String)],
 }
@@ -48,18 +50,24 @@ impl AppFolder<'_> {
         let io = |e: std::io::Error| PoolError::Io(format!("{}: {e}", dir.display()));
         let function_dir = dir.join(self.function);
         std::fs::create_dir_all(&function_dir).map_err(io)?;
+        let mut event_hubs = json!({
+            "maxEventBatchSize": self.max_batch,
+            "prefetchCount": self.prefetch,
+            "batchCheckpointFrequency": 1,
+            "initialOffsetOptions": {"type": "fromStart"},
+        });
+        if let Some(expiry) = self.ownership_expiry {
+            let s = expiry.as_secs();
+            event_hubs["partitionOwnershipExpirationInterval"] =
+                Value::from(format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60));
+        }
         let host = json!({
             "version": "2.0",
             "customHandler": {"description": {
                 "defaultExecutablePath": self.handler.0,
                 "arguments": self.handler.1,
             }},
-            "extensions": {"eventHubs": {
-                "maxEventBatchSize": self.max_batch,
-                "prefetchCount": self.prefetch,
-                "batchCheckpointFrequency": 1,
-                "initialOffsetOptions": {"type": "fromStart"},
-            }},
+            "extensions": {"eventHubs": event_hubs},
         });
         let mut values = serde_json::Map::new();
         values.insert("FUNCTIONS_WORKER_RUNTIME".into(), Value::from("custom"));
@@ -117,6 +125,40 @@ impl EmulatePool {
     /// Starts instance `name` (its owner id) with `env` added; the app's settings come from
     /// its local.settings.json only (the caller's environment does not leak in).
     pub fn start(&mut self, name: &str, env: &[(&str, String)]) -> Result<(), PoolError> {
+        self.spawn(name, Some(name), env)
+    }
+
+    /// Starts an instance known here as `name` without `--instance-id`: it takes its default,
+    /// stable identity (read it with [`EmulatePool::owner_id`]).
+    pub fn start_default_identity(
+        &mut self,
+        name: &str,
+        env: &[(&str, String)],
+    ) -> Result<(), PoolError> {
+        self.spawn(name, None, env)
+    }
+
+    /// The owner id an instance announced on its first line, once it has.
+    pub fn owner_id(&self, name: &str) -> Option<String> {
+        let out = std::fs::read_to_string(self.file(name, "out")).ok()?;
+        let rest = out
+            .lines()
+            .next()?
+            .strip_prefix("hubhost emulate: instance ")?;
+        Some(
+            rest.split_whitespace()
+                .next()?
+                .trim_end_matches(',')
+                .to_string(),
+        )
+    }
+
+    fn spawn(
+        &mut self,
+        name: &str,
+        instance_id: Option<&str>,
+        env: &[(&str, String)],
+    ) -> Result<(), PoolError> {
         let io = |e: std::io::Error| PoolError::Instance {
             name: name.into(),
             problem: e.to_string(),
@@ -127,14 +169,21 @@ impl EmulatePool {
         command
             .args(["emulate", "--app"])
             .arg(&self.app)
-            .args(["--instance-id", name, "--metrics-port", "0"])
+            .args(["--metrics-port", "0"])
             .env_remove("HUBHOST_STORAGE")
             .env_remove("AzureWebJobsStorage")
             .env_remove("EventHubConnection")
             .env_remove("EventHubName")
+            // Each instance stands for one Functions instance: the platform's instance ids of
+            // the machine running the pool are not theirs.
+            .env_remove("WEBSITE_INSTANCE_ID")
+            .env_remove("CONTAINER_NAME")
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(log);
+        if let Some(id) = instance_id {
+            command.args(["--instance-id", id]);
+        }
         for (k, v) in env {
             command.env(k, v);
         }

@@ -255,6 +255,7 @@ impl PoolApp {
             function_json: AGGREGATOR_FUNCTION_JSON,
             max_batch: opts.max_batch,
             prefetch: opts.prefetch,
+            ownership_expiry: None,
             values: &[
                 ("AzureWebJobsStorage", store_dir.display().to_string()),
                 ("EventHubConnection", hub.connection_string.clone()),

@@ -20,7 +20,10 @@ pub struct Args {
     /// (the Functions host checkpoints either way).
     #[arg(long)]
     pub checkpoint_on_success: bool,
-    /// This instance's owner id in the checkpoint store [default: host-pid-random].
+    /// This instance's owner id in the checkpoint store [default: WEBSITE_INSTANCE_ID, else
+    /// CONTAINER_NAME, else the host name and the lowest slot free on this machine, e.g.
+    /// myhost-0]. A restart under the same id reclaims its partitions at once; an id another
+    /// process on this machine holds is refused.
     #[arg(long)]
     pub instance_id: Option<String>,
     /// Seconds an ownership of a foreign owner (the Functions host, an SDK processor: one

@@ -14,6 +14,7 @@
 
 mod dispatch;
 mod handler_process;
+mod identity;
 mod metrics;
 mod outputs;
 mod settings;
@@ -33,6 +34,7 @@ use hubhost_processor::{Consumer, EventProcessor, ProcessorOptions, ProcessorSta
 use hubhost_storage::counting::CountingStore;
 
 pub use dispatch::{FunctionDispatch, retry_delay};
+pub use identity::{IdentityError, IdentitySource, InstanceIdentity};
 pub use outputs::{EventSender, OutputPlan, OutputsDone};
 pub use settings::AppSettings;
 
@@ -77,6 +79,8 @@ pub enum EmulateError {
     Processor(#[from] hubhost_processor::ProcessorError),
     #[error("metrics endpoint: {0}")]
     Metrics(String),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
 }
 
 #[derive(Debug, Clone)]
@@ -86,7 +90,8 @@ pub struct EmulateOptions {
     /// the local directory].
     pub storage: Option<String>,
     pub checkpoint_on_success: bool,
-    /// This instance's owner id in the checkpoint store [default: unique per process].
+    /// This instance's owner id in the checkpoint store [default: a stable id, see
+    /// [`claim_identity`]].
     pub instance_id: Option<String>,
     /// How long a foreign owner's ownership stays active without renewal [default: the
     /// balancer's `FOREIGN_OWNERSHIP_EXPIRY`, or hubhost's own expiry if that is longer].
@@ -182,14 +187,30 @@ pub fn consumers(
         .collect()
 }
 
-/// A unique owner id for this process, readable in `checkpoints list`.
-pub fn default_instance_id() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "hubhost".into());
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    format!("{host}-{}-{}", std::process::id(), &id[..8])
+/// Claims this instance's owner id for every consumer group of `functions` in `store`:
+/// `explicit` (`--instance-id`) if given, else the platform's instance id, else the host
+/// name's lowest free slot; a stable id, so a restarted instance reclaims its partitions at
+/// once (module `identity`). Refused if another process on this machine holds the id.
+pub fn claim_identity(
+    explicit: Option<&str>,
+    functions: &[FunctionTarget],
+    store: &CheckpointStore,
+) -> Result<InstanceIdentity, IdentityError> {
+    let candidates =
+        identity::candidates(explicit, |k| std::env::var(k).ok(), identity::hostname());
+    let scopes: Vec<String> = functions
+        .iter()
+        .map(|f| {
+            format!(
+                "{}|{}/{}/{}",
+                store.describe(),
+                f.target.namespace.to_lowercase(),
+                f.target.hub.to_lowercase(),
+                f.trigger.consumer_group.to_lowercase()
+            )
+        })
+        .collect();
+    identity::claim(&candidates, &scopes, &identity::lock_folder())
 }
 
 pub async fn run(
@@ -216,6 +237,8 @@ pub async fn run(
     let storage_operations = counting.counts.clone();
     let store = CheckpointStore::new(Arc::new(counting), DEFAULT_CONTAINER);
     store.ensure_container().await?;
+    let identity = claim_identity(opts.instance_id.as_deref(), &functions, &store)?;
+    let instance_id = identity.id.clone();
 
     let port = free_port().map_err(|e| EmulateError::HandlerStart {
         command: "-".into(),
@@ -225,10 +248,14 @@ pub async fn run(
     let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
     let mut child = start_handler(&process, &invoker).await?;
 
-    let instance_id = opts.instance_id.clone().unwrap_or_else(default_instance_id);
     let consumers = consumers(&functions, &store, &options, &invoker)?;
     println!(
-        "hubhost emulate: instance {instance_id}, handler `{}` on port {port}, checkpoints in {}",
+        "hubhost emulate: instance {instance_id} ({}), handler `{}` on port {port}, checkpoints in {}",
+        match identity.source {
+            IdentitySource::Flag => "--instance-id".to_string(),
+            IdentitySource::Platform(variable) => variable.to_string(),
+            IdentitySource::HostSlot => "host name and free slot".to_string(),
+        },
         process.describe(),
         store.describe()
     );
@@ -322,5 +349,6 @@ pub async fn run(
     }
     stop_child(&mut child).await;
     println!("hubhost emulate: instance {instance_id} stopped");
+    drop(identity);
     outcome
 }
