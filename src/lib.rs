@@ -6,7 +6,7 @@
 pub use hubhost_app as app;
 pub use hubhost_app::{dashboard, fleet, handler};
 pub use hubhost_functions::{batch, contract, function_app, metrics};
-pub use hubhost_host::{child, emulate, invoker, progress};
+pub use hubhost_host::{child, emulate, invoker, progress, scale};
 pub use hubhost_hub as hub;
 pub use hubhost_processor as processor;
 pub use hubhost_processor::{checkpoint, eventhubs};

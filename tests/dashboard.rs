@@ -202,6 +202,17 @@ fn the_dashboard_shows_what_was_sent_live() {
         partitions.iter().all(|p| p["lastEnqueued"].is_i64()),
         "{ops:#}"
     );
+    // Never a negative lag, though the checkpoints are read after the partition ends.
+    assert!(
+        partitions.iter().all(|p| p["lag"].as_i64().unwrap() >= 0),
+        "{ops:#}"
+    );
+    assert!(ops["history"].as_array().is_some_and(|h| !h.is_empty()));
+    assert_eq!(
+        ops["scale"],
+        serde_json::json!([]),
+        "no scale controller runs"
+    );
 
     // Bad input: a 400 naming the problem.
     let (status, body) = demo.get("/api/dashboard/home.json");
@@ -224,6 +235,10 @@ fn the_dashboard_shows_what_was_sent_live() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/dashboard.cjs");
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
     std::fs::create_dir_all(&shots).unwrap();
+    // An earlier run's screenshots must not pass for this run's.
+    for view in ["fleet", "home", "home-html-id", "operations"] {
+        let _ = std::fs::remove_file(shots.join(format!("{view}.png")));
+    }
     let out = common::output_within(
         Command::new("node")
             .arg(&script)

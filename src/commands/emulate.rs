@@ -20,6 +20,30 @@ pub struct Args {
     /// (the Functions host checkpoints either way).
     #[arg(long)]
     pub checkpoint_on_success: bool,
+    /// Run as the Functions scale controller instead of as one instance: start and stop
+    /// instances of the app (each a `hubhost emulate` process) on the event hub's backlog, as
+    /// target-based scaling does in Azure.
+    #[arg(long, conflicts_with = "instance_id")]
+    pub scale: bool,
+    /// With --scale: the app's instance limit (functionAppScaleLimit; Flex Consumption's
+    /// maximumInstanceCount defaults to 100). Event Hubs targets never exceed the partitions.
+    #[arg(long, default_value_t = 100, requires = "scale", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_instances: u32,
+    /// With --scale: seconds between decisions.
+    #[arg(long, value_name = "SECONDS", default_value = "10", requires = "scale", value_parser = positive_seconds)]
+    pub scale_interval: std::time::Duration,
+    /// With --scale: seconds a scale-in waits after the last scale-up (the extension's 180;
+    /// shorten it to watch a whole cycle).
+    #[arg(long, value_name = "SECONDS", default_value = "180", requires = "scale", value_parser = positive_seconds)]
+    pub scale_in_hold: std::time::Duration,
+    /// With --scale: the older incremental model (the scale monitor's votes, one instance at
+    /// a time; TARGET_BASED_SCALING_ENABLED=0 in Azure).
+    #[arg(long, requires = "scale")]
+    pub scale_monitor: bool,
+    /// With --scale: folder for each instance's output (instance-N.log)
+    /// [default: a new folder in the temporary directory].
+    #[arg(long, requires = "scale")]
+    pub scale_logs: Option<PathBuf>,
     /// This instance's owner id in the checkpoint store [default: WEBSITE_INSTANCE_ID, else
     /// CONTAINER_NAME, else the host name and the lowest slot free on this machine, e.g.
     /// myhost-0]. A restart under the same id reclaims its partitions at once; an id another
@@ -41,6 +65,9 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> Result<(), String> {
+    if args.scale {
+        return scale(args).await;
+    }
     let Args {
         app,
         storage,
@@ -49,6 +76,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         foreign_ownership_expiry,
         metrics_port,
         metrics_bind,
+        ..
     } = args;
     hubhost::emulate::run(
         hubhost::emulate::EmulateOptions {
@@ -58,6 +86,56 @@ pub async fn run(args: Args) -> Result<(), String> {
             instance_id,
             foreign_ownership_expiry,
             metrics: metrics_port.map(|port| (metrics_bind, port).into()),
+        },
+        shutdown_signal(),
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// `--scale`: the scale controller, starting this executable's `emulate` with the same app,
+/// store and options for each instance.
+async fn scale(args: Args) -> Result<(), String> {
+    let program = std::env::current_exe().map_err(|e| format!("this executable: {e}"))?;
+    let mut instance: Vec<std::ffi::OsString> = vec!["emulate".into(), "--app".into()];
+    instance.push(args.app.clone().into());
+    if let Some(storage) = &args.storage {
+        instance.extend(["--storage".into(), storage.into()]);
+    }
+    if args.checkpoint_on_success {
+        instance.push("--checkpoint-on-success".into());
+    }
+    if let Some(expiry) = args.foreign_ownership_expiry {
+        instance.extend([
+            "--foreign-ownership-expiry".into(),
+            expiry.as_secs_f64().to_string().into(),
+        ]);
+    }
+    if args.metrics_port.is_some() {
+        // One port cannot serve them all: each picks its own and prints it in its log.
+        instance.extend(["--metrics-port".into(), "0".into()]);
+        instance.extend([
+            "--metrics-bind".into(),
+            args.metrics_bind.to_string().into(),
+        ]);
+    }
+    let logs = match args.scale_logs {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join(format!("hubhost-scale-{}", std::process::id())),
+    };
+    hubhost::scale::run(
+        hubhost::scale::ScaleOptions {
+            app: args.app,
+            storage: args.storage,
+            instance: hubhost::scale::InstanceCommand {
+                program,
+                args: instance,
+            },
+            max_instances: args.max_instances,
+            interval: args.scale_interval,
+            scale_in_hold: args.scale_in_hold,
+            incremental: args.scale_monitor,
+            logs,
         },
         shutdown_signal(),
     )

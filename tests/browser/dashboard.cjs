@@ -75,6 +75,14 @@ async function show(page, hash) {
       return rows.length === 16 && rows.every((r) => !r.children[1].textContent.includes("(none)"))
         && document.getElementById("ops-instance-count").textContent === "2";
     }, null, { timeout: 30000 });
+    // The chart: the backlog and the instance count over the page's polls, the latter at 2.
+    await page.waitForFunction(() => document.querySelectorAll("#ops-chart polyline").length === 2
+      && document.querySelector("#ops-chart polyline[data-series=instances]").getAttribute("points").split(" ").length >= 3,
+      null, { timeout: 30000 });
+    const chartLabel = await page.$eval("#ops-chart", (c) => c.textContent);
+    check(chartLabel.includes("instances (max 2)"), `operations chart: ${chartLabel}`);
+    const lags = await page.$$eval("#ops-partitions tbody tr", (rows) => rows.map((r) => Number(r.children[4].textContent)));
+    check(lags.every((n) => n >= 0), `negative lag on the page: ${lags}`);
     await page.screenshot({ path: path.join(shots, "operations.png"), fullPage: true });
 
     check(problems.length === 0, problems.join("\n"));

@@ -4,6 +4,8 @@
 //!   local.settings.json), starts its handler the way the host does and feeds every
 //!   `eventHubTrigger` function the batches of a [`hubhost_processor`] event processor, with
 //!   the function's retry policy; several processes form a pool.
+//! - [`scale`]: `hubhost emulate --scale`, the Functions scale controller: starts and stops
+//!   `emulate` instances on the backlog as target-based scaling does (rules in `scale::decide`).
 //! - [`invoker`]: calls a handler as the host does (readiness probe, headers, request).
 //! - [`child`]: child processes that die with their parent.
 //! - [`progress`]: progress lines for long commands.
@@ -12,3 +14,4 @@ pub mod child;
 pub mod emulate;
 pub mod invoker;
 pub mod progress;
+pub mod scale;

@@ -7,12 +7,14 @@
 //!   shutdown checkpoint and relinquish;
 //! - `pump` reads one partition through `azure_messaging_eventhubs` and hands its batches to a
 //!   [`BatchHandler`] (the emulated Functions host invokes the custom handler with them);
-//! - `options` reads host.json's `extensions.eventHubs`.
+//! - `options` reads host.json's `extensions.eventHubs`;
+//! - `backlog` counts a consumer group's unprocessed events as the scale controller does.
 //!
 //! Every instance of a pool runs the same code against the same event hub and checkpoint store;
 //! nothing else connects them, which is why hubhost instances, the Functions host and the SDKs'
 //! processors can share one consumer group.
 
+pub mod backlog;
 pub mod balancer;
 pub mod checkpoint;
 pub mod eventhubs;

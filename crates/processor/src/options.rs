@@ -27,6 +27,9 @@ pub struct ProcessorOptions {
     /// Skip the checkpoint of a batch whose invocation failed and deliver it again
     /// (`--checkpoint-on-success`); the host's default checkpoints either way.
     pub checkpoint_on_success: bool,
+    /// `targetUnprocessedEventThreshold`: the unprocessed events one instance should carry,
+    /// for target-based scaling [default: `maxEventBatchSize`].
+    pub target_unprocessed_event_threshold: Option<u32>,
     pub balancer: BalancerSettings,
 }
 
@@ -40,6 +43,7 @@ impl Default for ProcessorOptions {
             prefetch: 300,
             initial_position: InitialPosition::Earliest,
             checkpoint_on_success: false,
+            target_unprocessed_event_threshold: None,
             balancer: BalancerSettings::default(),
         }
     }
@@ -91,6 +95,9 @@ impl ProcessorOptions {
         }
         if let Some(n) = count("prefetchCount")? {
             options.prefetch = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(n) = count("targetUnprocessedEventThreshold")? {
+            options.target_unprocessed_event_threshold = Some(u32::try_from(n).unwrap_or(u32::MAX));
         }
         if let Some(d) = span("loadBalancingUpdateInterval")? {
             options.balancer.update_interval = d;
@@ -163,12 +170,14 @@ mod tests {
         let o = ProcessorOptions::from_host_json(&json!({"extensions": {"eventHubs": {
             "maxEventBatchSize": 50, "minEventBatchSize": 10, "maxWaitTime": "00:00:05",
             "batchCheckpointFrequency": 3, "prefetchCount": 500,
+            "targetUnprocessedEventThreshold": 250,
             "initialOffsetOptions": {"type": "fromEnqueuedTime", "enqueuedTimeUtc": "2026-11-22T13:00:00Z"}
         }}}))
         .unwrap();
         assert_eq!((o.max_batch_size, o.min_batch_size), (50, 10));
         assert_eq!(o.max_wait_time, Duration::from_secs(5));
         assert_eq!((o.batch_checkpoint_frequency, o.prefetch), (3, 500));
+        assert_eq!(o.target_unprocessed_event_threshold, Some(250));
         assert_eq!(
             o.initial_position,
             InitialPosition::EnqueuedTime("2026-11-22T13:00:00Z".parse().unwrap())
@@ -184,6 +193,10 @@ mod tests {
     fn bad_values_name_the_key() {
         for (host, key) in [
             (json!({"maxEventBatchSize": 0}), "maxEventBatchSize"),
+            (
+                json!({"targetUnprocessedEventThreshold": -5}),
+                "targetUnprocessedEventThreshold",
+            ),
             (json!({"maxWaitTime": "five"}), "maxWaitTime"),
             (
                 json!({"batchCheckpointFrequency": "1"}),

@@ -30,7 +30,7 @@ use crate::aggregate::{WindowAggregate, window_start};
 use crate::directory::HomeDirectory;
 use crate::layout;
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
-use hubhost_processor::eventhubs::EventHubTarget;
+use hubhost_processor::eventhubs::{EventHubTarget, PartitionEnd};
 use hubhost_storage::{ETag, SharedStore, StoreError};
 use views::{OperationsSample, OperationsView};
 
@@ -116,8 +116,13 @@ impl std::fmt::Debug for DashboardSources {
 #[derive(Default)]
 struct Previous {
     sample: Option<OperationsSample>,
-    partition_ends: Option<(DateTime<Utc>, BTreeMap<String, i64>)>,
+    partition_ends: Option<(DateTime<Utc>, BTreeMap<String, PartitionEnd>)>,
+    /// The backlog and instance count of recent polls, for the chart.
+    history: std::collections::VecDeque<views::OperationsPoint>,
 }
+
+/// How many polls the operations chart shows (at one a second: five minutes).
+const HISTORY_POINTS: usize = 300;
 
 /// Reads for the page; shared by every request.
 pub struct Dashboard {
@@ -266,23 +271,39 @@ impl Dashboard {
                 .is_ok_and(|age| age < PARTITION_ENDS_EVERY)
         });
         if !fresh && let Some(target) = &self.sources.event_hub {
-            match target.last_enqueued().await {
-                Ok(last) => previous.partition_ends = Some((now, last)),
+            match target.partition_ends().await {
+                Ok(ends) => {
+                    let ends = ends.into_iter().map(|e| (e.partition_id.clone(), e));
+                    previous.partition_ends = Some((now, ends.collect()))
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the hub's partition properties could not be read")
                 }
             }
         }
-        if let Some((_, last)) = &previous.partition_ends {
-            sample.last_enqueued = last.clone();
+        if let Some((_, ends)) = &previous.partition_ends {
+            sample.ends = ends.clone();
         }
-        let view = views::operations_view(
+        let mut view = views::operations_view(
             &self.sources.hub,
             &self.sources.consumer_group,
             &sample,
             previous.sample.as_ref(),
         );
         previous.sample = Some(sample);
+        previous.history.push_back(views::OperationsPoint {
+            at: now,
+            unprocessed_events: view.total_lag,
+            instances: view.instances.len() as u32,
+        });
+        while previous.history.len() > HISTORY_POINTS {
+            previous.history.pop_front();
+        }
+        view.history = previous.history.iter().cloned().collect();
+        drop(previous);
+        if let Some((store, key)) = &self.sources.checkpoints {
+            view.scale = store.scale_history(key).await?;
+        }
         Ok(view)
     }
 }

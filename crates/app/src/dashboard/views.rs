@@ -11,6 +11,9 @@ use serde::Serialize;
 
 use crate::aggregate::{Alarm, SensorState, WindowAggregate};
 use crate::sensor::{AlarmKind, SensorKind};
+use hubhost_processor::backlog::{ScalePoint, unprocessed_events};
+use hubhost_processor::checkpoint::Checkpoint;
+use hubhost_processor::eventhubs::PartitionEnd;
 
 /// How far back the views look.
 pub const HISTORY_MINUTES: i64 = 60;
@@ -185,7 +188,9 @@ pub struct PartitionRow {
     pub owner: Option<String>,
     pub checkpoint: Option<i64>,
     pub last_enqueued: Option<i64>,
-    /// Events enqueued but not checkpointed yet.
+    /// Events enqueued but not checkpointed yet, counted as the scale controller counts them
+    /// (`hubhost_processor::backlog`): never negative, though the checkpoint is read after
+    /// the partition's end and may be ahead of it.
     pub lag: Option<i64>,
     /// Checkpoint progress since the previous sample.
     pub events_per_second: Option<f64>,
@@ -206,6 +211,20 @@ pub struct OperationsView {
     pub partitions: Vec<PartitionRow>,
     pub instances: Vec<InstanceRow>,
     pub total_lag: i64,
+    /// The backlog and the instance count at the page's recent polls, oldest first.
+    pub history: Vec<OperationsPoint>,
+    /// The scale controller's recent decisions (`hubhost emulate --scale`), oldest first;
+    /// empty when none runs on this consumer group.
+    pub scale: Vec<ScalePoint>,
+}
+
+/// The backlog and the number of owning instances at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationsPoint {
+    pub at: DateTime<Utc>,
+    pub unprocessed_events: i64,
+    pub instances: u32,
 }
 
 /// What the operations view is computed from, read at one moment.
@@ -216,8 +235,8 @@ pub struct OperationsSample {
     pub owners: BTreeMap<String, (String, bool)>,
     /// partition → checkpointed sequence number.
     pub checkpoints: BTreeMap<String, i64>,
-    /// partition → last enqueued sequence number (-1: never had an event).
-    pub last_enqueued: BTreeMap<String, i64>,
+    /// partition → its ends as the hub last reported them.
+    pub ends: BTreeMap<String, PartitionEnd>,
 }
 
 /// Partitions sorted numerically where they are numbers (`2` before `10`).
@@ -235,7 +254,7 @@ pub fn operations_view(
     previous: Option<&OperationsSample>,
 ) -> OperationsView {
     let mut ids: Vec<&String> = now
-        .last_enqueued
+        .ends
         .keys()
         .chain(now.owners.keys())
         .chain(now.checkpoints.keys())
@@ -260,8 +279,12 @@ pub fn operations_view(
                 instances.entry(owner.clone()).or_default().push(id.clone());
             }
             let checkpoint = now.checkpoints.get(id).copied();
-            let last_enqueued = now.last_enqueued.get(id).copied();
-            let lag = last_enqueued.map(|last| last - checkpoint.unwrap_or(-1));
+            let end = now.ends.get(id);
+            let last_enqueued = end.map(|e| e.last_sequence_number);
+            let lag = end.map(|e| {
+                let checkpoint = checkpoint.map(|seq| Checkpoint::new(id.clone(), None, seq));
+                unprocessed_events(e, checkpoint.as_ref())
+            });
             let events_per_second = match (seconds, checkpoint, previous) {
                 (Some(s), Some(c), Some(p)) => p.checkpoints.get(id).map(|before| {
                     let moved = (c - before).max(0) as f64;
@@ -288,6 +311,8 @@ pub fn operations_view(
             .into_iter()
             .map(|(owner, partitions)| InstanceRow { owner, partitions })
             .collect(),
+        history: Vec::new(),
+        scale: Vec::new(),
     }
 }
 
@@ -431,20 +456,31 @@ mod tests {
             ]
             .into(),
             checkpoints: cps.iter().map(|(p, s)| (p.to_string(), *s)).collect(),
-            last_enqueued: [("0", 100), ("1", 50), ("2", -1), ("10", 7)]
+            ends: [("0", 100), ("1", 50), ("2", -1), ("10", 7), ("11", 30)]
                 .iter()
-                .map(|(p, s)| (p.to_string(), *s))
+                .map(|(p, last)| {
+                    let end = PartitionEnd {
+                        partition_id: p.to_string(),
+                        beginning_sequence_number: 0,
+                        last_sequence_number: *last,
+                        last_offset: String::new(),
+                        last_enqueued_time: None,
+                        is_empty: *last < 0,
+                    };
+                    (p.to_string(), end)
+                })
                 .collect(),
         };
+        // Partition 11's checkpoint was read after its end and is ahead of it.
         let before = sample(0, &[("0", 40), ("1", 50)]);
-        let now = sample(2, &[("0", 90), ("1", 50)]);
+        let now = sample(2, &[("0", 90), ("1", 50), ("11", 35)]);
         let view = operations_view("sensors", "$default", &now, Some(&before));
         let ids: Vec<&str> = view
             .partitions
             .iter()
             .map(|p| p.partition.as_str())
             .collect();
-        assert_eq!(ids, ["0", "1", "2", "10"]);
+        assert_eq!(ids, ["0", "1", "2", "10", "11"]);
         let p0 = &view.partitions[0];
         assert_eq!(
             (p0.owner.as_deref(), p0.lag, p0.events_per_second),
@@ -454,6 +490,8 @@ mod tests {
         assert_eq!(view.partitions[1].owner, None);
         assert_eq!(view.partitions[2].lag, Some(0));
         assert_eq!(view.partitions[3].lag, Some(8));
+        // Ahead of the end read earlier: nothing left, not -5.
+        assert_eq!(view.partitions[4].lag, Some(0));
         assert_eq!(view.total_lag, 18);
         assert_eq!(
             view.instances,

@@ -109,6 +109,34 @@ pub struct FunctionTarget {
     pub outputs: Arc<OutputPlan>,
 }
 
+/// A function's `eventHubTrigger` with its `%Setting%` names expanded and its connection
+/// resolved; `None` for a function with another trigger.
+pub fn resolve_trigger(
+    spec: &FunctionSpec,
+    settings: &AppSettings,
+) -> Result<Option<(EventHubTrigger, EventHubTarget)>, EmulateError> {
+    let Some(trigger) = spec.event_hub_trigger() else {
+        return Ok(None);
+    };
+    let bad = |problem: String| EmulateError::Function {
+        function: spec.name.clone(),
+        problem,
+    };
+    let mut trigger = trigger.clone();
+    trigger.event_hub_name = settings.expand(&trigger.event_hub_name).map_err(bad)?;
+    trigger.consumer_group = settings.expand(&trigger.consumer_group).map_err(bad)?;
+    let setting = trigger
+        .connection
+        .clone()
+        .unwrap_or_else(|| DEFAULT_CONNECTION_SETTING.to_string());
+    let connection = settings.get(&setting).ok_or(bad(format!(
+        "the connection setting {setting} is not set (local.settings.json Values or the environment)"
+    )))?;
+    let target = EventHubTarget::parse(&connection, Some(&trigger.event_hub_name))
+        .map_err(|e| bad(format!("{setting}: {e}")))?;
+    Ok(Some((trigger, target)))
+}
+
 /// Every `eventHubTrigger` function of the app with its event hub and its outputs resolved;
 /// `eventHub` outputs send through `sender`.
 pub fn event_hub_functions(
@@ -118,25 +146,9 @@ pub fn event_hub_functions(
 ) -> Result<Vec<FunctionTarget>, EmulateError> {
     let mut out = Vec::new();
     for spec in app_functions {
-        let Some(trigger) = spec.event_hub_trigger() else {
+        let Some((trigger, target)) = resolve_trigger(spec, settings)? else {
             continue;
         };
-        let bad = |problem: String| EmulateError::Function {
-            function: spec.name.clone(),
-            problem,
-        };
-        let mut trigger = trigger.clone();
-        trigger.event_hub_name = settings.expand(&trigger.event_hub_name).map_err(bad)?;
-        trigger.consumer_group = settings.expand(&trigger.consumer_group).map_err(bad)?;
-        let setting = trigger
-            .connection
-            .clone()
-            .unwrap_or_else(|| DEFAULT_CONNECTION_SETTING.to_string());
-        let connection = settings.get(&setting).ok_or(bad(format!(
-                "the connection setting {setting} is not set (local.settings.json Values or the environment)"
-            )))?;
-        let target = EventHubTarget::parse(&connection, Some(&trigger.event_hub_name))
-            .map_err(|e| bad(format!("{setting}: {e}")))?;
         let outputs = Arc::new(OutputPlan::resolve(spec, settings, sender)?);
         out.push(FunctionTarget {
             spec: spec.clone(),

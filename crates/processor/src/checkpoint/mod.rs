@@ -192,6 +192,40 @@ impl CheckpointStore {
         Ok(self.blobs.ensure_container(&self.container).await?)
     }
 
+    /// The scale controller's recent decisions for the consumer group, oldest first (empty when
+    /// it never ran, or the record cannot be read: it is for display only).
+    pub async fn scale_history(
+        &self,
+        key: &ConsumerGroupKey,
+    ) -> Result<Vec<crate::backlog::ScalePoint>, CheckpointError> {
+        let blob = self
+            .blobs
+            .get(&self.container, &key.scale_history_blob())
+            .await?;
+        Ok(blob
+            .and_then(|b| serde_json::from_slice(&b.data).ok())
+            .unwrap_or_default())
+    }
+
+    /// Replaces the scale history with `points` (the caller keeps the last few).
+    pub async fn write_scale_history(
+        &self,
+        key: &ConsumerGroupKey,
+        points: &[crate::backlog::ScalePoint],
+    ) -> Result<(), CheckpointError> {
+        let data = serde_json::to_vec(points).expect("scale points serialize");
+        self.blobs
+            .put(
+                &self.container,
+                &key.scale_history_blob(),
+                data.into(),
+                &Metadata::new(),
+                &Condition::Always,
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Every ownership record of the consumer group, relinquished and expired ones included.
     pub async fn list_ownership(
         &self,

@@ -57,6 +57,12 @@ impl ConsumerGroupKey {
         format!("{}checkpoint/", self.prefix())
     }
 
+    /// hubhost's scale controller's recent decisions: beside the SDKs' folders, never in them,
+    /// so their listings do not see it.
+    pub fn scale_history_blob(&self) -> String {
+        format!("{}hubhost-scale-history.json", self.prefix())
+    }
+
     /// The partition id is not lowercased: the SDKs lowercase the whole name, but partition
     /// ids are digits, and a listing reports the name as stored.
     pub fn ownership_blob(&self, partition: &str) -> Result<String, CheckpointError> {

@@ -112,7 +112,70 @@ function showHome(v) {
     ([id, s]) => [[id], [s.type], [s.state], [s.value, true], [time(s.ts)]]);
 }
 
+// Two series over time on one chart: unprocessed events (line, left scale) and instances
+// (steps, right scale), from points {at, unprocessedEvents, instances}.
+const BACKLOG_COLOR = "#4e79a7", INSTANCES_COLOR = "#f28e2b";
+function timeline(containerId, points) {
+  const width = 900, height = 200, pad = 36;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("role", "img");
+  const times = points.map((p) => Date.parse(p.at));
+  const start = Math.min(...times), end = Math.max(start + 1000, ...times);
+  const maxEvents = Math.max(1, ...points.map((p) => p.unprocessedEvents));
+  const maxInstances = Math.max(1, ...points.map((p) => p.instances));
+  const x = (t) => pad + ((t - start) / (end - start)) * (width - 2 * pad);
+  const y = (v, max) => height - pad - (v / max) * (height - 2 * pad);
+  const path = (coords, color, name) => {
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", coords.map(([a, b]) => `${a.toFixed(1)},${b.toFixed(1)}`).join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", color);
+    line.setAttribute("stroke-width", "2");
+    line.dataset.series = name;
+    svg.appendChild(line);
+  };
+  path(points.map((p, i) => [x(times[i]), y(p.unprocessedEvents, maxEvents)]), BACKLOG_COLOR, "unprocessed");
+  const steps = [];
+  points.forEach((p, i) => {
+    if (i > 0) steps.push([x(times[i]), y(points[i - 1].instances, maxInstances)]);
+    steps.push([x(times[i]), y(p.instances, maxInstances)]);
+  });
+  path(steps, INSTANCES_COLOR, "instances");
+  const label = (lx, ly, text, color, anchor) => {
+    const t = document.createElementNS(SVG, "text");
+    t.setAttribute("x", lx);
+    t.setAttribute("y", ly);
+    t.setAttribute("font-size", "11");
+    t.setAttribute("fill", color);
+    if (anchor) t.setAttribute("text-anchor", anchor);
+    t.textContent = text;
+    svg.appendChild(t);
+  };
+  label(2, pad - 10, `unprocessed events (max ${maxEvents})`, BACKLOG_COLOR);
+  label(width - 2, pad - 10, `instances (max ${maxInstances})`, INSTANCES_COLOR, "end");
+  label(pad, height - 10, time(new Date(start).toISOString()), "#555");
+  label(width - pad, height - 10, time(new Date(end).toISOString()), "#555", "end");
+  $(containerId).replaceChildren(svg);
+}
+
 function showOperations(v) {
+  // The scale controller's record covers the time the page was closed; else this page's polls.
+  const fromScale = v.scale.length > 0;
+  const points = fromScale
+    ? v.scale.map((p) => ({ at: p.at, unprocessedEvents: p.unprocessedEvents, instances: p.instances }))
+    : v.history;
+  timeline("ops-chart", points);
+  $("ops-chart-source").textContent = fromScale
+    ? "(the scale controller's decisions)"
+    : "(owning instances, while this page is open)";
+  const last = v.scale[v.scale.length - 1];
+  $("ops-scale").hidden = !last;
+  if (last) {
+    $("ops-scale").textContent =
+      `scale controller, ${time(last.at)}: ${last.unprocessedEvents} unprocessed on ${last.partitions} partitions, target ${last.target} (${last.reason}), ${last.instances} instances`;
+  }
   $("ops-instance-count").textContent = v.instances.length;
   $("ops-lag").textContent = v.totalLag;
   $("ops-group").textContent = `consumer group ${v.consumerGroup}`;

@@ -1,0 +1,328 @@
+//! `hubhost emulate --scale`: the Functions scale controller for Event Hubs, on one machine.
+//!
+//! In Azure nobody starts instances by hand: the scale controller reads each Event Hubs
+//! function's backlog (the events enqueued after its checkpoints), asks the extension how many
+//! instances that needs, and adds or removes instances of the app. This supervisor does the
+//! same with real processes: every `interval` it reads the partition ends from the event hub
+//! and the checkpoints from the store, counts the backlog as the extension does
+//! (`hubhost_processor::backlog`), decides with the pure rules of `decide`, and starts or
+//! stops `hubhost emulate` instances (SIGTERM, so they checkpoint and hand their partitions
+//! over). Each decision is printed with its inputs and recorded in the checkpoint store
+//! (`scale_history`), where the operations view draws it.
+//!
+//! The instances are ordinary pool members: they know nothing of the supervisor and balance
+//! among themselves through the store. An instance that dies is replaced at the next decision,
+//! as the platform replaces a failed worker.
+
+pub mod decide;
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use hubhost_functions::function_app::FunctionApp;
+use hubhost_processor::ProcessorOptions;
+use hubhost_processor::backlog::{SCALE_HISTORY_LENGTH, ScalePoint, total_unprocessed};
+use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
+use hubhost_processor::eventhubs::EventHubTarget;
+
+use crate::emulate::{AppSettings, EmulateError, resolve_trigger};
+use decide::{MonitorSample, TargetScaler, Vote};
+
+/// How many samples the incremental model keeps.
+const MONITOR_WINDOW: usize = 10;
+/// How long a stopping instance may take before it is killed.
+const STOP_LIMIT: Duration = Duration::from_secs(60);
+
+/// How to start one instance: this program with these arguments (`hubhost emulate --app …`).
+#[derive(Debug, Clone)]
+pub struct InstanceCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ScaleOptions {
+    pub app: PathBuf,
+    /// Checkpoint store, as `hubhost emulate --storage` (the instances get the same).
+    pub storage: Option<String>,
+    pub instance: InstanceCommand,
+    /// The app's instance limit (`functionAppScaleLimit`, Flex `maximumInstanceCount`).
+    pub max_instances: u32,
+    /// Time between decisions.
+    pub interval: Duration,
+    /// The extension's scale-in hold after a scale-up ([`decide::SCALE_IN_HOLD`]).
+    pub scale_in_hold: Duration,
+    /// The older incremental model: the scale monitor's votes, one instance at a time.
+    pub incremental: bool,
+    /// Each instance writes its output to `instance-{n}.log` here.
+    pub logs: PathBuf,
+}
+
+/// One Event Hubs function as the scale controller sees it.
+struct ScaledFunction {
+    name: String,
+    target: EventHubTarget,
+    key: ConsumerGroupKey,
+    concurrency: u32,
+    scaler: TargetScaler,
+    samples: VecDeque<MonitorSample>,
+    history: Vec<ScalePoint>,
+}
+
+struct Instance {
+    number: u64,
+    child: tokio::process::Child,
+}
+
+/// The app's functions, their concurrency and the checkpoint store, resolved as the
+/// instances will resolve them.
+fn load(opts: &ScaleOptions) -> Result<(Vec<ScaledFunction>, CheckpointStore), EmulateError> {
+    let app = FunctionApp::load(&opts.app)?;
+    let settings = AppSettings::load(&opts.app)?;
+    let options =
+        ProcessorOptions::from_host_json(&app.host_json).map_err(EmulateError::HostJson)?;
+    let concurrency = decide::desired_concurrency(
+        None,
+        options.target_unprocessed_event_threshold,
+        options.max_batch_size as u32,
+    )
+    .ok_or(EmulateError::HostJson(
+        "extensions.eventHubs: the concurrency for scaling must be at least 1".into(),
+    ))?;
+    let mut functions = Vec::new();
+    for spec in &app.functions {
+        let Some((trigger, target)) = resolve_trigger(spec, &settings)? else {
+            continue;
+        };
+        let key = ConsumerGroupKey::new(
+            target.namespace.clone(),
+            target.hub.clone(),
+            trigger.consumer_group.clone(),
+        )?;
+        functions.push(ScaledFunction {
+            name: spec.name.clone(),
+            target,
+            key,
+            concurrency,
+            scaler: TargetScaler::new(concurrency, opts.scale_in_hold),
+            samples: VecDeque::new(),
+            history: Vec::new(),
+        });
+    }
+    if functions.is_empty() {
+        return Err(EmulateError::NoEventHubFunctions);
+    }
+    let storage =
+        hubhost_storage::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;
+    let store = CheckpointStore::new(storage.open()?, DEFAULT_CONTAINER);
+    Ok((functions, store))
+}
+
+/// Backlog and partition count of one function, read now.
+async fn measure(f: &ScaledFunction, store: &CheckpointStore) -> Result<(i64, u32), String> {
+    let ends = f.target.partition_ends().await.map_err(|e| e.to_string())?;
+    let checkpoints = store
+        .list_checkpoints(&f.key)
+        .await
+        .map_err(|e| e.to_string())?
+        .items;
+    Ok((total_unprocessed(&ends, &checkpoints), ends.len() as u32))
+}
+
+pub async fn run(
+    opts: ScaleOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), EmulateError> {
+    let (mut functions, store) = load(&opts)?;
+    store.ensure_container().await?;
+    std::fs::create_dir_all(&opts.logs).map_err(|e| EmulateError::Settings {
+        path: opts.logs.clone(),
+        problem: format!("cannot create the instance log folder: {e}"),
+    })?;
+    println!(
+        "hubhost emulate --scale: {} model, a decision every {:?}, scale-in hold {:?}, at most {} instances; instance logs in {}",
+        if opts.incremental {
+            "incremental (scale monitor votes)"
+        } else {
+            "target-based"
+        },
+        opts.interval,
+        opts.scale_in_hold,
+        opts.max_instances,
+        opts.logs.display()
+    );
+    for f in &functions {
+        println!(
+            "  {} ← {:?}, consumer group {}, {} unprocessed events per instance",
+            f.name, f.target, f.key.consumer_group, f.concurrency
+        );
+    }
+    let started = Instant::now();
+    let mut running: Vec<Instance> = Vec::new();
+    let mut stopping: Vec<Instance> = Vec::new();
+    let mut next_number = 1u64;
+    let mut ticker = tokio::time::interval(opts.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = ticker.tick() => {}
+        }
+        reap(&mut running, &mut stopping);
+        let current = running.len() as u32;
+        let now = started.elapsed();
+        let mut targets = Vec::new();
+        let mut lines = Vec::new();
+        for f in &mut functions {
+            let (unprocessed, partitions) = match measure(f, &store).await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(function = %f.name, error = %e, "no scale decision: the backlog could not be read");
+                    continue;
+                }
+            };
+            let (target, reason) = if opts.incremental {
+                f.samples.push_back(MonitorSample {
+                    unprocessed_events: unprocessed,
+                    partitions,
+                });
+                while f.samples.len() > MONITOR_WINDOW {
+                    f.samples.pop_front();
+                }
+                let samples: Vec<MonitorSample> = f.samples.iter().copied().collect();
+                let (vote, why) = decide::scale_monitor_vote(current, &samples);
+                let vote_name = match vote {
+                    Vote::ScaleOut => "scale out",
+                    Vote::ScaleIn => "scale in",
+                    Vote::None => "no change",
+                };
+                (
+                    decide::incremental_step(current, vote),
+                    format!("{vote_name}: {why}"),
+                )
+            } else {
+                let d = f.scaler.decide(now, unprocessed, partitions);
+                let reason = if d.held {
+                    format!(
+                        "wants {}, held: scale-in waits {:?} after a scale-up",
+                        decide::target_workers(unprocessed, partitions, f.concurrency),
+                        opts.scale_in_hold
+                    )
+                } else {
+                    format!(
+                        "⌈{unprocessed} ÷ {}⌉ = {} → {} spreads {partitions} partitions evenly",
+                        f.concurrency, d.desired, d.target
+                    )
+                };
+                (d.target, reason)
+            };
+            targets.push(target);
+            lines.push((f.name.clone(), unprocessed, partitions, target, reason));
+        }
+        if targets.is_empty() {
+            continue;
+        }
+        let next = decide::platform_step(current, &targets, opts.max_instances);
+        for (name, unprocessed, partitions, target, reason) in &lines {
+            println!(
+                "scale {name}: {unprocessed} unprocessed on {partitions} partitions; target {target} ({reason}); instances {current} → {next}"
+            );
+        }
+        for f in &mut functions {
+            let Some((_, unprocessed, partitions, target, reason)) =
+                lines.iter().find(|l| l.0 == f.name)
+            else {
+                continue;
+            };
+            f.history.push(ScalePoint {
+                at: chrono::Utc::now(),
+                unprocessed_events: *unprocessed,
+                partitions: *partitions,
+                target: *target,
+                instances: next,
+                reason: reason.clone(),
+            });
+            if f.history.len() > SCALE_HISTORY_LENGTH {
+                f.history.remove(0);
+            }
+            if let Err(e) = store.write_scale_history(&f.key, &f.history).await {
+                tracing::warn!(function = %f.name, error = %e, "the scale history could not be written");
+            }
+        }
+        while (running.len() as u32) < next {
+            match start_instance(&opts, next_number) {
+                Ok(instance) => running.push(instance),
+                Err(e) => {
+                    tracing::error!(error = %e, "an instance could not be started");
+                    break;
+                }
+            }
+            next_number += 1;
+        }
+        while (running.len() as u32) > next {
+            // The newest goes first, so the longest-lived instances keep their partitions.
+            let mut instance = running.pop().expect("more running than wanted");
+            terminate(&mut instance);
+            stopping.push(instance);
+        }
+    }
+    // Stop everything gracefully: each instance checkpoints and relinquishes.
+    for instance in running.iter_mut() {
+        terminate(instance);
+    }
+    stopping.append(&mut running);
+    let deadline = Instant::now() + STOP_LIMIT;
+    for mut instance in stopping {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, instance.child.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(instance = instance.number, "did not stop in time; killed");
+            let _ = instance.child.kill().await;
+        }
+    }
+    println!("hubhost emulate --scale: stopped");
+    Ok(())
+}
+
+fn start_instance(opts: &ScaleOptions, number: u64) -> std::io::Result<Instance> {
+    let log = std::fs::File::create(opts.logs.join(format!("instance-{number}.log")))?;
+    let child = crate::child::command(&opts.instance.program)
+        .args(&opts.instance.args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
+    println!(
+        "scale: started instance-{number} (pid {})",
+        child.id().unwrap_or_default()
+    );
+    Ok(Instance { number, child })
+}
+
+/// SIGTERM, as the platform stops an instance it no longer needs.
+fn terminate(instance: &mut Instance) {
+    if let Some(pid) = instance.child.id() {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        println!("scale: stopping instance-{} (pid {pid})", instance.number);
+    }
+}
+
+/// Forgets instances that have exited: stopped ones quietly, running ones as failures the next
+/// decision replaces.
+fn reap(running: &mut Vec<Instance>, stopping: &mut Vec<Instance>) {
+    running.retain_mut(|i| match i.child.try_wait() {
+        Ok(Some(status)) => {
+            tracing::warn!(instance = i.number, %status, "an instance exited; the next decision replaces it");
+            false
+        }
+        _ => true,
+    });
+    stopping.retain_mut(|i| !matches!(i.child.try_wait(), Ok(Some(_))));
+}
