@@ -24,6 +24,8 @@ fn the_pool_benchmark_reports_the_scenarios() {
             "500",
             "--steady-seconds",
             "8",
+            "--scale-interval",
+            "1",
             "--json",
         ])
         .env_remove("HUBHOST_STORAGE")
@@ -65,8 +67,29 @@ fn the_pool_benchmark_reports_the_scenarios() {
         ops > 0.0,
         "the instances' /metrics count their store operations"
     );
+    let reclaim = f["restart_reclaim_seconds"].as_f64().unwrap();
+    assert!(
+        reclaim > 0.0 && reclaim < 6.0,
+        "a restart under the same id reclaims before the 6 s expiry: {reclaim}"
+    );
+    assert!(f["restart_partitions"].as_u64().unwrap() >= 1);
+    let drain = f["drain"].as_array().unwrap();
+    let pools: Vec<&str> = drain.iter().map(|d| d["pool"].as_str().unwrap()).collect();
+    assert_eq!(pools, ["1 instance", "16 instances", "--scale"]);
+    for d in drain {
+        let (seconds, instance_seconds) = (
+            d["seconds"].as_f64().unwrap(),
+            d["instance_seconds"].as_f64().unwrap(),
+        );
+        assert!(seconds > 0.0 && instance_seconds > 0.0, "{d}");
+        let max = d["max_instances"].as_f64().unwrap();
+        assert!(instance_seconds <= seconds * max + 1.0, "{d}");
+    }
+    // 20,000 events ÷ 100 per instance: the controller asks for all 16 and adds four at a time.
+    assert!(drain[2]["max_instances"].as_u64().unwrap() >= 4, "{drain:?}");
+    assert!(drain[2]["max_instances"].as_u64().unwrap() <= 16, "{drain:?}");
     let throughput = f["throughput"].as_array().unwrap();
-    assert_eq!(throughput.len(), 2);
+    assert_eq!(throughput.len(), 3);
     for t in throughput {
         assert!(t["events_per_s"].as_f64().unwrap() > 0.0, "{t}");
     }

@@ -18,7 +18,11 @@
 //! 2. membership, on a second hub with the simulator producing at `rate`: one instance, grown
 //!    to two and to four (time to ±1 balance, partitions moved vs the minimum), `steady`
 //!    seconds of steady membership (ownership changes, storage operations per minute per
-//!    instance), a graceful stop (SIGTERM) and a `kill -9`.
+//!    instance), a graceful stop (SIGTERM), a `kill -9`, and a restart: `kill -9` of an
+//!    instance started again at once under the same id, which reclaims its own partitions;
+//! 3. the backlog drained by the scale controller (`hubhost emulate --scale`) beside the fixed
+//!    pools of phase 1: time to drain, and instance-seconds spent until then (what a
+//!    Consumption plan bills).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -55,6 +59,8 @@ pub struct PoolBenchOptions {
     /// host.json `maxEventBatchSize` and `prefetchCount`.
     pub max_batch: u32,
     pub prefetch: u32,
+    /// `--scale-interval` of the scale controller in the drain phase.
+    pub scale_interval: Duration,
     pub work_dir: PathBuf,
 }
 
@@ -234,6 +240,7 @@ impl OwnerHistory {
 /// The app the instances run, in its own directory with its own checkpoint store, and the
 /// instances themselves (the harness `bench pool` shares with the pool tests).
 struct PoolApp {
+    dir: PathBuf,
     store_dir: PathBuf,
     observer: Observer,
     pool: EmulatePool,
@@ -266,6 +273,7 @@ impl PoolApp {
         Ok(PoolApp {
             observer: Observer::new(&store_dir, &hub.target.namespace)?,
             pool: EmulatePool::new(&exe, &dir, &dir),
+            dir,
             store_dir,
             partitions: opts.partitions as usize,
         })
@@ -347,6 +355,24 @@ pub struct PoolFigures {
     pub checkpoint_writes_per_min: f64,
     pub handoff_seconds: f64,
     pub takeover_seconds: f64,
+    /// `kill -9` and an immediate restart under the same id → every partition it owned
+    /// processed again by it.
+    pub restart_reclaim_seconds: f64,
+    pub restart_partitions: usize,
+    /// The prefilled backlog drained by each pool, the scale controller's last.
+    pub drain: Vec<Drain>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Drain {
+    /// "1 instance", "16 instances", "--scale".
+    pub pool: String,
+    /// From starting the pool to every event checkpointed.
+    pub seconds: f64,
+    /// Σ over instances of their running time until then.
+    pub instance_seconds: f64,
+    /// The most instances running at once.
+    pub max_instances: usize,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -380,7 +406,7 @@ async fn throughput(
     opts: &PoolBenchOptions,
     count: usize,
     total: u64,
-) -> Result<(f64, f64, u64), PoolBenchError> {
+) -> Result<(f64, f64, u64, f64), PoolBenchError> {
     let mut app = PoolApp::create(opts.work_dir.join(format!("throughput-{count}")), hub, opts)?;
     let started = Instant::now();
     for i in 1..=count {
@@ -434,7 +460,102 @@ async fn throughput(
         rate,
         first.as_secs_f64(),
         (events as u64).saturating_sub(total),
+        done.as_secs_f64(),
     ))
+}
+
+/// Phase 3: the scale controller drains the prefilled hub; returns the drain figures.
+async fn scale_drain(
+    hub: &HubProcess,
+    opts: &PoolBenchOptions,
+    total: u64,
+) -> Result<Drain, PoolBenchError> {
+    let app = PoolApp::create(opts.work_dir.join("scale"), hub, opts)?;
+    let exe = std::env::current_exe().map_err(io("this executable"))?;
+    let out_path = app.dir.join("scale.out");
+    let out = std::fs::File::create(&out_path).map_err(io("scale.out"))?;
+    let mut supervisor = crate::child::command(exe)
+        .args(["emulate", "--scale", "--app"])
+        .arg(&app.dir)
+        .args(["--scale-interval", &opts.scale_interval.as_secs_f64().to_string()])
+        .arg("--scale-logs")
+        .arg(app.dir.join("instances"))
+        .env("HUBHOST_INSTANCE_LOCKS", app.dir.join("locks"))
+        .env("RUST_LOG", "warn")
+        .env_remove("HUBHOST_STORAGE")
+        .env_remove("AzureWebJobsStorage")
+        .env_remove("EventHubConnection")
+        .env_remove("EventHubName")
+        .stdout(out)
+        .stderr(std::fs::File::create(app.dir.join("scale.log")).map_err(io("scale.log"))?)
+        .spawn()
+        .map_err(io("hubhost emulate --scale"))?;
+    let started = Instant::now();
+    let within = Duration::from_secs(120 + total / 2_000);
+    let (mut instance_seconds, mut max_instances) = (0.0, 0usize);
+    let mut last_poll = Instant::now();
+    loop {
+        // Instances running: started minus stopped, from the supervisor's own lines.
+        let text = std::fs::read_to_string(&out_path).unwrap_or_default();
+        let running = text.lines().filter(|l| l.starts_with("scale: started")).count()
+            - text.lines().filter(|l| l.starts_with("scale: stopping")).count();
+        let now = Instant::now();
+        instance_seconds += running as f64 * (now - last_poll).as_secs_f64();
+        last_poll = now;
+        max_instances = max_instances.max(running);
+        if app.observer.snapshot().await?.processed() >= total {
+            break;
+        }
+        if let Ok(Some(status)) = supervisor.try_wait() {
+            return Err(PoolBenchError::Io(format!(
+                "hubhost emulate --scale exited with {status}"
+            )));
+        }
+        if started.elapsed() > within {
+            return Err(PoolBenchError::Timeout {
+                what: format!("--scale draining {total} events"),
+                within,
+                detail: String::new(),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(pid) = supervisor.id() {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(90), supervisor.wait()).await;
+    Ok(Drain {
+        pool: "--scale".into(),
+        seconds,
+        instance_seconds,
+        max_instances,
+    })
+}
+
+/// `kill -9` of `name` and a restart under the same id at once: seconds until every partition
+/// it owned is processed again by it (owned by it, and checkpointed past where it died).
+async fn restart(app: &mut PoolApp, name: &str) -> Result<(usize, f64), PoolBenchError> {
+    let mine = app.observer.snapshot().await?.owned_by(name);
+    let started = Instant::now();
+    app.kill_9(name).await?;
+    let left = app.observer.snapshot().await?;
+    app.start(name)?;
+    app.observer
+        .wait_for(
+            &format!("{name} reclaiming its partitions after a restart"),
+            Duration::from_secs(120),
+            |s| {
+                mine.iter().all(|p| {
+                    s.owners.get(p).is_some_and(|o| o == name)
+                        && s.checkpoints.get(p).copied().unwrap_or(-1)
+                            > left.checkpoints.get(p).copied().unwrap_or(-1)
+                })
+            },
+        )
+        .await?;
+    Ok((mine.len(), started.elapsed().as_secs_f64()))
 }
 
 /// The fleet simulator as a child process, killed when dropped (what it sent is in the hub).
@@ -635,6 +756,14 @@ async fn membership(
     note(format!(
         "kill -9: {moved} partitions processed by the survivors {seconds:.2} s later"
     ));
+    // Restart: the same id finds its ownerships live and renews them in its first cycle.
+    let (mine, seconds) = restart(&mut app, "i1").await?;
+    figures.restart_reclaim_seconds = seconds;
+    figures.restart_partitions = mine;
+    note(format!(
+        "restart: kill -9 and start under the same id; its {mine} partitions processed by it again {seconds:.2} s later (expiry {} s)",
+        EXPIRY.as_secs()
+    ));
     app.stop_all().await
 }
 
@@ -692,8 +821,8 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
         "baseline: the SDK consumer alone reads {:.0} events/s",
         figures.baseline_events_per_s
     ));
-    for count in [1, 4] {
-        let (rate, startup, duplicates) = throughput(&hub, &opts, count, total).await?;
+    for count in [1, 4, 16] {
+        let (rate, startup, duplicates, drained) = throughput(&hub, &opts, count, total).await?;
         note(format!(
             "{count} instance(s): {rate:.0} events/s end to end ({startup:.1} s to the first checkpoint, {duplicates} duplicates)"
         ));
@@ -703,7 +832,21 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
             startup_seconds: startup,
             duplicates,
         });
+        if count != 4 {
+            figures.drain.push(Drain {
+                pool: format!("{count} instance{}", if count == 1 { "" } else { "s" }),
+                seconds: drained,
+                instance_seconds: drained * count as f64,
+                max_instances: count,
+            });
+        }
     }
+    let drain = scale_drain(&hub, &opts, total).await?;
+    note(format!(
+        "--scale: drained {total} events in {:.1} s, {:.0} instance-seconds, at most {} instances",
+        drain.seconds, drain.instance_seconds, drain.max_instances
+    ));
+    figures.drain.push(drain);
     drop(hub);
 
     let hub = HubProcess::start(&opts.work_dir.join("hub-membership"), opts.partitions)?;
@@ -736,6 +879,15 @@ fn print(f: &PoolFigures, opts: &PoolBenchOptions) {
         format!("{:.1} s", f.takeover_seconds),
         "≤ 10 s",
         ".NET/Java ≈150 s, Go/Python ≈72 s",
+    );
+    row(
+        "restart: kill -9 + start, same id → its partitions processed",
+        format!(
+            "{:.1} s ({} partitions)",
+            f.restart_reclaim_seconds, f.restart_partitions
+        ),
+        "< expiry",
+        "new id each start: expiry + cycle, host ≈150 s",
     );
     row(
         "graceful handoff: SIGTERM → every partition processed",
@@ -816,9 +968,31 @@ fn print(f: &PoolFigures, opts: &PoolBenchOptions) {
         "",
         "SDKs: 1 list + 1 renewal per owned partition per cycle",
     );
+    let one = f
+        .drain
+        .first()
+        .map(|d| (d.seconds, d.instance_seconds))
+        .unwrap_or((1.0, 1.0));
+    for d in &f.drain {
+        row(
+            &format!(
+                "backlog of {} drained: {} (max {} running)",
+                opts.events, d.pool, d.max_instances
+            ),
+            format!(
+                "{:.1} s, {:.0} inst·s ({:.2}×, {:.2}×)",
+                d.seconds,
+                d.instance_seconds,
+                d.seconds / one.0.max(1e-9),
+                d.instance_seconds / one.1.max(1e-9)
+            ),
+            "",
+            "",
+        );
+    }
     println!(
-        "  ({} events prefilled; membership scenarios at {} events/s from the simulator)",
-        opts.events, opts.rate
+        "  ({} events prefilled; membership scenarios at {} events/s from the simulator; --scale decides every {:?}; drain ratios are against 1 instance)",
+        opts.events, opts.rate, opts.scale_interval
     );
 }
 

@@ -7,9 +7,10 @@ use hubhost::bench;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
-    /// A pool of `hubhost emulate` processes on real hubs: crash takeover, graceful handoff,
-    /// scale-out balance, steady ownership, end-to-end throughput with 1 and 4 instances, and
-    /// checkpoint store operations per instance; baseline: the bare SDK consumer.
+    /// A pool of `hubhost emulate` processes on real hubs: crash takeover, restart reclaim,
+    /// graceful handoff, scale-out balance, steady ownership, end-to-end throughput with 1, 4
+    /// and 16 instances, the backlog drained by `emulate --scale`, and checkpoint store
+    /// operations per instance; baseline: the bare SDK consumer.
     Pool {
         /// Events prefilled for the throughput phase.
         #[arg(long, default_value_t = 1_000_000)]
@@ -31,6 +32,9 @@ pub enum BenchCommand {
         /// host.json prefetchCount of the instances (the function app's value).
         #[arg(long, default_value_t = 300)]
         prefetch: u32,
+        /// Seconds between the scale controller's decisions in the drain phase.
+        #[arg(long, default_value = "5", value_parser = super::positive_seconds)]
+        scale_interval: std::time::Duration,
         /// Print the figures as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -140,6 +144,7 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
             partitions,
             max_batch,
             prefetch,
+            scale_interval,
             json,
         } => {
             if partitions == 0 || max_batch == 0 || events < u64::from(partitions) {
@@ -157,6 +162,7 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
                     steady: std::time::Duration::from_secs(steady_seconds),
                     max_batch,
                     prefetch,
+                    scale_interval,
                     json,
                     work_dir,
                 })
