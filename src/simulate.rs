@@ -280,8 +280,7 @@ pub async fn run(
         Ok(after) => after
             .into_iter()
             .map(|p| PartitionGain {
-                events: p.last_sequence_number
-                    - before.get(&p.partition_id).copied().unwrap_or(-1),
+                events: p.last_sequence_number - before.get(&p.partition_id).copied().unwrap_or(-1),
                 partition_id: p.partition_id,
             })
             .collect(),

@@ -86,8 +86,14 @@ fn the_pool_benchmark_reports_the_scenarios() {
         assert!(instance_seconds <= seconds * max + 1.0, "{d}");
     }
     // 20,000 events ÷ 100 per instance: the controller asks for all 16 and adds four at a time.
-    assert!(drain[2]["max_instances"].as_u64().unwrap() >= 4, "{drain:?}");
-    assert!(drain[2]["max_instances"].as_u64().unwrap() <= 16, "{drain:?}");
+    assert!(
+        drain[2]["max_instances"].as_u64().unwrap() >= 4,
+        "{drain:?}"
+    );
+    assert!(
+        drain[2]["max_instances"].as_u64().unwrap() <= 16,
+        "{drain:?}"
+    );
     let throughput = f["throughput"].as_array().unwrap();
     assert_eq!(throughput.len(), 3);
     for t in throughput {

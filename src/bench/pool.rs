@@ -477,7 +477,10 @@ async fn scale_drain(
     let mut supervisor = crate::child::command(exe)
         .args(["emulate", "--scale", "--app"])
         .arg(&app.dir)
-        .args(["--scale-interval", &opts.scale_interval.as_secs_f64().to_string()])
+        .args([
+            "--scale-interval",
+            &opts.scale_interval.as_secs_f64().to_string(),
+        ])
         .arg("--scale-logs")
         .arg(app.dir.join("instances"))
         .env("HUBHOST_INSTANCE_LOCKS", app.dir.join("locks"))
@@ -497,8 +500,14 @@ async fn scale_drain(
     loop {
         // Instances running: started minus stopped, from the supervisor's own lines.
         let text = std::fs::read_to_string(&out_path).unwrap_or_default();
-        let running = text.lines().filter(|l| l.starts_with("scale: started")).count()
-            - text.lines().filter(|l| l.starts_with("scale: stopping")).count();
+        let running = text
+            .lines()
+            .filter(|l| l.starts_with("scale: started"))
+            .count()
+            - text
+                .lines()
+                .filter(|l| l.starts_with("scale: stopping"))
+                .count();
         let now = Instant::now();
         instance_seconds += running as f64 * (now - last_poll).as_secs_f64();
         last_poll = now;
