@@ -454,10 +454,13 @@ pub fn parse_timespan(s: &str) -> Option<Duration> {
     if parts.next().is_some() || minutes >= 60 || !(0.0..60.0).contains(&seconds) {
         return None;
     }
-    Some(
-        Duration::from_secs((days * 24 + hours) * 3600 + minutes * 60)
-            + Duration::from_secs_f64(seconds),
-    )
+    // Checked: a span too long for a Duration is not a span (found by fuzzing host.json).
+    let whole = days
+        .checked_mul(24)?
+        .checked_add(hours)?
+        .checked_mul(3600)?
+        .checked_add(minutes * 60)?;
+    Duration::from_secs(whole).checked_add(Duration::from_secs_f64(seconds))
 }
 
 #[cfg(test)]
@@ -468,6 +471,9 @@ mod tests {
     #[test]
     fn timespans_parse_like_dotnet() {
         assert_eq!(parse_timespan("00:00:05"), Some(Duration::from_secs(5)));
+        // Too long for a Duration: refused, not an overflow.
+        assert_eq!(parse_timespan("009223372036854775807:02:00"), None);
+        assert_eq!(parse_timespan("18446744073709551615.00:00:00"), None);
         assert_eq!(
             parse_timespan("01:02:03.5"),
             Some(Duration::from_millis(3_723_500))

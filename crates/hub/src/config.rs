@@ -202,7 +202,8 @@ pub fn hubs_from_file(path: &Path) -> Result<Vec<HubSpec>, ConfigError> {
     })
 }
 
-fn hubs_from_json(text: &str) -> Result<Vec<HubSpec>, ConfigError> {
+/// Reads the hubs from the text of a configuration file in either format.
+pub fn hubs_from_json(text: &str) -> Result<Vec<HubSpec>, ConfigError> {
     let format = |message: String| ConfigError::Format {
         path: String::new(),
         message,

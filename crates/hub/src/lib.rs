@@ -9,7 +9,9 @@
 
 pub mod config;
 pub(crate) mod encoding;
-pub(crate) mod filter;
+pub mod filter;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod links;
 pub mod log;
 pub mod partition_key;

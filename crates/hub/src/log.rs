@@ -315,9 +315,12 @@ impl PartitionLog {
             return Ok(self.cache.iter().skip(skip).take(max).cloned().collect());
         }
         let mut out = Vec::new();
+        // An empty segment (only ever the last: a new one, or one cut to nothing on open)
+        // holds nothing before `from`; counting it as "before" would break the search and
+        // skip every segment (found by the segment_recovery fuzz target).
         let segment_at = self
             .segments
-            .partition_point(|s| s.last.is_none_or(|(last, _, _)| last < from));
+            .partition_point(|s| s.last.is_some_and(|(last, _, _)| last < from));
         for segment in &self.segments[segment_at.min(self.segments.len())..] {
             let start = segment
                 .index
@@ -523,6 +526,37 @@ mod tests {
             fsync: false,
         })
         .unwrap()
+    }
+
+    /// A last segment that is empty — rolled just before a `kill -9`, or cut to nothing
+    /// because its first record was damaged — must not hide the segments before it.
+    #[test]
+    fn an_empty_last_segment_hides_nothing_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // Three records per segment: two segments, the second with two records.
+            let mut log = disk(dir.path(), 100, 1 << 20);
+            fill(&mut log, 5, 1_000);
+        }
+        let mut segments: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        segments.sort();
+        assert_eq!(segments.len(), 2, "{segments:?}");
+        // Damage the first record of the last segment: it is cut to nothing on open.
+        let last = segments.last().unwrap();
+        let mut data = fs::read(last).unwrap();
+        data[HEADER] ^= 0xff;
+        fs::write(last, &data).unwrap();
+        let log = disk(dir.path(), 100, 1 << 20);
+        let summary = log.summary();
+        let events = log.read(0, 100).unwrap();
+        assert!(summary.next_sequence > 0);
+        assert_eq!(
+            events.iter().map(|e| e.sequence).collect::<Vec<_>>(),
+            (0..summary.next_sequence).collect::<Vec<_>>()
+        );
     }
 
     fn fill(log: &mut PartitionLog, n: i64, ms_from: i64) {

@@ -25,23 +25,30 @@ impl AppSettings {
                 problem,
             };
             let text = std::fs::read_to_string(&path).map_err(|e| problem(e.to_string()))?;
-            let json: Value =
-                serde_json::from_str(&text).map_err(|e| problem(format!("not valid JSON: {e}")))?;
-            if let Some(map) = json.get("Values").and_then(Value::as_object) {
-                for (k, v) in map {
-                    let v = match v {
-                        Value::String(s) => s.clone(),
-                        Value::Null => continue,
-                        other => other.to_string(),
-                    };
-                    values.insert(k.clone(), v);
-                }
-            }
+            values = Self::parse_values(&text).map_err(problem)?;
         }
         for (k, v) in std::env::vars() {
             values.insert(k, v);
         }
         Ok(AppSettings { values })
+    }
+
+    /// The `Values` of a local.settings.json text (numbers and booleans as their JSON text,
+    /// nulls left out), or what is wrong with it.
+    pub fn parse_values(text: &str) -> Result<BTreeMap<String, String>, String> {
+        let json: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+        let mut values = BTreeMap::new();
+        if let Some(map) = json.get("Values").and_then(Value::as_object) {
+            for (k, v) in map {
+                let v = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => continue,
+                    other => other.to_string(),
+                };
+                values.insert(k.clone(), v);
+            }
+        }
+        Ok(values)
     }
 
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {

@@ -516,7 +516,7 @@ impl CheckpointStore {
 
 /// Reads the checkpoint metadata as the .NET store does: `offset` preferred, `""` (or the
 /// placeholder "no offset") meaning absent; a value that is not a number is a problem.
-fn checkpoint_from_metadata(
+pub fn checkpoint_from_metadata(
     blob: &str,
     partition_id: String,
     metadata: &Metadata,

@@ -1,0 +1,92 @@
+//! Entry points for the fuzz targets (crates/fuzz-targets) into the hub's internal parsers,
+//! which nothing else outside this crate may call. Not part of the hub's API.
+
+use bytes::Bytes;
+use fe2o3_amqp::types::messaging::annotations::OwnedKey;
+use fe2o3_amqp::types::messaging::message::__private::{Deserializable, Serializable};
+use fe2o3_amqp::types::messaging::{
+    AmqpValue, ApplicationProperties, Body, Data, Header, Message, MessageAnnotations,
+};
+use fe2o3_amqp::types::primitives::{Binary, OrderedMap, SimpleValue, Value};
+
+use crate::log::StoredEvent;
+use crate::requests::AmqpMessage;
+
+/// The stored message `payload` as a consumer receives it, both ways: for every payload the
+/// hub can store (one that decodes), the fast path that splices bytes (`received`) must give
+/// exactly the message of the typed path that decodes and encodes (`links::to_received`), or
+/// leave the message to it. Panics when they disagree.
+pub fn received_paths_agree(payload: &[u8], sequence: i64, offset: i64, enqueued_ms: i64) {
+    let event = StoredEvent {
+        sequence,
+        offset,
+        enqueued_ms,
+        payload: Bytes::copy_from_slice(payload),
+    };
+    // Only messages that decode are ever stored: a producer's delivery (and every event of a
+    // batch) is decoded before it is appended. Bytes that do not decode never reach either path.
+    let Some(typed) = crate::links::to_received(&event) else {
+        return;
+    };
+    let Some(fast) = crate::received::received_bytes(payload, sequence, offset, enqueued_ms) else {
+        return;
+    };
+    let decoded: Deserializable<AmqpMessage> = serde_amqp::from_slice(&fast)
+        .unwrap_or_else(|e| panic!("the fast path's bytes do not decode ({e}): {fast:02x?}"));
+    assert_eq!(decoded.0, typed, "the two paths disagree on {payload:02x?}");
+}
+
+/// An encoded AMQP message made from `data`: its body (data or a string value), application
+/// properties, message annotations and header chosen by the bytes, so that a fuzzer's bytes
+/// become messages producers could send.
+pub fn message_from(data: &[u8]) -> Vec<u8> {
+    let (shape, rest) = data.split_first().unwrap_or((&0, &[]));
+    let body: Body<Value> = if shape & 1 == 0 {
+        Body::Data(std::iter::once(Data(Binary::from(rest.to_vec()))).collect())
+    } else {
+        Body::Value(AmqpValue(Value::String(
+            String::from_utf8_lossy(rest).into_owned(),
+        )))
+    };
+    let mut message: AmqpMessage = Message {
+        header: None,
+        delivery_annotations: None,
+        message_annotations: None,
+        properties: None,
+        application_properties: None,
+        body,
+        footer: None,
+    };
+    if shape & 2 != 0 {
+        let mut properties = OrderedMap::new();
+        for (i, chunk) in rest.chunks(7).take(6).enumerate() {
+            properties.insert(
+                format!("p{i}"),
+                SimpleValue::String(String::from_utf8_lossy(chunk).into_owned()),
+            );
+        }
+        message.application_properties = Some(ApplicationProperties(properties));
+    }
+    if shape & 4 != 0 {
+        let mut annotations = OrderedMap::new();
+        annotations.insert(
+            OwnedKey::from("x-opt-partition-key"),
+            Value::String(format!("home-{}", rest.len())),
+        );
+        if shape & 16 != 0 {
+            // A stamp the producer set itself: the fast path must leave such a message alone.
+            annotations.insert(
+                OwnedKey::from(crate::received::SEQUENCE_NUMBER),
+                Value::Long(-7),
+            );
+        }
+        message.message_annotations = Some(MessageAnnotations(annotations));
+    }
+    if shape & 8 != 0 {
+        message.header = Some(Header {
+            durable: true,
+            ..Header::default()
+        });
+    }
+    serde_amqp::to_vec(&Serializable(message)).expect("a message encodes")
+}
