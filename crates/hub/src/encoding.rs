@@ -36,6 +36,141 @@ fn nested_value_len(bytes: &[u8], depth: usize) -> Option<usize> {
     (len <= bytes.len()).then_some(len)
 }
 
+/// Whether every value in `bytes`, one after another and inside lists, maps and described
+/// values, declares a size that fits in what follows it. The typed decoder (serde_amqp)
+/// allocates the declared size of a string, symbol or binary before it checks that the bytes
+/// are there, so 13 bytes declaring a 4 GB symbol make it ask for 4 GB (found by the
+/// `received_message` fuzz target); bytes that pass this walk cannot.
+pub fn sizes_fit(bytes: &[u8]) -> bool {
+    sizes_fit_at(bytes, 0)
+}
+
+fn sizes_fit_at(mut bytes: &[u8], depth: usize) -> bool {
+    if depth > MAX_DESCRIPTOR_DEPTH * 4 {
+        return false;
+    }
+    while !bytes.is_empty() {
+        let Some(len) = value_len(bytes) else {
+            return false;
+        };
+        let value = &bytes[..len];
+        let inner_ok = match value[0] {
+            0x00 => {
+                let Some(descriptor) = value_len(&value[1..]) else {
+                    return false;
+                };
+                sizes_fit_at(&value[1..1 + descriptor], depth + 1)
+                    && sizes_fit_at(&value[1 + descriptor..], depth + 1)
+            }
+            // The decoder reads as many items as the count says, past the compound's size if
+            // need be: the count must match the items the size holds.
+            0xc0 | 0xc1 | 0xd0 | 0xd1 => match compound(value) {
+                Some(c) => {
+                    count_values(c.items) == Some(c.count) && sizes_fit_at(c.items, depth + 1)
+                }
+                None => false,
+            },
+            0xe0 => array_fits(&value[2..], false, depth + 1),
+            0xf0 => array_fits(&value[5..], true, depth + 1),
+            _ => true,
+        };
+        if !inner_ok {
+            return false;
+        }
+        bytes = &bytes[len..];
+    }
+    true
+}
+
+/// How many values follow one another in `bytes`, if they fill it exactly.
+fn count_values(mut bytes: &[u8]) -> Option<usize> {
+    let mut n = 0;
+    while !bytes.is_empty() {
+        bytes = &bytes[value_len(bytes)?..];
+        n += 1;
+    }
+    Some(n)
+}
+
+/// An array's content after its size: the count, one constructor, then the elements, each
+/// encoded without its format code; every element's own size must fit.
+fn array_fits(content: &[u8], wide: bool, depth: usize) -> bool {
+    let (count, mut at) = if wide {
+        match content.get(..4) {
+            Some(b) => (u32::from_be_bytes(b.try_into().expect("4")) as usize, 4),
+            None => return false,
+        }
+    } else {
+        match content.first() {
+            Some(n) => (*n as usize, 1),
+            None => return false,
+        }
+    };
+    // The constructor: a format code, or a descriptor and then one.
+    if content.get(at) == Some(&0x00) {
+        match value_len(&content[at + 1..]) {
+            Some(descriptor) => at += 1 + descriptor,
+            None => return false,
+        }
+    }
+    let Some(&code) = content.get(at) else {
+        return count == 0;
+    };
+    at += 1;
+    for _ in 0..count {
+        let rest = &content[at.min(content.len())..];
+        let size = |width: usize| -> Option<usize> {
+            let field = rest.get(..width)?;
+            Some(if width == 1 {
+                field[0] as usize
+            } else {
+                u32::from_be_bytes(field.try_into().ok()?) as usize
+            })
+        };
+        let (len, inner) = match code >> 4 {
+            0x4 => (0, None),
+            0x5 => (1, None),
+            0x6 => (2, None),
+            0x7 => (4, None),
+            0x8 => (8, None),
+            0x9 => (16, None),
+            0xa | 0xc | 0xe => match size(1) {
+                Some(n) => (1 + n, Some(1)),
+                None => return false,
+            },
+            0xb | 0xd | 0xf => match size(4) {
+                Some(n) => (4 + n, Some(4)),
+                None => return false,
+            },
+            _ => return false,
+        };
+        let Some(element) = rest.get(..len) else {
+            return false;
+        };
+        let nested_ok = match (code >> 4, inner) {
+            // A list or map element: its count, then items that must fit in turn.
+            (0xc, Some(w)) | (0xd, Some(w)) => {
+                element.len() >= 2 * w && {
+                    let count = if w == 1 {
+                        element[1] as usize
+                    } else {
+                        u32::from_be_bytes(element[4..8].try_into().expect("4")) as usize
+                    };
+                    let items = &element[2 * w..];
+                    count_values(items) == Some(count) && sizes_fit_at(items, depth + 1)
+                }
+            }
+            (0xe, Some(w)) | (0xf, Some(w)) => array_fits(&element[w..], w == 4, depth + 1),
+            _ => true,
+        };
+        if !nested_ok || depth > MAX_DESCRIPTOR_DEPTH * 4 {
+            return false;
+        }
+        at += len;
+    }
+    true
+}
+
 /// The numeric descriptor of the described value at the start of `bytes` — a small ulong
 /// (`0x53`) or a ulong (`0x80`); symbolic descriptors give `None` — and where its value starts.
 pub fn descriptor(bytes: &[u8]) -> Option<(u64, usize)> {
@@ -134,6 +269,24 @@ mod tests {
         assert_eq!(value_len(&[0xa1, 5, b'h']), None, "runs past the end");
         assert_eq!(value_len(&[0x20]), None, "no such format code");
         assert_eq!(value_len(&[0x00; 64]), None, "nested descriptors");
+    }
+
+    #[test]
+    fn declared_sizes_must_fit_at_every_level() {
+        assert!(sizes_fit(&[0x00, 0x53, 0x75, 0xa0, 1, 9]));
+        assert!(sizes_fit(&[0xc0, 3, 2, 0x41, 0x42, 0x40]));
+        // The fuzz target's input: a symbol declaring 4 GB at the top.
+        assert!(!sizes_fit(&[
+            0xb3, 0xff, 0xff, 0xff, 0x53, 0x75, 0x78, 0xe4, 0x3a, 0x06, 0x07, 0xe4
+        ]));
+        // The same inside a list whose own size fits.
+        assert!(!sizes_fit(&[0xc0, 6, 1, 0xb3, 0xff, 0xff, 0xff, 0xff]));
+        assert!(!sizes_fit(&[0x00, 0x53, 0x75, 0xb0, 0x7f, 0, 0, 0]));
+        // In an array of symbols: the first fits, the second declares 4 GB.
+        assert!(sizes_fit(&[0xe0, 6, 2, 0xa3, 1, b'a', 1, b'b']));
+        assert!(!sizes_fit(&[
+            0xe0, 9, 2, 0xb3, 0, 0, 0, 1, b'a', 0xff, 0xff
+        ]));
     }
 
     #[test]

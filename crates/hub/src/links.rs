@@ -158,15 +158,13 @@ fn unpack(
             ));
         };
         for section in sections.iter() {
-            let inner: Deserializable<AmqpMessage> =
-                serde_amqp::from_slice(&section.0).map_err(|e| {
-                    definitions::Error::new(
-                        AmqpError::DecodeError,
-                        format!("an event in the batch is not an AMQP message: {e}"),
-                        None,
-                    )
-                })?;
-            let mut inner = inner.0;
+            let mut inner = decode_message(&section.0).map_err(|e| {
+                definitions::Error::new(
+                    AmqpError::DecodeError,
+                    format!("an event in the batch is not an AMQP message: {e}"),
+                    None,
+                )
+            })?;
             if let Some(key) = &key
                 && partition_key(&inner).is_none()
             {
@@ -232,11 +230,28 @@ fn received_bytes(event: &StoredEvent) -> Option<Vec<u8>> {
     .or_else(|| serde_amqp::to_vec(&Serializable(to_received(event)?)).ok())
 }
 
+/// Decodes bytes a client sent as a message, guarded against the decoder's own faults, which
+/// the fuzz targets found in serde_amqp: it allocates whatever size a string or binary
+/// declares before checking the bytes are there (13 bytes can ask for 4 GB), and some
+/// malformed inputs make its arithmetic overflow (a panic in debug builds). Declared sizes are
+/// checked first (`encoding::sizes_fit`) and a panic becomes a decode error, so one bad event
+/// costs its sender an error, never the hub its memory or a task.
+fn decode_message(bytes: &[u8]) -> Result<AmqpMessage, String> {
+    if !super::encoding::sizes_fit(bytes) {
+        return Err("a value declares more bytes than the message holds".into());
+    }
+    match std::panic::catch_unwind(|| serde_amqp::from_slice::<Deserializable<AmqpMessage>>(bytes))
+    {
+        Ok(Ok(decoded)) => Ok(decoded.0),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the message could not be decoded".into()),
+    }
+}
+
 /// The stored event as the message a consumer receives: as sent, plus the annotations the
 /// service stamps (sequence number, offset as a string, enqueued time).
 pub fn to_received(event: &StoredEvent) -> Option<AmqpMessage> {
-    let decoded: Deserializable<AmqpMessage> = serde_amqp::from_slice(&event.payload).ok()?;
-    let mut message = decoded.0;
+    let mut message = decode_message(&event.payload).ok()?;
     let annotations = &mut message
         .message_annotations
         .get_or_insert_with(MessageAnnotations::default)

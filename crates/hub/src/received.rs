@@ -15,6 +15,9 @@ use super::encoding::{self, CompoundKind, value_len};
 /// delivery annotations (0x71), message annotations, then the bare message up to the footer (0x78).
 const HEADER: u8 = 0x70;
 const MESSAGE_ANNOTATIONS: u8 = 0x72;
+const DATA: u8 = 0x75;
+const SEQUENCE: u8 = 0x76;
+const VALUE: u8 = 0x77;
 const FOOTER: u8 = 0x78;
 
 pub const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
@@ -32,11 +35,28 @@ pub fn received_bytes(
     let stamps = stamps(sequence, offset, enqueued_ms);
     let mut out = Vec::with_capacity(payload.len() + stamps.len() + 16);
     let mut stamped = false;
+    let mut previous: Option<u8> = None;
     let mut at = 0;
     while at < payload.len() {
         let rest = &payload[at..];
         let len = value_len(rest)?;
         let (code, value_at) = section(rest)?;
+        // Sections in the order the spec gives, each once, except that a body may be several
+        // data or several sequence sections (never a mix, never two values). Anything else is
+        // left to the typed path, whose decoder picks one reading; splicing would hand the
+        // consumer another (found by the received_message fuzz target).
+        if let Some(before) = previous
+            && (code < before || (code == before && !matches!(code, DATA | SEQUENCE)))
+        {
+            return None;
+        }
+        if matches!(previous, Some(DATA | SEQUENCE | VALUE))
+            && matches!(code, DATA | SEQUENCE | VALUE)
+            && previous != Some(code)
+        {
+            return None;
+        }
+        previous = Some(code);
         if !stamped && code >= MESSAGE_ANNOTATIONS {
             let stored = if code == MESSAGE_ANNOTATIONS {
                 Some(map_items(&rest[value_at..len])?)
