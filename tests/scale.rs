@@ -90,19 +90,8 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn the_scale_controller_drains_a_backlog_and_scales_to_zero() {
     let dir = tempfile::tempdir().unwrap();
-    let port = common::free_port();
-    let mut hub = Command::new(env!("CARGO_BIN_EXE_hubhost"))
-        .args(["hub", "--in-memory", "--port", &port.to_string()])
-        .args(["--hub", "sensors:8"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    common::wait_for_port(port, "hubhost hub");
-    let connection = format!(
-        "Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={};UseDevelopmentEmulator=true;",
-        common::KEY
-    );
+    let hub = common::Hub::start_serving_hubs(&["sensors:8"]);
+    let connection = hub.connection_string(common::KEY);
     let sent = Command::new(env!("CARGO_BIN_EXE_hubhost"))
         .args(["simulate", "--homes", "2000", "--unthrottled"])
         .args(["--events", &BACKLOG.to_string(), "--hub", "sensors"])
@@ -269,6 +258,4 @@ fn the_scale_controller_drains_a_backlog_and_scales_to_zero() {
     unsafe { libc::kill(supervisor.child.id() as i32, libc::SIGTERM) };
     let status = common::wait_within(&mut supervisor.child, Duration::from_secs(30), "supervisor");
     assert!(status.success(), "{status}");
-    let _ = hub.kill();
-    let _ = hub.wait();
 }

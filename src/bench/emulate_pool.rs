@@ -15,6 +15,18 @@ use crate::checkpoint::{CheckpointError, CheckpointStore, ConsumerGroupKey};
 use crate::metrics::{self, Sample};
 use crate::processor::balancer::FOREIGN_OWNERSHIP_EXPIRY;
 
+/// Variables of the environment running the pool that its instances must not see: the app's
+/// settings come from its local.settings.json only, and each instance stands for one
+/// Functions instance, so the platform's instance ids of this machine are not theirs.
+pub const NOT_INHERITED: [&str; 6] = [
+    "HUBHOST_STORAGE",
+    "AzureWebJobsStorage",
+    "EventHubConnection",
+    "EventHubName",
+    "WEBSITE_INSTANCE_ID",
+    "CONTAINER_NAME",
+];
+
 /// How long a graceful stop may take before it counts as failed.
 pub const STOP_LIMIT: Duration = Duration::from_secs(60);
 
@@ -170,17 +182,12 @@ impl EmulatePool {
             .args(["emulate", "--app"])
             .arg(&self.app)
             .args(["--metrics-port", "0"])
-            .env_remove("HUBHOST_STORAGE")
-            .env_remove("AzureWebJobsStorage")
-            .env_remove("EventHubConnection")
-            .env_remove("EventHubName")
-            // Each instance stands for one Functions instance: the platform's instance ids of
-            // the machine running the pool are not theirs.
-            .env_remove("WEBSITE_INSTANCE_ID")
-            .env_remove("CONTAINER_NAME")
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(log);
+        for variable in NOT_INHERITED {
+            command.env_remove(variable);
+        }
         if let Some(id) = instance_id {
             command.args(["--instance-id", id]);
         }

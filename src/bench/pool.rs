@@ -474,7 +474,8 @@ async fn scale_drain(
     let exe = std::env::current_exe().map_err(io("this executable"))?;
     let out_path = app.dir.join("scale.out");
     let out = std::fs::File::create(&out_path).map_err(io("scale.out"))?;
-    let mut supervisor = crate::child::command(exe)
+    let mut command = crate::child::command(exe);
+    command
         .args(["emulate", "--scale", "--app"])
         .arg(&app.dir)
         .args([
@@ -485,14 +486,13 @@ async fn scale_drain(
         .arg(app.dir.join("instances"))
         .env("HUBHOST_INSTANCE_LOCKS", app.dir.join("locks"))
         .env("RUST_LOG", "warn")
-        .env_remove("HUBHOST_STORAGE")
-        .env_remove("AzureWebJobsStorage")
-        .env_remove("EventHubConnection")
-        .env_remove("EventHubName")
         .stdout(out)
-        .stderr(std::fs::File::create(app.dir.join("scale.log")).map_err(io("scale.log"))?)
-        .spawn()
-        .map_err(io("hubhost emulate --scale"))?;
+        .stderr(std::fs::File::create(app.dir.join("scale.log")).map_err(io("scale.log"))?);
+    // The instances inherit the supervisor's environment: the same isolation as the pool's.
+    for variable in super::emulate_pool::NOT_INHERITED {
+        command.env_remove(variable);
+    }
+    let mut supervisor = command.spawn().map_err(io("hubhost emulate --scale"))?;
     let started = Instant::now();
     let within = Duration::from_secs(120 + total / 2_000);
     let (mut instance_seconds, mut max_instances) = (0.0, 0usize);

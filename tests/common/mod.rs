@@ -369,6 +369,15 @@ impl Hub {
     }
 
     pub fn start_on(port: u16, data_dir: Option<&Path>) -> Hub {
+        Self::start_serving(port, data_dir, &[])
+    }
+
+    /// In memory, on a free port, serving `hubs` (`name:partitions`) instead of the default.
+    pub fn start_serving_hubs(hubs: &[&str]) -> Hub {
+        Self::start_serving(free_port(), None, hubs)
+    }
+
+    fn start_serving(port: u16, data_dir: Option<&Path>, hubs: &[&str]) -> Hub {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubhost"));
         cmd.args(["hub", "--port", &port.to_string()])
             .stdout(Stdio::null())
@@ -381,6 +390,9 @@ impl Hub {
             Some(dir) => cmd.arg("--data-dir").arg(dir),
             None => cmd.arg("--in-memory"),
         };
+        for hub in hubs {
+            cmd.args(["--hub", hub]);
+        }
         let child = cmd.spawn().expect("hubhost starts");
         wait_for_port(port, "hubhost hub");
         Hub { child, port }

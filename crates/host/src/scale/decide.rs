@@ -62,11 +62,19 @@ pub fn valid_worker_count(desired: u64, sorted: &[u32]) -> u32 {
         .unwrap_or(0)
 }
 
+/// ⌈unprocessed ÷ concurrency⌉; a negative backlog counts as none.
+pub fn desired_workers(unprocessed_events: i64, concurrency: u32) -> u64 {
+    u64::try_from(unprocessed_events)
+        .unwrap_or(0)
+        .div_ceil(u64::from(concurrency.max(1)))
+}
+
 /// What one function's target scaler asks for, before the hold.
 pub fn target_workers(unprocessed_events: i64, partitions: u32, concurrency: u32) -> u32 {
-    let events = u64::try_from(unprocessed_events).unwrap_or(0);
-    let desired = events.div_ceil(u64::from(concurrency.max(1)));
-    valid_worker_count(desired, &valid_worker_counts(partitions))
+    valid_worker_count(
+        desired_workers(unprocessed_events, concurrency),
+        &valid_worker_counts(partitions),
+    )
 }
 
 /// The hold: a smaller target than `previous` is replaced by `previous` while the last
@@ -88,10 +96,18 @@ pub fn hold_scale_in(
 pub struct TargetDecision {
     /// ⌈unprocessed ÷ concurrency⌉, before rounding to an even spread.
     pub desired: u64,
-    /// After rounding up to an even spread of the partitions.
+    /// `desired` rounded up to an even spread of the partitions: what the function wants now.
+    pub wanted: u32,
+    /// The answer: `wanted`, unless a scale-in is held back by [`SCALE_IN_HOLD`] and the
+    /// previous target stays.
     pub target: u32,
-    /// A scale-in held back by [`SCALE_IN_HOLD`]: the previous target stays.
-    pub held: bool,
+}
+
+impl TargetDecision {
+    /// A scale-in held back: the answer is not what the function wants now.
+    pub fn held(&self) -> bool {
+        self.target != self.wanted
+    }
 }
 
 /// One function's target scaler: the target formula with the memory the hold needs.
@@ -121,20 +137,18 @@ impl TargetScaler {
         unprocessed_events: i64,
         partitions: u32,
     ) -> TargetDecision {
-        let desired = u64::try_from(unprocessed_events)
-            .unwrap_or(0)
-            .div_ceil(u64::from(self.concurrency.max(1)));
-        let raw = target_workers(unprocessed_events, partitions, self.concurrency);
+        let desired = desired_workers(unprocessed_events, self.concurrency);
+        let wanted = valid_worker_count(desired, &valid_worker_counts(partitions));
         let since = self.last_scale_up.map(|t| now.saturating_sub(t));
-        let target = hold_scale_in(raw, self.last_target, since, self.hold);
+        let target = hold_scale_in(wanted, self.last_target, since, self.hold);
         if target > self.last_target {
             self.last_scale_up = Some(now);
         }
         self.last_target = target;
         TargetDecision {
             desired,
+            wanted,
             target,
-            held: target != raw,
         }
     }
 }
@@ -307,11 +321,11 @@ mod tests {
         assert_eq!(scaler.decide(at(0), 1_000_000, 16).target, 16);
         // The backlog is gone a minute later: held at 16.
         let d = scaler.decide(at(60), 0, 16);
-        assert_eq!((d.desired, d.target, d.held), (0, 16, true));
-        assert!(scaler.decide(at(179), 0, 16).held);
+        assert_eq!((d.desired, d.target, d.held()), (0, 16, true));
+        assert!(scaler.decide(at(179), 0, 16).held());
         // 180 s after the scale-up, the scale-in goes through.
         let d = scaler.decide(at(180), 0, 16);
-        assert_eq!((d.target, d.held), (0, false));
+        assert_eq!((d.target, d.held()), (0, false));
         // A scale-up is never held.
         assert_eq!(scaler.decide(at(181), 350, 16).target, 4);
         assert_eq!(scaler.decide(at(200), 150, 16).target, 4);

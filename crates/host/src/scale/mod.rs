@@ -175,9 +175,10 @@ pub async fn run(
         reap(&mut running, &mut stopping);
         let current = running.len() as u32;
         let now = started.elapsed();
-        let mut targets = Vec::new();
-        let mut lines = Vec::new();
-        for f in &mut functions {
+        // Each function's decision, by its index, as the point its history will record once
+        // the platform has decided the instance count.
+        let mut decisions: Vec<(usize, ScalePoint)> = Vec::new();
+        for (index, f) in functions.iter_mut().enumerate() {
             let (unprocessed, partitions) = match measure(f, &store).await {
                 Ok(m) => m,
                 Err(e) => {
@@ -206,11 +207,10 @@ pub async fn run(
                 )
             } else {
                 let d = f.scaler.decide(now, unprocessed, partitions);
-                let reason = if d.held {
+                let reason = if d.held() {
                     format!(
                         "wants {}, held: scale-in waits {:?} after a scale-up",
-                        decide::target_workers(unprocessed, partitions, f.concurrency),
-                        opts.scale_in_hold
+                        d.wanted, opts.scale_in_hold
                     )
                 } else {
                     format!(
@@ -220,32 +220,29 @@ pub async fn run(
                 };
                 (d.target, reason)
             };
-            targets.push(target);
-            lines.push((f.name.clone(), unprocessed, partitions, target, reason));
+            let point = ScalePoint {
+                at: chrono::Utc::now(),
+                unprocessed_events: unprocessed,
+                partitions,
+                target,
+                instances: current,
+                reason,
+            };
+            decisions.push((index, point));
         }
-        if targets.is_empty() {
+        if decisions.is_empty() {
             continue;
         }
+        let targets: Vec<u32> = decisions.iter().map(|(_, p)| p.target).collect();
         let next = decide::platform_step(current, &targets, opts.max_instances);
-        for (name, unprocessed, partitions, target, reason) in &lines {
+        for (index, mut point) in decisions {
+            let f = &mut functions[index];
+            point.instances = next;
             println!(
-                "scale {name}: {unprocessed} unprocessed on {partitions} partitions; target {target} ({reason}); instances {current} → {next}"
+                "scale {}: {} unprocessed on {} partitions; target {} ({}); instances {current} → {next}",
+                f.name, point.unprocessed_events, point.partitions, point.target, point.reason
             );
-        }
-        for f in &mut functions {
-            let Some((_, unprocessed, partitions, target, reason)) =
-                lines.iter().find(|l| l.0 == f.name)
-            else {
-                continue;
-            };
-            f.history.push(ScalePoint {
-                at: chrono::Utc::now(),
-                unprocessed_events: *unprocessed,
-                partitions: *partitions,
-                target: *target,
-                instances: next,
-                reason: reason.clone(),
-            });
+            f.history.push(point);
             if f.history.len() > SCALE_HISTORY_LENGTH {
                 f.history.remove(0);
             }
