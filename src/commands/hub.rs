@@ -3,6 +3,8 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+use hubhost::hub::ClientLimits;
+
 /// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672).
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,6 +37,56 @@ pub struct Args {
     /// RootManageSharedAccessKey=SAS_KEY_VALUE; repeatable.
     #[arg(long = "key", env = "HUBHOST_HUB_KEY", hide_env_values = true)]
     pub keys: Vec<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// What one client can hold of the hub (see the README's limits table).
+#[derive(clap::Args)]
+pub struct LimitArgs {
+    /// Open connections; one more is closed at once.
+    #[arg(long, default_value_t = ClientLimits::default().max_connections)]
+    pub max_connections: usize,
+    /// Sessions per connection.
+    #[arg(long, default_value_t = ClientLimits::default().max_sessions_per_connection)]
+    pub max_sessions: u16,
+    /// Links per connection; one more is refused with amqp:resource-limit-exceeded.
+    #[arg(long, default_value_t = ClientLimits::default().max_links_per_connection)]
+    pub max_links: usize,
+    /// Seconds a connection has to complete its AMQP open (headers, SASL, open).
+    #[arg(long, default_value_t = ClientLimits::default().open_timeout.as_secs_f64())]
+    pub open_timeout: f64,
+    /// The largest frame accepted, in bytes (at least 512).
+    #[arg(long, default_value_t = ClientLimits::default().max_frame_bytes)]
+    pub max_frame_size: u32,
+    /// Bytes of deliveries still being transferred, per connection; past it the connection is
+    /// closed.
+    #[arg(long, default_value_t = ClientLimits::default().max_unfinished_bytes)]
+    pub max_unfinished_bytes: usize,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Result<ClientLimits, String> {
+        if !(self.open_timeout.is_finite() && self.open_timeout > 0.0) {
+            return Err("--open-timeout must be a positive number of seconds".into());
+        }
+        if self.max_connections == 0 || self.max_sessions == 0 || self.max_links == 0 {
+            return Err(
+                "--max-connections, --max-sessions and --max-links must be at least 1".into(),
+            );
+        }
+        if self.max_frame_size < 512 {
+            return Err("--max-frame-size must be at least 512 (AMQP's smallest)".into());
+        }
+        Ok(ClientLimits {
+            max_connections: self.max_connections,
+            max_sessions_per_connection: self.max_sessions,
+            max_links_per_connection: self.max_links,
+            open_timeout: std::time::Duration::from_secs_f64(self.open_timeout),
+            max_frame_bytes: self.max_frame_size,
+            max_unfinished_bytes: self.max_unfinished_bytes,
+        })
+    }
 }
 
 pub async fn run(args: Args) -> Result<(), String> {
@@ -48,6 +100,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         retention_hours,
         fsync,
         keys,
+        limits,
     } = args;
     let specs = match (&config, hubs.is_empty()) {
         (Some(path), _) => hubhost::hub::config::hubs_from_file(path).map_err(|e| e.to_string())?,
@@ -65,6 +118,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     }
     config.retention = std::time::Duration::from_secs_f64(retention_hours * 3600.0);
     config.fsync = fsync;
+    config.limits = limits.limits()?;
     if !keys.is_empty() {
         config.keys = keys
             .iter()

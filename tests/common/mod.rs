@@ -369,15 +369,20 @@ impl Hub {
     }
 
     pub fn start_on(port: u16, data_dir: Option<&Path>) -> Hub {
-        Self::start_serving(port, data_dir, &[])
+        Self::start_serving(port, data_dir, &[], &[])
     }
 
     /// In memory, on a free port, serving `hubs` (`name:partitions`) instead of the default.
     pub fn start_serving_hubs(hubs: &[&str]) -> Hub {
-        Self::start_serving(free_port(), None, hubs)
+        Self::start_serving(free_port(), None, hubs, &[])
     }
 
-    fn start_serving(port: u16, data_dir: Option<&Path>, hubs: &[&str]) -> Hub {
+    /// In memory, on a free port, the default hubs, with more `hubhost hub` flags.
+    pub fn start_with_flags(flags: &[&str]) -> Hub {
+        Self::start_serving(free_port(), None, &[], flags)
+    }
+
+    fn start_serving(port: u16, data_dir: Option<&Path>, hubs: &[&str], flags: &[&str]) -> Hub {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubhost"));
         cmd.args(["hub", "--port", &port.to_string()])
             .stdout(Stdio::null())
@@ -393,6 +398,7 @@ impl Hub {
         for hub in hubs {
             cmd.args(["--hub", hub]);
         }
+        cmd.args(flags);
         let child = cmd.spawn().expect("hubhost starts");
         wait_for_port(port, "hubhost hub");
         Hub { child, port }

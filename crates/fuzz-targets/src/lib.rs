@@ -38,6 +38,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("timespan", timespan),
     ("segment_recovery", segment_recovery),
     ("received_message", received_message),
+    ("frame_guard", frame_guard),
 ];
 
 /// The key every connection string target plants, to check it never comes back in an error.
@@ -444,4 +445,12 @@ pub fn received_message(data: &[u8]) {
     } else {
         hubhost_hub::fuzzing::received_paths_agree(rest, sequence, offset, enqueued_ms);
     }
+}
+
+/// A client's bytes through the hub's input guard (`hubhost_hub::inbound`): delivered whole or
+/// in two pieces (the first byte chooses the cut), it admits the same frames or refuses for the
+/// same reason, and never panics.
+pub fn frame_guard(data: &[u8]) {
+    let (first, rest) = data.split_first().unwrap_or((&0, &[]));
+    hubhost_hub::fuzzing::frame_guard_agrees(rest, usize::from(*first) * 7);
 }

@@ -21,6 +21,43 @@ pub struct HubConfig {
     pub segment_bytes: u64,
     pub cache_bytes: usize,
     pub fsync: bool,
+    pub limits: ClientLimits,
+}
+
+/// How much of the hub one client can hold, so that a misbehaving or hostile client cannot
+/// exhaust it: what each limit bounds is in its field's comment; what the hub does when one is
+/// reached is in `server`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// Open connections; one more is closed at once, before the protocol header.
+    pub max_connections: usize,
+    /// Sessions per connection (the `channel-max` the hub announces, plus one).
+    pub max_sessions_per_connection: u16,
+    /// Links per connection, over all its sessions; one more is refused with
+    /// `amqp:resource-limit-exceeded`.
+    pub max_links_per_connection: usize,
+    /// Time from the TCP connection to a completed AMQP open (protocol headers, SASL, open);
+    /// a connection still short of it is closed.
+    pub open_timeout: Duration,
+    /// The largest frame the hub accepts (`max-frame-size` in its open); a larger one closes the
+    /// connection.
+    pub max_frame_bytes: u32,
+    /// Bytes of deliveries whose last frame has not arrived, over all of a connection's links
+    /// (each is also held to the message limit); past it the connection is closed.
+    pub max_unfinished_bytes: usize,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            max_connections: 1000,
+            max_sessions_per_connection: 256,
+            max_links_per_connection: 500,
+            open_timeout: Duration::from_secs(30),
+            max_frame_bytes: 256 * 1024,
+            max_unfinished_bytes: 16 * 1024 * 1024,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,6 +317,7 @@ impl HubConfig {
             segment_bytes: 64 * 1024 * 1024,
             cache_bytes: 8 * 1024 * 1024,
             fsync: false,
+            limits: ClientLimits::default(),
         }
     }
 }

@@ -90,3 +90,21 @@ pub fn message_from(data: &[u8]) -> Vec<u8> {
     }
     serde_amqp::to_vec(&Serializable(message)).expect("a message encodes")
 }
+
+/// The input guard reads a connection's bytes as they arrive: fed `input` in two pieces (cut at
+/// `cut`), as a socket may deliver it, it must admit exactly what it admits of the whole, or
+/// refuse it for the same reason; and what it admits is whole frames within the input.
+pub fn frame_guard_agrees(input: &[u8], cut: usize) {
+    use crate::inbound::FrameGuard;
+    let guard = || FrameGuard::new(4096, 8192);
+    let whole = guard().admit(input);
+    if let Ok(n) = whole {
+        assert!(n <= input.len(), "admitted {n} of {} bytes", input.len());
+    }
+    let cut = cut % (input.len() + 1);
+    let mut stepwise = guard();
+    let pieces = stepwise
+        .admit(&input[..cut])
+        .and_then(|first| stepwise.admit(&input[first..]).map(|second| first + second));
+    assert_eq!(pieces, whole, "cut at {cut}: {input:02x?}");
+}

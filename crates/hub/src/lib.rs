@@ -12,6 +12,7 @@ pub(crate) mod encoding;
 pub mod filter;
 #[doc(hidden)]
 pub mod fuzzing;
+pub(crate) mod inbound;
 pub(crate) mod links;
 pub mod log;
 pub mod partition_key;
@@ -30,7 +31,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-pub use config::{HubConfig, HubSpec};
+pub use config::{ClientLimits, HubConfig, HubSpec};
 use log::{LogError, LogOptions, PartitionLog};
 use sas::SharedAccessKey;
 
@@ -337,7 +338,7 @@ pub async fn serve(
         })
     };
     tokio::select! {
-        result = server::serve(listener, namespace) => result.map_err(HubError::Accept)?,
+        result = server::serve(listener, namespace, config.limits) => result.map_err(HubError::Accept)?,
         _ = shutdown => tracing::info!("stopping"),
     }
     retention.abort();

@@ -80,8 +80,17 @@ pub async fn ingest(mut receiver: Receiver, hub: Arc<Hub>, partition: Option<Arc
     loop {
         let delivery: Delivery<Body<Value>> = match receiver.recv().await {
             Ok(d) => d,
+            // Answered, as the service does, so the sender does not wait for it forever.
             Err(fe2o3_amqp::link::RecvError::MessageDecode(e)) => {
-                tracing::info!(error = ?e, "a sent message could not be decoded");
+                tracing::info!(error = %e.source, "a sent message could not be decoded");
+                let error = definitions::Error::new(
+                    AmqpError::DecodeError,
+                    format!("the message is not an AMQP message: {}", e.source),
+                    None,
+                );
+                if receiver.reject(e.info, error).await.is_err() {
+                    break;
+                }
                 continue;
             }
             // fe2o3 has already detached the link with amqp:link:message-size-exceeded, which

@@ -5,8 +5,19 @@
 //! A connection remembers the tokens put on its `$cbs` node; an entity link attaches only if one
 //! of them (unexpired) covers the hub. Replies to `$cbs`/`$management` requests go out on the
 //! reply link the client attached from that node, found by the request's `reply-to` address.
+//!
+//! What one client can hold is bounded (`ClientLimits`): connections (one over the limit is
+//! closed before its protocol header), the time to a completed open, sessions per connection
+//! (the `channel-max` announced), links per connection (one over is refused with
+//! `amqp:resource-limit-exceeded`), the frame size and the bytes of unfinished deliveries
+//! (checked with every frame by `inbound`, before fe2o3 decodes anything). The hub holds no unsettled delivery of
+//! its own: it settles what a producer sends when it answers it and sends consumers settled
+//! deliveries, so the only delivery state a client can pile up is one message being transferred
+//! per link, up to `MAX_MESSAGE_BYTES` (fe2o3 detaches the link with
+//! `amqp:link:message-size-exceeded` past it).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +34,8 @@ use fe2o3_amqp::types::primitives::{Symbol, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use super::config::ClientLimits;
+use super::inbound::FrameGuard;
 use super::links::{self, Address};
 use super::requests::{self, AmqpMessage};
 use super::sas::{self, Grant};
@@ -34,6 +47,30 @@ struct ConnectionState {
     grants: Mutex<Vec<Grant>>,
     /// Reply links by the address the client receives replies on (and by node name).
     replies: Mutex<HashMap<String, mpsc::UnboundedSender<AmqpMessage>>>,
+    /// Links open on the connection, over all its sessions.
+    link_counter: Arc<AtomicUsize>,
+}
+
+/// One counted thing (a connection, a link): the count goes down when it is dropped, however
+/// its task ends.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    /// Counts one more, unless `limit` are already counted.
+    fn take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Counted> {
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Counted(counter.clone()))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl ConnectionState {
@@ -48,32 +85,63 @@ impl ConnectionState {
 }
 
 /// Accepts connections until the listener fails.
-pub async fn serve(listener: TcpListener, namespace: Arc<Namespace>) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    namespace: Arc<Namespace>,
+    limits: ClientLimits,
+) -> std::io::Result<()> {
+    let open_connections = Arc::new(AtomicUsize::new(0));
     loop {
         let (stream, peer) = listener.accept().await?;
+        let Some(counted) = Counted::take(&open_connections, limits.max_connections) else {
+            // Before the protocol header there is no AMQP way to say why: the socket is closed.
+            tracing::warn!(
+                %peer,
+                limit = limits.max_connections,
+                "connection refused: the hub has as many connections as --max-connections allows"
+            );
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let namespace = namespace.clone();
         tokio::spawn(async move {
             tracing::debug!(%peer, "connection");
-            connection(stream, namespace).await;
+            connection(stream, namespace, limits).await;
             tracing::debug!(%peer, "connection closed");
+            drop(counted);
         });
     }
 }
 
-async fn connection(stream: tokio::net::TcpStream, namespace: Arc<Namespace>) {
+async fn connection(
+    stream: tokio::net::TcpStream,
+    namespace: Arc<Namespace>,
+    limits: ClientLimits,
+) {
     // Python's AMQP stack decodes performatives as complete lists: a frame whose trailing null
     // fields are left out (legal AMQP, and fe2o3's default) fails there. Setting the last field,
     // `properties`, makes every performative we open carry all its fields.
     let acceptor = ConnectionAcceptor::builder()
         .container_id("hubhost")
+        .max_frame_size(limits.max_frame_bytes)
+        .session_max(limits.max_sessions_per_connection)
         .properties(product_properties())
         .sasl_acceptor(SaslAnonymousMechanism::new())
         .build();
-    let mut connection = match acceptor.accept(super::wire::WireStream::new(stream)).await {
-        Ok(c) => c,
-        Err(e) => {
+    let guard = FrameGuard::new(limits.max_frame_bytes as usize, limits.max_unfinished_bytes);
+    let opening = acceptor.accept(super::wire::WireStream::new(stream, guard));
+    let mut connection = match tokio::time::timeout(limits.open_timeout, opening).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
             tracing::info!(error = %e, "AMQP connection refused");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(
+                timeout = ?limits.open_timeout,
+                "connection closed: no AMQP open within the open timeout"
+            );
             return;
         }
     };
@@ -90,7 +158,12 @@ async fn connection(stream: tokio::net::TcpStream, namespace: Arc<Namespace>) {
             .await
         {
             Ok(session) => {
-                tokio::spawn(session_loop(session, namespace.clone(), state.clone()));
+                tokio::spawn(session_loop(
+                    session,
+                    namespace.clone(),
+                    state.clone(),
+                    limits,
+                ));
             }
             Err(e) => {
                 tracing::info!(error = %e, "session refused");
@@ -105,6 +178,7 @@ async fn session_loop(
     mut session: ListenerSessionHandle,
     namespace: Arc<Namespace>,
     state: Arc<ConnectionState>,
+    limits: ClientLimits,
 ) {
     // Like the service, settle in the first mode only: a receiver's disposition settles the
     // delivery (Python's producer asks for `second` and waits for a settled disposition).
@@ -142,9 +216,25 @@ async fn session_loop(
                 continue;
             }
         };
+        let counted = Counted::take(&state.link_counter, limits.max_links_per_connection);
         let namespace = namespace.clone();
         let state = state.clone();
         tokio::spawn(async move {
+            let Some(_counted) = counted else {
+                let text = format!(
+                    "The connection has {} links open, the most this hub allows (--max-links).",
+                    limits.max_links_per_connection
+                );
+                return match endpoint {
+                    LinkEndpoint::Receiver(receiver) => {
+                        links::refuse_receiver(receiver, AmqpError::ResourceLimitExceeded, text)
+                            .await
+                    }
+                    LinkEndpoint::Sender(sender) => {
+                        links::refuse_sender(sender, AmqpError::ResourceLimitExceeded, text).await
+                    }
+                };
+            };
             match endpoint {
                 LinkEndpoint::Receiver(receiver) => {
                     client_sends(receiver, address, namespace, state).await
@@ -349,7 +439,13 @@ async fn requests_loop(
         let delivery = match receiver.recv::<Body<Value>>().await {
             Ok(d) => d,
             Err(fe2o3_amqp::link::RecvError::MessageDecode(e)) => {
-                tracing::info!(error = ?e, node = %node, "undecodable request");
+                tracing::info!(error = %e.source, node = %node, "undecodable request");
+                let text = format!("the request is not an AMQP message: {}", e.source);
+                let error =
+                    fe2o3_amqp::types::definitions::Error::new(AmqpError::DecodeError, text, None);
+                if receiver.reject(e.info, error).await.is_err() {
+                    break;
+                }
                 continue;
             }
             Err(_) => break,

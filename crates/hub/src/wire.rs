@@ -21,7 +21,8 @@
 //! 4. Writes gathered: fe2o3 flushes after every frame, one `sendto` per event; a writer task
 //!    of the connection's own writes whatever gathered meanwhile in one call (`WireStream`).
 //!
-//! Reads pass through untouched.
+//! Reads reach fe2o3 unchanged, but only whole frames that `inbound::FrameGuard` has checked:
+//! what fe2o3's decoder would trust and should not is refused there, and the connection ends.
 
 use std::io;
 use std::pin::Pin;
@@ -32,6 +33,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf};
 use tokio::sync::Notify;
 
 use super::encoding::{self, CompoundKind};
+use super::inbound::FrameGuard;
 
 /// The segment size the listener advertises: below Linux's 32767 limit on `TCP_MAXSEG`.
 const LISTENER_MSS: u32 = 32_000;
@@ -183,6 +185,18 @@ pub struct WireStream<S> {
     reader: ReadHalf<S>,
     pending: Vec<u8>,
     outbox: Arc<Outbox>,
+    inbound: Inbound,
+}
+
+/// What has been read from the client and not yet handed to fe2o3.
+struct Inbound {
+    guard: FrameGuard,
+    bytes: Vec<u8>,
+    /// How many of `bytes` passed the guard.
+    admitted: usize,
+    /// Why the input was refused, once it was: reported after the admitted bytes.
+    refused: Option<String>,
+    scratch: Box<[u8]>,
 }
 
 /// The bytes waiting for the writer task, shared between it and the stream.
@@ -207,8 +221,9 @@ struct OutboxState {
 const OUTBOX_LIMIT: usize = 1 << 20;
 
 impl<S: AsyncRead + AsyncWrite + Send + 'static> WireStream<S> {
-    /// Wraps `stream`; needs a tokio runtime, where the writer task runs.
-    pub fn new(stream: S) -> Self {
+    /// Wraps `stream`, its input checked by `guard`; needs a tokio runtime, where the writer
+    /// task runs.
+    pub fn new(stream: S, guard: FrameGuard) -> Self {
         let (reader, writer) = tokio::io::split(stream);
         let outbox = Arc::new(Outbox::default());
         tokio::spawn(write_out(writer, outbox.clone()));
@@ -216,6 +231,13 @@ impl<S: AsyncRead + AsyncWrite + Send + 'static> WireStream<S> {
             reader,
             pending: Vec::new(),
             outbox,
+            inbound: Inbound {
+                guard,
+                bytes: Vec::new(),
+                admitted: 0,
+                refused: None,
+                scratch: vec![0; 64 * 1024].into_boxed_slice(),
+            },
         }
     }
 }
@@ -307,12 +329,46 @@ async fn write_out<W: AsyncWrite + Unpin>(mut socket: W, outbox: Arc<Outbox>) {
 }
 
 impl<S: AsyncRead> AsyncRead for WireStream<S> {
+    /// Hands over admitted bytes; reads more (and checks them) when there are none.
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.reader).poll_read(cx, buf)
+        let this = &mut *self;
+        loop {
+            let inbound = &mut this.inbound;
+            if inbound.admitted > 0 {
+                let n = inbound.admitted.min(buf.remaining());
+                buf.put_slice(&inbound.bytes[..n]);
+                inbound.bytes.drain(..n);
+                inbound.admitted -= n;
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(reason) = &inbound.refused {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    reason.clone(),
+                )));
+            }
+            let mut read = ReadBuf::new(&mut inbound.scratch);
+            match Pin::new(&mut this.reader).poll_read(cx, &mut read) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                // End of input: whatever partial frame is left is dropped with the connection.
+                Poll::Ready(Ok(())) if read.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {
+                    inbound.bytes.extend_from_slice(read.filled());
+                    match inbound.guard.admit(&inbound.bytes) {
+                        Ok(n) => inbound.admitted = n,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "connection closed: its input was refused");
+                            inbound.refused = Some(e.to_string());
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -472,7 +528,7 @@ mod tests {
     async fn a_stream_written_in_pieces_comes_out_rewritten() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (client, server) = tokio::io::duplex(4096);
-        let mut wrapped = WireStream::new(server);
+        let mut wrapped = WireStream::new(server, FrameGuard::new(1 << 16, 1 << 20));
         let mut bytes = b"AMQP\x00\x01\x00\x00".to_vec();
         bytes.extend(frame(0, &[0x00, 0x53, 0x18, 0x45], &[]));
         bytes.extend(frame(0, &[0x00, 0x53, 0x17, 0xc0, 0x02, 0x01, 0x40], &[]));
