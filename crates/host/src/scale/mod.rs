@@ -174,7 +174,6 @@ pub async fn run(
         }
         reap(&mut running, &mut stopping);
         let current = running.len() as u32;
-        let now = started.elapsed();
         // Each function's decision, by its index, as the point its history will record once
         // the platform has decided the instance count.
         let mut decisions: Vec<(usize, ScalePoint)> = Vec::new();
@@ -186,6 +185,11 @@ pub async fn run(
                     continue;
                 }
             };
+            // The decision's time, taken after the measurement (whose reads take a varying
+            // while) and together with the time its point records, so that the history shows
+            // the times the hold was judged by.
+            let now = started.elapsed();
+            let at = chrono::Utc::now();
             let (target, reason) = if opts.incremental {
                 f.samples.push_back(MonitorSample {
                     unprocessed_events: unprocessed,
@@ -221,7 +225,7 @@ pub async fn run(
                 (d.target, reason)
             };
             let point = ScalePoint {
-                at: chrono::Utc::now(),
+                at,
                 unprocessed_events: unprocessed,
                 partitions,
                 target,
