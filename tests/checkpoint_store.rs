@@ -13,8 +13,8 @@ use bytes::Bytes;
 use chrono::Utc;
 use hubhost::checkpoint::admin;
 use hubhost::checkpoint::{
-    Checkpoint, CheckpointError, CheckpointStore, ConsumerGroupKey, InitialPosition,
-    OwnershipClaim, PositionSource, StartPosition,
+    Checkpoint, CheckpointAdvance, CheckpointError, CheckpointStore, ConsumerGroupKey,
+    InitialPosition, OwnershipClaim, PositionSource, StartPosition,
 };
 use hubhost::storage::{Condition, Metadata, SharedStore, StorageLocation};
 
@@ -227,6 +227,82 @@ async fn conformance(blobs: SharedStore) {
             .await,
         Err(CheckpointError::EmptyCheckpoint { .. })
     ));
+
+    // Pumps advance checkpoints, never back: a stale writer cannot undo a newer owner's
+    // position, whether it knows no version, or an outdated one. (A consumer group of its
+    // own, so the listings below stay as they are.)
+    {
+        let key =
+            ConsumerGroupKey::new("MyNs.servicebus.windows.net", "Sensors", "advancing").unwrap();
+        let at = |seq: i64| Checkpoint::new("5", Some((seq * 10).to_string()), seq);
+        let stored = |store: &CheckpointStore| {
+            let (store, key) = (store.clone(), key.clone());
+            async move {
+                store
+                    .get_checkpoint(&key, "5")
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .sequence_number
+            }
+        };
+        let Ok(CheckpointAdvance::Written(new_owner)) =
+            store.advance_checkpoint(&key, &at(10), None).await
+        else {
+            panic!("the first checkpoint is written")
+        };
+        assert_eq!(
+            store.advance_checkpoint(&key, &at(5), None).await.unwrap(),
+            CheckpointAdvance::Behind { stored: 10 }
+        );
+        let Ok(CheckpointAdvance::Written(new_owner)) = store
+            .advance_checkpoint(&key, &at(20), Some(&new_owner))
+            .await
+        else {
+            panic!("the writer's own version is replaced")
+        };
+        assert_eq!(stored(&store).await, Some(20));
+        let Ok(CheckpointAdvance::Written(stale)) =
+            store.advance_checkpoint(&key, &at(21), None).await
+        else {
+            panic!("a position past the stored one is written by anyone")
+        };
+        // The first writer's ETag is outdated now; its older position stays out.
+        assert_eq!(
+            store
+                .advance_checkpoint(&key, &at(15), Some(&new_owner))
+                .await
+                .unwrap(),
+            CheckpointAdvance::Behind { stored: 21 }
+        );
+        assert!(matches!(
+            store
+                .advance_checkpoint(&key, &at(30), Some(&new_owner))
+                .await,
+            Ok(CheckpointAdvance::Written(_))
+        ));
+        assert_eq!(
+            store
+                .advance_checkpoint(&key, &at(25), Some(&stale))
+                .await
+                .unwrap(),
+            CheckpointAdvance::Behind { stored: 30 }
+        );
+        assert_eq!(stored(&store).await, Some(30));
+        // Racing writers end at the furthest position, whatever the order.
+        let racers = (0..8).map(|i| {
+            let (store, key) = (store.clone(), key.clone());
+            tokio::spawn(async move { store.advance_checkpoint(&key, &at(31 + i), None).await })
+        });
+        for r in futures::future::join_all(racers).await {
+            r.unwrap().unwrap();
+        }
+        assert_eq!(stored(&store).await, Some(38));
+        // A reset may move a checkpoint back on purpose: that stays the unconditional write.
+        store.update_checkpoint(&key, &at(3)).await.unwrap();
+        assert_eq!(stored(&store).await, Some(3));
+        store.update_checkpoint(&key, &at(38)).await.unwrap();
+    }
 
     // Start positions: current checkpoint (offset preferred), else sequence number.
     assert_eq!(

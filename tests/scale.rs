@@ -112,8 +112,7 @@ fn the_scale_controller_drains_a_backlog_and_scales_to_zero() {
     }]});
     AppFolder {
         handler: (&common::python(), &[handler.to_str().unwrap()]),
-        function: "Recorder",
-        function_json: &function.to_string(),
+        functions: &[("Recorder", &function.to_string())],
         max_batch: 100,
         prefetch: 300,
         ownership_expiry: None,

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::checkpoint::{
-    Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim, PartitionOwnership,
+    Checkpoint, CheckpointAdvance, CheckpointStore, ConsumerGroupKey, OwnershipClaim,
+    PartitionOwnership,
 };
 use crate::storage::counting::CountingStore;
 use crate::storage::{Condition, Metadata, SharedStore, StorageLocation};
@@ -150,16 +151,21 @@ async fn measure_backend(
     let (claims_done, lost_claims) = sum(&mut tasks).await?;
     let claims_per_s = claims_done as f64 / started.elapsed().as_secs_f64();
 
-    // 2. Checkpoint updates.
+    // 2. Checkpoint updates, as a pump writes them: forward only, on the version it wrote last.
     let started = Instant::now();
     for p in 0..opts.partitions {
         let (store, key) = (store.clone(), key.clone());
         tasks.spawn(async move {
             let mut seq = 0i64;
+            let mut known = None;
             while started.elapsed() < phase {
                 seq += 1;
                 let cp = Checkpoint::new(p.to_string(), Some((seq * 300).to_string()), seq);
-                store.update_checkpoint(&key, &cp).await?;
+                if let CheckpointAdvance::Written(etag) =
+                    store.advance_checkpoint(&key, &cp, known.as_ref()).await?
+                {
+                    known = Some(etag);
+                }
             }
             Ok((seq as u64, 0))
         });

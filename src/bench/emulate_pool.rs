@@ -42,12 +42,11 @@ pub enum PoolError {
 }
 
 /// The app folder the instances run: host.json starting `handler` with the Event Hubs
-/// settings of a pool, one function with `function_json`, and local.settings.json `values`.
+/// settings of a pool, its functions (name, function.json), and local.settings.json `values`.
 pub struct AppFolder<'a> {
     /// The handler's program and arguments (host.json `customHandler.description`).
     pub handler: (&'a Path, &'a [&'a str]),
-    pub function: &'a str,
-    pub function_json: &'a str,
+    pub functions: &'a [(&'a str, &'a str)],
     pub max_batch: u32,
     pub prefetch: u32,
     /// host.json `partitionOwnershipExpirationInterval` [default: hubhost's own expiry].
@@ -60,8 +59,11 @@ impl AppFolder<'_> {
     /// Writes the app into `dir`.
     pub fn write(&self, dir: &Path) -> Result<(), PoolError> {
         let io = |e: std::io::Error| PoolError::Io(format!("{}: {e}", dir.display()));
-        let function_dir = dir.join(self.function);
-        std::fs::create_dir_all(&function_dir).map_err(io)?;
+        for (name, function_json) in self.functions {
+            let function_dir = dir.join(name);
+            std::fs::create_dir_all(&function_dir).map_err(io)?;
+            std::fs::write(function_dir.join("function.json"), function_json).map_err(io)?;
+        }
         let mut event_hubs = json!({
             "maxEventBatchSize": self.max_batch,
             "prefetchCount": self.prefetch,
@@ -90,10 +92,6 @@ impl AppFolder<'_> {
         for (path, text) in [
             (dir.join("host.json"), host.to_string()),
             (dir.join("local.settings.json"), settings.to_string()),
-            (
-                function_dir.join("function.json"),
-                self.function_json.to_string(),
-            ),
         ] {
             std::fs::write(&path, text).map_err(io)?;
         }
@@ -213,6 +211,34 @@ impl EmulatePool {
     /// An instance's process id.
     pub fn pid(&self, name: &str) -> Option<u32> {
         self.instances.get(name).map(|i| i.child.id())
+    }
+
+    /// The exit status of an instance that has exited on its own (still listed until taken).
+    pub fn exited(&mut self, name: &str) -> Option<ExitStatus> {
+        self.instances
+            .get_mut(name)?
+            .child
+            .try_wait()
+            .ok()
+            .flatten()
+    }
+
+    /// The pid of the custom handler an instance started: its child process whose command
+    /// line contains `marker`, if it has one now.
+    pub fn handler_pid(&self, name: &str, marker: &str) -> Option<u32> {
+        let pid = self.pid(name)?;
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .find(|child| {
+                std::fs::read(format!("/proc/{child}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+            })
     }
 
     /// An instance's stderr so far.

@@ -6,9 +6,13 @@
 //!   plus the storage operations one instance makes per minute.
 //! - `hub`: the local event hub's ingest and read through the SDKs; baseline: raw segment
 //!   appends.
+//! - `chaos`: a pool of `hubhost emulate` processes under seeded random faults, checked from
+//!   outside for lost, doubled or misfiled events, backward checkpoints and orphaned
+//!   partitions.
 //! - `pool`: a pool of `hubhost emulate` processes — takeover, handoff, rebalancing, steady
 //!   ownership, end-to-end throughput, store traffic; baseline: the bare SDK consumer.
 
+pub mod chaos;
 pub mod checkpoints;
 pub mod emulate_pool;
 pub mod handler;

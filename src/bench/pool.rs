@@ -258,8 +258,7 @@ impl PoolApp {
         std::fs::create_dir_all(&store_dir).map_err(io("the store directory"))?;
         AppFolder {
             handler: (&exe, &["serve"]),
-            function: "SensorAggregator",
-            function_json: AGGREGATOR_FUNCTION_JSON,
+            functions: &[("SensorAggregator", AGGREGATOR_FUNCTION_JSON)],
             max_batch: opts.max_batch,
             prefetch: opts.prefetch,
             ownership_expiry: None,

@@ -39,6 +39,46 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A pool of `hubhost emulate` instances running the reference app on a persistent
+    /// `hubhost hub` while seeded random faults hit it (instances and handlers killed,
+    /// instances frozen past their expiry, the hub killed, the store taken away, graceful
+    /// restarts); checked from outside: every reading counted once, every event archived, only
+    /// poison dead-lettered, no checkpoint moved back, no partition left without an owner for
+    /// longer than expiry + one cycle. Fails if anything was found.
+    Chaos {
+        /// Faults per store.
+        #[arg(long, default_value_t = 100)]
+        faults: usize,
+        /// Seed of the fault schedule (the same seed, the same faults).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Stores to run on, in turn: `directory`, `azurite`.
+        #[arg(long, value_delimiter = ',', default_value = "directory,azurite")]
+        stores: Vec<String>,
+        /// Instances in the pool.
+        #[arg(long, default_value_t = 3)]
+        instances: usize,
+        /// Events per second the producer sends.
+        #[arg(long, default_value_t = 400)]
+        rate: u32,
+        /// Shortest and longest storage outage, in seconds.
+        #[arg(long, value_delimiter = ',', default_value = "10,60")]
+        outage: Vec<f64>,
+        /// Fault kinds to draw from [default: all]: kill-instance, kill-handler, freeze,
+        /// kill-hub, storage-outage, graceful-restart.
+        #[arg(long, value_delimiter = ',')]
+        kinds: Vec<String>,
+        /// Azurite's azurite-blob [default: .tools/node_modules/.bin/azurite-blob when present].
+        #[arg(long, env = "HUBHOST_AZURITE_BIN")]
+        azurite: Option<PathBuf>,
+        /// Keep the run's files (logs of every instance) in this directory instead of a
+        /// temporary one.
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+        /// Print the figures as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ingest and read through `hubhost hub` with the Rust and Python SDKs; baseline: raw
     /// segment-file appends.
     Hub {
@@ -109,6 +149,76 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
                 })
             })
             .await
+        }
+        BenchCommand::Chaos {
+            faults,
+            seed,
+            stores,
+            instances,
+            rate,
+            outage,
+            kinds,
+            azurite,
+            work_dir,
+            json,
+        } => {
+            use bench::chaos::{ChaosOptions, StoreChoice, faults::FaultKind};
+            let stores = stores
+                .iter()
+                .map(|s| match s.as_str() {
+                    "directory" => Ok(StoreChoice::Directory),
+                    "azurite" => Ok(StoreChoice::Azurite),
+                    other => Err(format!(
+                        "--stores: unknown store {other:?} (directory, azurite)"
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let kinds = kinds
+                .iter()
+                .map(|k| {
+                    FaultKind::parse(k).ok_or(format!(
+                        "--kinds: unknown fault {k:?} (kill-instance, kill-handler, freeze, kill-hub, storage-outage, graceful-restart)"
+                    ))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let [lo, hi] = outage[..] else {
+                return Err("--outage takes two numbers of seconds: shortest,longest".into());
+            };
+            if !(lo >= 0.0 && hi >= lo && hi < 3600.0) || instances < 2 || faults == 0 || rate == 0
+            {
+                return Err(
+                    "--outage must be 0 ≤ shortest ≤ longest < 3600, --instances at least 2, --faults and --rate at least 1"
+                        .into(),
+                );
+            }
+            let azurite = azurite.or_else(|| {
+                let local = PathBuf::from(".tools/node_modules/.bin/azurite-blob");
+                local
+                    .exists()
+                    .then(|| local.canonicalize().unwrap_or(local))
+            });
+            let options = |work_dir| ChaosOptions {
+                faults,
+                seed,
+                stores,
+                instances,
+                rate,
+                outage: (
+                    std::time::Duration::from_secs_f64(lo),
+                    std::time::Duration::from_secs_f64(hi),
+                ),
+                kinds,
+                json,
+                work_dir,
+                azurite,
+            };
+            match work_dir {
+                Some(dir) => bench::chaos::run(options(dir))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                None => in_bench_dir(|dir| bench::chaos::run(options(dir))).await,
+            }
         }
         BenchCommand::Hub {
             events,

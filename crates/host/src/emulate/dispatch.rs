@@ -66,8 +66,16 @@ impl FunctionDispatch {
             self.outputs
                 .carry_out(&answer.body)
                 .await
-                .map(|_| ())
-                .map_err(|e| InvocationFailure::Function(format!("output binding failed: {e}")))
+                .map_err(|e| InvocationFailure::Function(format!("output binding failed: {e}")))?;
+            // The host writes a handler's `Logs` to its own log as the function's; here at
+            // debug level (target `hubhost::function`), one line per batch being too many for
+            // a terminal. `bench chaos` counts deliveries from them.
+            for line in answer.body["Logs"].as_array().into_iter().flatten() {
+                if let Some(line) = line.as_str() {
+                    tracing::debug!(target: "hubhost::function", function = %self.function, "{line}");
+                }
+            }
+            Ok(())
         } else {
             Err(InvocationFailure::Function(format!(
                 "the handler answered {}: {}",

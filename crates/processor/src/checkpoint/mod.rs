@@ -392,8 +392,85 @@ impl CheckpointStore {
         }
     }
 
-    /// Records where a partition's processing stopped. Unconditional, like the SDKs: the
-    /// ownership, not the checkpoint, decides who may write.
+    /// Moves a partition's checkpoint forward to `checkpoint`, never back: what pumps write.
+    ///
+    /// The SDKs write checkpoints unconditionally, so a stale owner — one frozen past its
+    /// expiry, or finishing its batch after the partition was taken — can put an older
+    /// position over the new owner's (`bench chaos` saw 802 replaced by 367 when a frozen
+    /// instance woke). Here the write is conditional on the ETag of the version it replaces,
+    /// and a stored checkpoint at or past ours is left alone ([`CheckpointAdvance::Behind`]).
+    /// `known` is the ETag this writer got from its previous write: while nobody else writes,
+    /// each checkpoint costs one request, as an unconditional one does; after another writer
+    /// it costs a read more. Without a sequence number there is nothing to compare, and the
+    /// write is unconditional.
+    pub async fn advance_checkpoint(
+        &self,
+        key: &ConsumerGroupKey,
+        checkpoint: &Checkpoint,
+        known: Option<&ETag>,
+    ) -> Result<CheckpointAdvance, CheckpointError> {
+        let Some(ours) = checkpoint.sequence_number else {
+            self.update_checkpoint(key, checkpoint).await?;
+            return Ok(CheckpointAdvance::Unconditional);
+        };
+        let name = key.checkpoint_blob(&checkpoint.partition_id)?;
+        let metadata = checkpoint_metadata(checkpoint);
+        let mut condition = known.map(|e| Condition::IfMatch(e.clone()));
+        // Each round either writes or learns of another writer; a handful is plenty.
+        for _ in 0..8 {
+            let attempt = match &condition {
+                Some(c @ Condition::IfMatch(_)) => {
+                    self.blobs
+                        .set_metadata(&self.container, &name, &metadata, c)
+                        .await
+                }
+                Some(c) => {
+                    self.blobs
+                        .put(&self.container, &name, bytes::Bytes::new(), &metadata, c)
+                        .await
+                }
+                // No version known yet: read what is stored first.
+                None => Err(StoreError::ConditionNotMet {
+                    container: self.container.clone(),
+                    name: name.clone(),
+                }),
+            };
+            match attempt {
+                Ok(written) => return Ok(CheckpointAdvance::Written(written.etag)),
+                Err(
+                    StoreError::ConditionNotMet { .. }
+                    | StoreError::AlreadyExists { .. }
+                    | StoreError::NotFound { .. },
+                ) => {}
+                Err(e) => return Err(e.into()),
+            }
+            // Someone else wrote (or we never have): compare with what is stored.
+            condition = match self.blobs.get(&self.container, &name).await? {
+                None => Some(Condition::IfNotExists),
+                Some(blob) => {
+                    let stored = checkpoint_from_metadata(
+                        &name,
+                        checkpoint.partition_id.clone(),
+                        &blob.properties.metadata,
+                        blob.properties.last_modified,
+                    )
+                    .ok()
+                    .and_then(|c| c.sequence_number);
+                    if let Some(stored) = stored.filter(|s| *s >= ours) {
+                        return Ok(CheckpointAdvance::Behind { stored });
+                    }
+                    Some(Condition::IfMatch(blob.properties.etag))
+                }
+            };
+        }
+        Err(CheckpointError::Store(StoreError::Unavailable(format!(
+            "checkpoint {name} kept changing under eight attempts to advance it"
+        ))))
+    }
+
+    /// Records where a partition's processing stopped, unconditionally, like the SDKs: what
+    /// `checkpoints reset` uses, since a reset may move a checkpoint back on purpose. Pumps
+    /// use [`CheckpointStore::advance_checkpoint`].
     pub async fn update_checkpoint(
         &self,
         key: &ConsumerGroupKey,
@@ -405,17 +482,7 @@ impl CheckpointStore {
             });
         }
         let name = key.checkpoint_blob(&checkpoint.partition_id)?;
-        // Both keys are always written, `""` when unknown: the Functions scale controller tells
-        // the formats apart by a missing `offset`.
-        let mut metadata = Metadata::new();
-        metadata.insert(OFFSET.into(), checkpoint.offset.clone().unwrap_or_default());
-        metadata.insert(
-            SEQUENCE_NUMBER.into(),
-            checkpoint
-                .sequence_number
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-        );
+        let metadata = checkpoint_metadata(checkpoint);
         match self
             .blobs
             .set_metadata(&self.container, &name, &metadata, &Condition::Always)
@@ -512,6 +579,33 @@ impl CheckpointStore {
             initial,
         ))
     }
+}
+
+/// A checkpoint's metadata. Both keys are always written, `""` when unknown: the Functions
+/// scale controller tells the formats apart by a missing `offset`.
+fn checkpoint_metadata(checkpoint: &Checkpoint) -> Metadata {
+    let mut metadata = Metadata::new();
+    metadata.insert(OFFSET.into(), checkpoint.offset.clone().unwrap_or_default());
+    metadata.insert(
+        SEQUENCE_NUMBER.into(),
+        checkpoint
+            .sequence_number
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+    );
+    metadata
+}
+
+/// What [`CheckpointStore::advance_checkpoint`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CheckpointAdvance {
+    /// Written; the ETag to pass as `known` next time.
+    Written(ETag),
+    /// Not written: the stored checkpoint is already at `stored`, at or past ours (another
+    /// owner is ahead; this writer is likely stale).
+    Behind { stored: i64 },
+    /// Written unconditionally (the checkpoint had no sequence number).
+    Unconditional,
 }
 
 /// Reads the checkpoint metadata as the .NET store does: `offset` preferred, `""` (or the
