@@ -581,3 +581,34 @@ mod tests {
         }
     }
 }
+
+/// The event hub's partition ends, shared by the pumps of one consumer: when many pumps ask at
+/// once (every idle partition checks whether its receiver stalled), one read answers them all.
+#[derive(Default)]
+pub struct PartitionEndsCache(tokio::sync::Mutex<Option<(std::time::Instant, Vec<PartitionEnd>)>>);
+
+impl PartitionEndsCache {
+    /// The ends read within `max_age`, else read now; `None` if the hub did not answer.
+    pub async fn get(
+        &self,
+        target: &EventHubTarget,
+        max_age: std::time::Duration,
+    ) -> Option<Vec<PartitionEnd>> {
+        let mut cached = self.0.lock().await;
+        if let Some((at, ends)) = cached.as_ref()
+            && at.elapsed() <= max_age
+        {
+            return Some(ends.clone());
+        }
+        match target.partition_ends().await {
+            Ok(ends) => {
+                *cached = Some((std::time::Instant::now(), ends.clone()));
+                Some(ends)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "partition ends unavailable");
+                None
+            }
+        }
+    }
+}

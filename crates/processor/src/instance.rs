@@ -151,15 +151,26 @@ impl EventProcessor {
             Utc::now(),
             &consumer.options.balancer,
         );
-        let won = match consumer
+        let outcome = consumer
             .store
-            .claim_ownership(&consumer.key, &plan.claims)
-            .await
-        {
-            Ok(won) => won,
-            Err(e) => return self.storage_failed("claiming ownership", &e),
-        };
-        let lost_claims = plan.claims.len() - won.len();
+            .try_claim_ownership(&consumer.key, &plan.claims)
+            .await;
+        if !plan.claims.is_empty() && outcome.failed.len() == plan.claims.len() {
+            return self.storage_failed("claiming ownership", &outcome.failed[0].1);
+        }
+        if let Some((_, e)) = outcome.failed.first() {
+            // Some blobs did not answer (one shard of a local store locked by a stopped
+            // process, say): those partitions are neither won nor lost this cycle. A pump
+            // keeps running until its ownership goes unrenewed for a whole expiry (above).
+            consumer
+                .stats
+                .storage_errors
+                .fetch_add(1, Ordering::Relaxed);
+            let partitions: Vec<&str> = outcome.failed.iter().map(|(p, _)| p.as_str()).collect();
+            tracing::warn!(owner = %self.owner_id, ?partitions, error = %e, "some ownership claims failed; retrying next cycle");
+        }
+        let won = outcome.won;
+        let lost_claims = outcome.lost.len();
         consumer
             .stats
             .ownership_claims_lost
@@ -167,9 +178,13 @@ impl EventProcessor {
         if !plan.take.is_empty() || !plan.steal.is_empty() || lost_claims > 0 {
             tracing::info!(owner = %self.owner_id, took = ?plan.take, stole = ?plan.steal, claims_lost = lost_claims, share = ?(plan.min, plan.max), "ownership changing");
         }
+        let undecided: BTreeSet<&str> = outcome.failed.iter().map(|(p, _)| p.as_str()).collect();
         let won_ids: BTreeSet<&str> = won.iter().map(|o| o.partition_id.as_str()).collect();
         for (partition, pump) in pumps.iter_mut() {
-            if !pump.stopping && !won_ids.contains(partition.as_str()) {
+            if !pump.stopping
+                && !won_ids.contains(partition.as_str())
+                && !undecided.contains(partition.as_str())
+            {
                 tracing::info!(%partition, "ownership lost; stopping the pump without a checkpoint");
                 pump.control.ownership_lost();
                 pump.stopping = true;
@@ -204,7 +219,7 @@ impl EventProcessor {
                 }
             }
         }
-        plan.balanced && lost_claims == 0
+        plan.balanced && lost_claims == 0 && outcome.failed.is_empty()
     }
 
     /// Counts and logs a failed store call; the cycle then counts as unbalanced (retried soon).

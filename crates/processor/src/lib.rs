@@ -53,6 +53,8 @@ pub struct ProcessorStats {
     pub storage_errors: AtomicU64,
     pub ownership_claims_lost: AtomicU64,
     pub pumps_running: AtomicU64,
+    /// Receivers reopened because they delivered nothing while the hub held newer events.
+    pub stalled_receivers: AtomicU64,
     /// The last sequence number handed to the function, per partition this instance reads.
     pub progress: std::sync::Mutex<std::collections::BTreeMap<String, i64>>,
 }
@@ -70,12 +72,14 @@ pub struct Consumer {
     pub single_event: bool,
     pub handler: Arc<dyn BatchHandler>,
     pub stats: Arc<ProcessorStats>,
+    /// The hub's partition ends, for pumps that check whether their receiver stalled.
+    pub ends: eventhubs::PartitionEndsCache,
 }
 
 /// The processors' counters as Prometheus families, one sample per consumer.
 pub fn write_metrics(page: &mut Exposition, consumers: &[Arc<Consumer>]) {
     type Read = fn(&ProcessorStats) -> &AtomicU64;
-    let families: [(&str, Kind, &str, Read); 8] = [
+    let families: [(&str, Kind, &str, Read); 9] = [
         (
             "hubhost_events_processed_total",
             Kind::Counter,
@@ -117,6 +121,12 @@ pub fn write_metrics(page: &mut Exposition, consumers: &[Arc<Consumer>]) {
             Kind::Counter,
             "Ownership claims another instance won (HTTP 412).",
             |s| &s.ownership_claims_lost,
+        ),
+        (
+            "hubhost_receivers_stalled_total",
+            Kind::Counter,
+            "Receivers reopened because they delivered nothing while the hub held newer events.",
+            |s| &s.stalled_receivers,
         ),
         (
             "hubhost_owned_partitions",

@@ -19,7 +19,11 @@
 //! - **Recovery**: a failed receive reopens on a fresh connection, after the last event
 //!   handed out, not after the last checkpoint — so a connection blip duplicates nothing.
 //!   Every SDK call is bounded in time: the Rust SDK 0.16 can stall opening a receiver on a
-//!   fresh connection (see `eventhubs::EventHubTarget::partition_ends`).
+//!   fresh connection (see `eventhubs::EventHubTarget::partition_ends`). Receiving cannot be
+//!   bounded that way (a partition may be quiet for hours), and the SDK reattaches a dropped
+//!   link inside its receive, where the same stall can strike; so a receiver that delivered
+//!   nothing for [`STALL_CHECK_AFTER`] is checked against the hub's partition end, and
+//!   reopened if the hub holds events it should have delivered ([`receiver_stalled`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +52,10 @@ const RETRY_MAX: Duration = Duration::from_secs(10);
 /// Waits between deliveries of a batch the handler gave no answer for, doubling from
 /// `RETRY_MIN`: short, because the emulated host restarts a handler in about a second.
 const REDELIVERY_MAX: Duration = Duration::from_secs(2);
+/// A receiver that delivered nothing for this long is checked for a stall.
+const STALL_CHECK_AFTER: Duration = Duration::from_secs(20);
+/// How old the partition ends a stall check uses may be (the pumps of a consumer share them).
+const ENDS_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// What the pump does with a batch: run the function (with its retries) and say whether it
 /// succeeded. The pump decides about checkpoints.
@@ -191,7 +199,7 @@ impl PartitionPump {
                 }
             };
             backoff = RETRY_MIN;
-            let ended = self.read(&receiver).await;
+            let ended = self.read(&receiver, &position).await;
             close_quietly("receiver", receiver.close()).await;
             close_quietly("consumer", client.close()).await;
             match ended {
@@ -261,7 +269,7 @@ impl PartitionPump {
     /// on one batch, the next one gathers in a queue of up to `max` events, so a partition
     /// with a backlog gets full batches — the SDK's stream alone rarely says an event is
     /// ready without a wait, which left batches at a few dozen events.
-    async fn read(&mut self, receiver: &EventReceiver) -> ReadEnd {
+    async fn read(&mut self, receiver: &EventReceiver, opened_at: &StartPosition) -> ReadEnd {
         let max = self.consumer.max_batch_size();
         let min = self.consumer.options.min_batch_size.min(max);
         let max_wait = self.consumer.options.max_wait_time;
@@ -283,9 +291,33 @@ impl PartitionPump {
             loop {
                 let collected = tokio::select! {
                     _ = self.control.token.cancelled() => return ReadEnd::Stopped,
-                    collected = collect_batch(&mut arrived, max, min, max_wait, stream_ended) => collected,
+                    collected = collect_batch(&mut arrived, max, min, max_wait, STALL_CHECK_AFTER, stream_ended) => collected,
                 };
                 let (events, error) = collected;
+                if events.is_empty() && error.is_none() {
+                    // Nothing for a while: a quiet partition, or a receiver that stalled.
+                    let ends = tokio::select! {
+                        _ = self.control.token.cancelled() => return ReadEnd::Stopped,
+                        ends = self.consumer.ends.get(&self.consumer.target, ENDS_MAX_AGE) => ends,
+                    };
+                    let end = ends
+                        .into_iter()
+                        .flatten()
+                        .find(|e| e.partition_id == self.partition_id);
+                    if let Some(end) = end
+                        && receiver_stalled(self.last.as_ref().map(|l| l.0), opened_at, &end)
+                    {
+                        self.consumer
+                            .stats
+                            .stalled_receivers
+                            .fetch_add(1, Ordering::Relaxed);
+                        return ReadEnd::Broken(format!(
+                            "nothing received for {STALL_CHECK_AFTER:?} while the partition holds events up to sequence number {}",
+                            end.last_sequence_number
+                        ));
+                    }
+                    continue;
+                }
                 let mut records: Vec<EventRecord> = events.iter().map(to_record).collect();
                 // The SDK (0.16) reattaches a receiver whose connection dropped with the
                 // position it was opened at, not after what it delivered: after a restart
@@ -446,22 +478,43 @@ enum ReadEnd {
     Broken(String),
 }
 
+/// Whether a receiver that delivered nothing for [`STALL_CHECK_AFTER`] has stalled: the hub
+/// holds an event after the last one it should have delivered by now — the last handed out,
+/// else the position it was opened at (unknown for `Latest`, a time or an offset: then no).
+fn receiver_stalled(
+    last_handed_out: Option<i64>,
+    opened_at: &StartPosition,
+    end: &crate::eventhubs::PartitionEnd,
+) -> bool {
+    let delivered_up_to = match (last_handed_out, opened_at) {
+        (Some(last), _) => last,
+        (None, StartPosition::AfterSequenceNumber(s)) => *s,
+        (None, StartPosition::Earliest) => end.beginning_sequence_number - 1,
+        (None, _) => return false,
+    };
+    end.last_sequence_number >= 0 && end.last_sequence_number > delivered_up_to
+}
+
 /// The next batch from the queue of arrived events: waits for a first event, then takes what
 /// has already arrived, up to `max`; below `min` it waits for more until `max_wait` has passed
 /// since the first event. An error ends the batch; the events before it are returned with it.
+/// Nothing at all within `idle`: an empty batch without error (the first wait is the only one
+/// cut short, and it has taken nothing from the queue yet).
 async fn collect_batch<T, E>(
     arrived: &mut tokio::sync::mpsc::Receiver<Result<T, E>>,
     max: usize,
     min: usize,
     max_wait: Duration,
+    idle: Duration,
     ended: fn() -> E,
 ) -> (Vec<T>, Option<E>) {
     use tokio::sync::mpsc::error::TryRecvError;
     let mut events = Vec::new();
-    match arrived.recv().await {
-        Some(Ok(e)) => events.push(e),
-        Some(Err(e)) => return (events, Some(e)),
-        None => return (events, Some(ended())),
+    match tokio::time::timeout(idle, arrived.recv()).await {
+        Err(_) => return (events, None),
+        Ok(Some(Ok(e))) => events.push(e),
+        Ok(Some(Err(e))) => return (events, Some(e)),
+        Ok(None) => return (events, Some(ended())),
     }
     let deadline = tokio::time::Instant::now() + max_wait;
     while events.len() < max {
@@ -578,9 +631,9 @@ mod tests {
     #[tokio::test]
     async fn a_batch_takes_what_has_arrived_up_to_the_maximum() {
         let (_tx, mut rx) = queue(&[Ok(1), Ok(2), Ok(3), Ok(4), Ok(5)]);
-        let (batch, error) = collect_batch(&mut rx, 3, 1, NEVER, || "ended").await;
+        let (batch, error) = collect_batch(&mut rx, 3, 1, NEVER, NEVER, || "ended").await;
         assert_eq!((batch, error), (vec![1, 2, 3], None));
-        let (batch, error) = collect_batch(&mut rx, 3, 1, NEVER, || "ended").await;
+        let (batch, error) = collect_batch(&mut rx, 3, 1, NEVER, NEVER, || "ended").await;
         assert_eq!((batch, error), (vec![4, 5], None));
     }
 
@@ -595,7 +648,7 @@ mod tests {
         });
         let started = tokio::time::Instant::now();
         let (batch, error) =
-            collect_batch(&mut rx, 10, 5, Duration::from_secs(5), || "ended").await;
+            collect_batch(&mut rx, 10, 5, Duration::from_secs(5), NEVER, || "ended").await;
         assert_eq!((batch, error), (vec![1, 2], None));
         assert_eq!(started.elapsed(), Duration::from_secs(5));
         late.abort();
@@ -604,11 +657,60 @@ mod tests {
     #[tokio::test]
     async fn an_error_ends_the_batch_with_the_events_before_it() {
         let (_tx, mut rx) = queue(&[Ok(1), Ok(2), Err("stolen"), Ok(9)]);
-        let (batch, error) = collect_batch(&mut rx, 10, 1, NEVER, || "ended").await;
+        let (batch, error) = collect_batch(&mut rx, 10, 1, NEVER, NEVER, || "ended").await;
         assert_eq!((batch, error), (vec![1, 2], Some("stolen")));
         let (tx, mut rx) = queue(&[Ok(1)]);
         drop(tx);
-        let (batch, error) = collect_batch(&mut rx, 10, 5, NEVER, || "ended").await;
+        let (batch, error) = collect_batch(&mut rx, 10, 5, NEVER, NEVER, || "ended").await;
         assert_eq!((batch, error), (vec![1], Some("ended")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_within_the_idle_period_is_an_empty_batch_and_takes_nothing() {
+        let (tx, mut rx) = queue(&[]);
+        let started = tokio::time::Instant::now();
+        let (batch, error) =
+            collect_batch(&mut rx, 10, 1, NEVER, Duration::from_secs(20), || "ended").await;
+        assert_eq!((batch, error), (vec![], None));
+        assert_eq!(started.elapsed(), Duration::from_secs(20));
+        tx.send(Ok(7)).await.unwrap();
+        let (batch, error) =
+            collect_batch(&mut rx, 10, 1, NEVER, Duration::from_secs(20), || "ended").await;
+        assert_eq!((batch, error), (vec![7], None));
+    }
+
+    fn end(beginning: i64, last: i64) -> crate::eventhubs::PartitionEnd {
+        crate::eventhubs::PartitionEnd {
+            partition_id: "0".into(),
+            beginning_sequence_number: beginning,
+            last_sequence_number: last,
+            last_offset: String::new(),
+            last_enqueued_time: None,
+            is_empty: last < 0,
+        }
+    }
+
+    #[test]
+    fn a_receiver_is_stalled_only_if_the_hub_holds_what_it_should_have_delivered() {
+        let after = |s| StartPosition::AfterSequenceNumber(s);
+        // Handed out up to 41: the hub's end decides.
+        assert!(receiver_stalled(Some(41), &after(10), &end(0, 42)));
+        assert!(!receiver_stalled(Some(41), &after(10), &end(0, 41)));
+        // Nothing handed out yet: from the position it opened at.
+        assert!(receiver_stalled(None, &after(10), &end(0, 11)));
+        assert!(!receiver_stalled(None, &after(10), &end(0, 10)));
+        assert!(receiver_stalled(None, &StartPosition::Earliest, &end(5, 5)));
+        assert!(!receiver_stalled(
+            None,
+            &StartPosition::Earliest,
+            &end(0, -1)
+        ));
+        // Where `Latest` (or a time, or an offset) begins is not known: never called stalled.
+        assert!(!receiver_stalled(None, &StartPosition::Latest, &end(0, 99)));
+        assert!(!receiver_stalled(
+            None,
+            &StartPosition::AfterOffset("12".into()),
+            &end(0, 99)
+        ));
     }
 }

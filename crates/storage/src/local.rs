@@ -15,16 +15,19 @@
 //!   the spare and rewritten under it, so each file's header carries its content's length
 //!   and CRC-32, and a read counts only if they match and the path still names the file read
 //!   (otherwise it reads again);
-//! - conditional writes hold an exclusive OS file lock (one of 256 lock files per container,
-//!   chosen by a hash of the blob name) between checking the ETag and renaming.
+//! - conditional writes hold an exclusive OS file lock (one of 4,096 lock files per container,
+//!   chosen by a hash of the blob name) between checking the ETag and renaming. A writer waits
+//!   for that lock at most [`LOCK_WAIT`], then fails as `Unavailable`: a process stopped
+//!   (SIGSTOP, a debugger, a paused VM) while it held the lock keeps it until it runs again,
+//!   and Azure Storage has no such wait, so no caller may hang on it. Only the blobs of that
+//!   one shard are affected meanwhile; `bench chaos` freezes instances to keep this honest.
 //!
 //! Renames survive a process crash; with `fsync` on they also survive a power cut, at a cost.
 
-use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -38,7 +41,9 @@ use super::{
 };
 
 const MAGIC: &[u8] = b"hubhost-blob 1\n";
-const LOCK_SHARDS: u64 = 256;
+const LOCK_SHARDS: u64 = 4096;
+/// The longest a writer waits for a blob's lock; then the write fails as `Unavailable`.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// Temporary files older than this are leftovers of a crashed writer and are removed at open.
 const STALE_TMP_AGE: Duration = Duration::from_secs(3600);
 /// Temporary files are written beside their blob under this prefix, which no blob name can have.
@@ -98,14 +103,6 @@ pub struct LocalDirStore {
 struct Inner {
     root: PathBuf,
     fsync: bool,
-    /// Open lock files, one per (container, shard), each with the in-process mutex that must
-    /// be held with it: `flock` does not exclude threads that share one open file.
-    locks: Mutex<HashMap<(String, u64), Arc<ShardLock>>>,
-}
-
-struct ShardLock {
-    threads: Mutex<()>,
-    file: File,
 }
 
 impl LocalDirStore {
@@ -121,7 +118,6 @@ impl LocalDirStore {
             inner: Arc::new(Inner {
                 root: root.to_path_buf(),
                 fsync,
-                locks: Mutex::new(HashMap::new()),
             }),
         };
         fs::create_dir_all(root).map_err(|e| io_error(root, e))?;
@@ -189,44 +185,65 @@ impl Inner {
         Ok(self.container_dir(container)?.join(name))
     }
 
+    /// The lock file guarding `name` in `container`, and its folder.
+    fn lock_path(&self, container: &str, name: &str) -> (PathBuf, PathBuf) {
+        let shard = fnv1a(name) % LOCK_SHARDS;
+        let dir = self.root.join(".hubhost").join("locks").join(container);
+        let path = dir.join(format!("{shard:03x}.lock"));
+        (dir, path)
+    }
+
     /// Runs `f` holding the exclusive lock that guards `name`'s check-then-write sequences,
-    /// against other threads and other processes.
+    /// against other threads and other processes; waits for it at most [`LOCK_WAIT`].
+    ///
+    /// The lock file is opened for each use: `flock` locks belong to an open file, so two
+    /// opens exclude each other even within one process, and no descriptor stays open.
     fn locked<T>(
         &self,
         container: &str,
         name: &str,
         f: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let shard = fnv1a(name) % LOCK_SHARDS;
-        let lock = {
-            let mut locks = self.locks.lock().expect("lock table");
-            match locks.get(&(container.to_string(), shard)) {
-                Some(l) => l.clone(),
-                None => {
-                    let dir = self.root.join(".hubhost").join("locks").join(container);
-                    fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
-                    let path = dir.join(format!("{shard:02x}.lock"));
-                    let file = OpenOptions::new()
-                        .create(true)
-                        .truncate(false)
-                        .write(true)
-                        .open(&path)
-                        .map_err(|e| io_error(&path, e))?;
-                    let l = Arc::new(ShardLock {
-                        threads: Mutex::new(()),
-                        file,
-                    });
-                    locks.insert((container.to_string(), shard), l.clone());
-                    l
+        let (dir, path) = self.lock_path(container, name);
+        let open = || {
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+        };
+        let file = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+                open()
+            }
+            other => other,
+        }
+        .map_err(|e| io_error(&path, e))?;
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let mut pause = Duration::from_micros(100);
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(StoreError::Unavailable(format!(
+                            "blob '{container}/{name}' is locked by another writer for over {LOCK_WAIT:?} \
+                             (a process stopped or hung while writing to this store?)"
+                        )));
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(10));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "locking for '{container}/{name}': {e}"
+                    )));
                 }
             }
-        };
-        let _thread = lock.threads.lock().unwrap_or_else(|e| e.into_inner());
-        lock.file.lock().map_err(|e| {
-            StoreError::Unavailable(format!("locking for '{container}/{name}': {e}"))
-        })?;
+        }
         let result = f();
-        let _ = lock.file.unlock();
+        let _ = file.unlock();
         result
     }
 
@@ -650,5 +667,82 @@ impl BlobStore for LocalDirStore {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that holds a blob's lock and does not let go (a process stopped mid-write:
+    /// `flock` locks belong to an open file, so another open of the lock file is another
+    /// writer to the kernel, as another process is) makes writes of that blob fail after
+    /// `LOCK_WAIT`, not hang; other blobs are written meanwhile, and the blob once it lets go.
+    #[tokio::test]
+    async fn a_writer_that_keeps_a_lock_fails_others_after_a_bounded_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalDirStore::open_with(dir.path(), false).unwrap();
+        let md = Metadata::new();
+        let first = store
+            .put(
+                "box",
+                "held",
+                Bytes::from_static(b"1"),
+                &md,
+                &Condition::IfNotExists,
+            )
+            .await
+            .unwrap();
+        let (_, path) = store.inner.lock_path("box", "held");
+        let holder = OpenOptions::new().write(true).open(&path).unwrap();
+        holder.lock().unwrap();
+        let other = (0..)
+            .map(|i| format!("other-{i}"))
+            .find(|n| store.inner.lock_path("box", n).1 != path)
+            .unwrap();
+
+        let began = std::time::Instant::now();
+        let blocked = tokio::time::timeout(
+            LOCK_WAIT * 5,
+            store.put(
+                "box",
+                "held",
+                Bytes::from_static(b"2"),
+                &md,
+                &Condition::IfMatch(first.etag.clone()),
+            ),
+        )
+        .await
+        .expect("a held lock must not make a writer hang");
+        assert!(
+            matches!(&blocked, Err(StoreError::Unavailable(m)) if m.contains("box/held")),
+            "{blocked:?}"
+        );
+        assert!(began.elapsed() >= LOCK_WAIT);
+        store
+            .put(
+                "box",
+                &other,
+                Bytes::from_static(b"x"),
+                &md,
+                &Condition::Always,
+            )
+            .await
+            .expect("another shard is not held");
+
+        holder.unlock().unwrap();
+        let written = store
+            .put(
+                "box",
+                "held",
+                Bytes::from_static(b"2"),
+                &md,
+                &Condition::IfMatch(first.etag),
+            )
+            .await
+            .expect("the failed write changed nothing, so the ETag still matches");
+        let blob = store.get("box", "held").await.unwrap().unwrap();
+        assert_eq!(&blob.data[..], b"2");
+        assert_eq!(blob.properties.etag, written.etag);
     }
 }

@@ -88,6 +88,16 @@ impl Coverage {
         }
     }
 
+    /// The store is back at `at`: nothing could be claimed while it was away, so an interval
+    /// without owner open now counts from here. (A poll running while the store returns
+    /// ends after it, and by then the store's records have expired: without this, the
+    /// outage's tail would be charged to the pool.)
+    pub fn store_back(&mut self, at: f64) {
+        for start in self.since.values_mut() {
+            *start = start.max(at);
+        }
+    }
+
     /// Ends the run: intervals still open count up to `at`.
     pub fn finish(&mut self, at: f64, limit: f64) {
         for (key, start) in std::mem::take(&mut self.since) {
@@ -303,7 +313,13 @@ pub fn median_and_max(values: &[f64]) -> (f64, f64) {
     }
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[v.len() - 1])
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    (median, v[n - 1])
 }
 
 #[cfg(test)]
@@ -355,6 +371,26 @@ mod tests {
         c.finish(60.0, limit);
         assert_eq!(c.longest, 10.0);
         assert_eq!(c.over_limit, vec![(key("1"), 10.0, 60.0)]);
+    }
+
+    #[test]
+    fn a_poll_that_outlasts_the_outage_does_not_charge_it_to_the_pool() {
+        let mut c = Coverage::default();
+        let limit = 8.0;
+        c.observe(&key("0"), true, false, 0.0, limit);
+        // The last excused poll at 44 s; the store is back at 50 s; the poll in flight then
+        // answers at 51 s without owners; owners are back at 54 s: 4 s count, not 10.
+        c.observe(&key("0"), false, true, 44.0, limit);
+        c.store_back(50.0);
+        c.observe(&key("0"), false, false, 51.0, limit);
+        c.observe(&key("0"), true, false, 54.0, limit);
+        assert_eq!(c.longest, 4.0);
+        assert!(c.over_limit.is_empty());
+        // An interval that began after the store returned keeps its start.
+        c.observe(&key("0"), false, false, 60.0, limit);
+        c.store_back(55.0);
+        c.observe(&key("0"), true, false, 70.0, limit);
+        assert_eq!(c.over_limit, vec![(key("0"), 10.0, 70.0)]);
     }
 
     fn reading(home: &str, minute: u32) -> Vec<u8> {
@@ -447,5 +483,6 @@ mod tests {
     fn median_and_max_of_seconds() {
         assert_eq!(median_and_max(&[]), (0.0, 0.0));
         assert_eq!(median_and_max(&[3.0, 1.0, 2.0]), (2.0, 3.0));
+        assert_eq!(median_and_max(&[4.0, 1.0]), (2.5, 4.0));
     }
 }

@@ -94,6 +94,9 @@ pub struct FaultRecord {
     /// Seconds from the fault (for the hub and the store: from their return) until every
     /// partition had a running owner and progressed; `None`: not within the limit.
     pub recovery: Option<f64>,
+    /// When not recovered: the partitions that were not, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stuck: Vec<String>,
 }
 
 /// The figures of one store's run.
@@ -306,6 +309,29 @@ impl Rig {
         })
     }
 
+    /// The partitions not recovered since `since`, each with what held it back.
+    fn stuck(&self, since: &BTreeMap<audit::PartitionKey, Option<i64>>) -> Vec<String> {
+        let w = self.watch.lock().expect("watch lock");
+        since
+            .iter()
+            .filter_map(|(k, before)| {
+                let owner = w.owners.get(k);
+                let now = w.checkpoints.get(k);
+                let why = if !w.served(k) {
+                    format!("no running owner (owner in the store: {owner:?})")
+                } else if now.is_none_or(|n| before.is_some_and(|b| n <= b)) {
+                    format!(
+                        "owned by {} but its checkpoint stayed at {now:?}",
+                        owner.map(String::as_str).unwrap_or("?")
+                    )
+                } else {
+                    return None;
+                };
+                Some(format!("{} partition {}: {why}", k.0, k.1))
+            })
+            .collect()
+    }
+
     /// The handler process an instance started, once it has one.
     async fn handler_pid(&self, name: &str) -> Option<u32> {
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -376,7 +402,10 @@ impl Rig {
                 self.store.break_it()?;
                 tokio::time::sleep(fault.hold).await;
                 self.store.restore()?;
-                self.watch.lock().expect("watch lock").store_down = false;
+                let back = self.started.elapsed().as_secs_f64();
+                let mut w = self.watch.lock().expect("watch lock");
+                w.store_down = false;
+                w.coverage.store_back(back);
             }
         }
         let ready = match fault.kind {
@@ -411,11 +440,31 @@ impl Rig {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let stuck = if recovery.is_none() {
+            self.stuck(&since)
+        } else {
+            Vec::new()
+        };
+        if !stuck.is_empty() {
+            // What the instances said last, for a run nobody watched (CI).
+            for name in &self.names {
+                let log = std::fs::read_to_string(self.logs.join(format!("{name}.log")))
+                    .unwrap_or_default();
+                let said: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                    .collect();
+                for line in &said[said.len().saturating_sub(8)..] {
+                    note(format!("{name} said: {line}"));
+                }
+            }
+        }
         tokio::time::sleep(fault.pause).await;
         Ok(FaultRecord {
             fault: fault.clone(),
             at,
             recovery,
+            stuck,
         })
     }
 }
@@ -619,10 +668,11 @@ async fn run_one(
     }
     for r in records.iter().filter(|r| r.recovery.is_none()) {
         problems.push(format!(
-            "{} at {:.1} s: not recovered within {} s",
+            "{} at {:.1} s: not recovered within {} s: {}",
             r.fault.kind.name(),
             r.at,
-            RECOVERY_LIMIT.as_secs()
+            RECOVERY_LIMIT.as_secs(),
+            r.stuck.join("; ")
         ));
     }
     if data.poison == 0 || data.readings == 0 {

@@ -194,6 +194,7 @@ pub fn consumers(
                     outputs: f.outputs.clone(),
                 }),
                 stats: Arc::new(ProcessorStats::default()),
+                ends: Default::default(),
             }))
         })
         .collect()

@@ -119,6 +119,17 @@ pub struct OwnershipClaim {
     pub vouched_expiry: Option<std::time::Duration>,
 }
 
+/// What became of a batch of ownership claims, partition by partition.
+#[derive(Debug, Default)]
+pub struct ClaimOutcome {
+    /// Claims written, with the ETags they now hold.
+    pub won: Vec<PartitionOwnership>,
+    /// Claims another writer beat (a stale ETag, or created first).
+    pub lost: Vec<String>,
+    /// Claims the store could not decide; the partition's ownership is unknown this cycle.
+    pub failed: Vec<(String, CheckpointError)>,
+}
+
 /// Where a partition's processing stopped: the last event processed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -260,22 +271,31 @@ impl CheckpointStore {
         key: &ConsumerGroupKey,
         claims: &[OwnershipClaim],
     ) -> Result<Vec<PartitionOwnership>, CheckpointError> {
+        let outcome = self.try_claim_ownership(key, claims).await;
+        match outcome.failed.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(outcome.won),
+        }
+    }
+
+    /// Tries every claim at once and reports each: a claim that failed (the store did not
+    /// answer, a blob's lock was held too long) neither wins nor loses its partition, so one
+    /// bad blob does not void the renewals of all the others. The load balancer uses this.
+    pub async fn try_claim_ownership(
+        &self,
+        key: &ConsumerGroupKey,
+        claims: &[OwnershipClaim],
+    ) -> ClaimOutcome {
         let attempts = claims.iter().map(|claim| self.claim_one(key, claim));
-        let mut won = Vec::new();
-        let mut first_error = None;
-        for outcome in join_all(attempts).await {
-            match outcome {
-                Ok(Some(ownership)) => won.push(ownership),
-                Ok(None) => {}
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
+        let mut outcome = ClaimOutcome::default();
+        for (claim, result) in claims.iter().zip(join_all(attempts).await) {
+            match result {
+                Ok(Some(ownership)) => outcome.won.push(ownership),
+                Ok(None) => outcome.lost.push(claim.partition_id.clone()),
+                Err(e) => outcome.failed.push((claim.partition_id.clone(), e)),
             }
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(won),
-        }
+        outcome
     }
 
     async fn claim_one(
