@@ -14,7 +14,7 @@ use chrono::Utc;
 use hubhost::checkpoint::admin;
 use hubhost::checkpoint::{
     Checkpoint, CheckpointAdvance, CheckpointError, CheckpointStore, ConsumerGroupKey,
-    InitialPosition, OwnershipClaim, PositionSource, StartPosition,
+    InitialPosition, OwnershipClaim, PositionSource, Start, StartPosition,
 };
 use hubhost::storage::{Condition, Metadata, SharedStore, StorageLocation};
 
@@ -310,17 +310,18 @@ async fn conformance(blobs: SharedStore) {
             .start_position(&key, "0", InitialPosition::Latest)
             .await
             .unwrap(),
-        (
-            StartPosition::AfterOffset("250".into()),
-            PositionSource::Checkpoint
-        )
+        Start {
+            position: StartPosition::AfterOffset("250".into()),
+            source: PositionSource::Checkpoint,
+            after_sequence_number: Some(25),
+        }
     );
     assert_eq!(
         store
             .start_position(&key, "1", InitialPosition::Latest)
             .await
             .unwrap()
-            .0,
+            .position,
         StartPosition::AfterSequenceNumber(7)
     );
 
@@ -383,10 +384,11 @@ async fn conformance(blobs: SharedStore) {
             .start_position(&key, "9", InitialPosition::Latest)
             .await
             .unwrap(),
-        (
-            StartPosition::AfterOffset("8591964920".into()),
-            PositionSource::LegacyCheckpoint
-        )
+        Start {
+            position: StartPosition::AfterOffset("8591964920".into()),
+            source: PositionSource::LegacyCheckpoint,
+            after_sequence_number: Some(960180),
+        }
     );
     let err = store
         .start_position(&key, "10", InitialPosition::Latest)
@@ -402,7 +404,11 @@ async fn conformance(blobs: SharedStore) {
             .start_position(&key, "11", InitialPosition::Latest)
             .await
             .unwrap(),
-        (StartPosition::Latest, PositionSource::Initial)
+        Start {
+            position: StartPosition::Latest,
+            source: PositionSource::Initial,
+            after_sequence_number: None,
+        }
     );
     let legacy = store.list_legacy(&key).await.unwrap();
     let ids: Vec<_> = legacy

@@ -40,7 +40,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{Consumer, PartitionBatch};
-use crate::checkpoint::{Checkpoint, CheckpointAdvance, StartPosition};
+use crate::checkpoint::{Checkpoint, CheckpointAdvance, Start, StartPosition};
 use crate::eventhubs::close_quietly;
 use hubhost_functions::batch::{EventRecord, PartitionContext};
 
@@ -173,7 +173,11 @@ impl PartitionPump {
             _ = self.control.token.cancelled() => return PumpExit::Stopped,
             start = self.consumer.store.start_position(&self.consumer.key, &self.partition_id, initial) => start,
         };
-        let (mut position, source) = match start {
+        let Start {
+            mut position,
+            source,
+            mut after_sequence_number,
+        } = match start {
             Ok(start) => start,
             Err(e) => {
                 tracing::error!(partition = %self.partition_id, error = %e, "cannot decide where to start; the partition is not read");
@@ -199,7 +203,12 @@ impl PartitionPump {
                 }
             };
             backoff = RETRY_MIN;
-            let ended = self.read(&receiver, &position).await;
+            let opened = OpenedReceiver {
+                position: position.clone(),
+                after_sequence_number,
+                at: chrono::Utc::now(),
+            };
+            let ended = self.read(&receiver, &opened).await;
             close_quietly("receiver", receiver.close()).await;
             close_quietly("consumer", client.close()).await;
             match ended {
@@ -209,6 +218,7 @@ impl PartitionPump {
                     tracing::warn!(partition = %self.partition_id, error = %e, "receive failed; reopening after the last event handed out");
                     if let Some((seq, _)) = &self.last {
                         position = StartPosition::AfterSequenceNumber(*seq);
+                        after_sequence_number = Some(*seq);
                     }
                     if self.sleep_or_stop(RETRY_MIN).await {
                         return PumpExit::Stopped;
@@ -269,7 +279,7 @@ impl PartitionPump {
     /// on one batch, the next one gathers in a queue of up to `max` events, so a partition
     /// with a backlog gets full batches — the SDK's stream alone rarely says an event is
     /// ready without a wait, which left batches at a few dozen events.
-    async fn read(&mut self, receiver: &EventReceiver, opened_at: &StartPosition) -> ReadEnd {
+    async fn read(&mut self, receiver: &EventReceiver, opened: &OpenedReceiver) -> ReadEnd {
         let max = self.consumer.max_batch_size();
         let min = self.consumer.options.min_batch_size.min(max);
         let max_wait = self.consumer.options.max_wait_time;
@@ -305,7 +315,7 @@ impl PartitionPump {
                         .flatten()
                         .find(|e| e.partition_id == self.partition_id);
                     if let Some(end) = end
-                        && receiver_stalled(self.last.as_ref().map(|l| l.0), opened_at, &end)
+                        && receiver_stalled(self.last.as_ref().map(|l| l.0), opened, &end)
                     {
                         self.consumer
                             .stats
@@ -478,21 +488,39 @@ enum ReadEnd {
     Broken(String),
 }
 
+/// A receiver as it was opened: where, what lies behind that position when a checkpoint says,
+/// and when.
+struct OpenedReceiver {
+    position: StartPosition,
+    after_sequence_number: Option<i64>,
+    at: chrono::DateTime<chrono::Utc>,
+}
+
 /// Whether a receiver that delivered nothing for [`STALL_CHECK_AFTER`] has stalled: the hub
-/// holds an event after the last one it should have delivered by now — the last handed out,
-/// else the position it was opened at (unknown for `Latest`, a time or an offset: then no).
+/// holds an event it should have delivered by now. That is an event after the last one handed
+/// out; before the first, one after the checkpointed event it opened behind (or after the
+/// partition's beginning, for `Earliest`); where a start is not known in sequence numbers
+/// (`Latest`, a time), an event enqueued after the receiver opened, which lies after the start
+/// whatever it was.
 fn receiver_stalled(
     last_handed_out: Option<i64>,
-    opened_at: &StartPosition,
+    opened: &OpenedReceiver,
     end: &crate::eventhubs::PartitionEnd,
 ) -> bool {
-    let delivered_up_to = match (last_handed_out, opened_at) {
-        (Some(last), _) => last,
-        (None, StartPosition::AfterSequenceNumber(s)) => *s,
-        (None, StartPosition::Earliest) => end.beginning_sequence_number - 1,
-        (None, _) => return false,
-    };
-    end.last_sequence_number >= 0 && end.last_sequence_number > delivered_up_to
+    if end.is_empty || end.last_sequence_number < 0 {
+        return false;
+    }
+    let delivered_up_to =
+        last_handed_out
+            .or(opened.after_sequence_number)
+            .or((opened.position == StartPosition::Earliest)
+                .then(|| end.beginning_sequence_number - 1));
+    match delivered_up_to {
+        Some(up_to) => end.last_sequence_number > up_to,
+        None => end
+            .last_enqueued_time
+            .is_some_and(|t| t > opened.at + chrono::Duration::seconds(1)),
+    }
 }
 
 /// The next batch from the queue of arrived events: waits for a first event, then takes what
@@ -690,27 +718,47 @@ mod tests {
         }
     }
 
+    fn opened(position: StartPosition, after: Option<i64>) -> OpenedReceiver {
+        OpenedReceiver {
+            position,
+            after_sequence_number: after,
+            at: chrono::DateTime::parse_from_rfc3339("2026-11-25T08:00:00Z")
+                .unwrap()
+                .into(),
+        }
+    }
+
     #[test]
     fn a_receiver_is_stalled_only_if_the_hub_holds_what_it_should_have_delivered() {
-        let after = |s| StartPosition::AfterSequenceNumber(s);
+        let after = |s| opened(StartPosition::AfterSequenceNumber(s), Some(s));
         // Handed out up to 41: the hub's end decides.
         assert!(receiver_stalled(Some(41), &after(10), &end(0, 42)));
         assert!(!receiver_stalled(Some(41), &after(10), &end(0, 41)));
         // Nothing handed out yet: from the position it opened at.
         assert!(receiver_stalled(None, &after(10), &end(0, 11)));
         assert!(!receiver_stalled(None, &after(10), &end(0, 10)));
-        assert!(receiver_stalled(None, &StartPosition::Earliest, &end(5, 5)));
-        assert!(!receiver_stalled(
-            None,
-            &StartPosition::Earliest,
-            &end(0, -1)
-        ));
-        // Where `Latest` (or a time, or an offset) begins is not known: never called stalled.
-        assert!(!receiver_stalled(None, &StartPosition::Latest, &end(0, 99)));
-        assert!(!receiver_stalled(
-            None,
-            &StartPosition::AfterOffset("12".into()),
-            &end(0, 99)
-        ));
+        let earliest = opened(StartPosition::Earliest, None);
+        assert!(receiver_stalled(None, &earliest, &end(5, 5)));
+        assert!(!receiver_stalled(None, &earliest, &end(0, -1)));
+        // Opened after a checkpoint's offset: its sequence number says what lies behind
+        // (without it, an offset was never called stalled, and a receiver that stalled
+        // reopening from a checkpoint after a hub restart stayed stalled).
+        let from_offset = opened(StartPosition::AfterOffset("12".into()), Some(40));
+        assert!(receiver_stalled(None, &from_offset, &end(0, 41)));
+        assert!(!receiver_stalled(None, &from_offset, &end(0, 40)));
+    }
+
+    #[test]
+    fn where_the_start_has_no_sequence_number_an_event_enqueued_since_it_opened_decides() {
+        let latest = opened(StartPosition::Latest, None);
+        let enqueued = |seconds_after_open: i64| {
+            let mut e = end(0, 99);
+            e.last_enqueued_time = Some(latest.at + chrono::Duration::seconds(seconds_after_open));
+            e
+        };
+        assert!(!receiver_stalled(None, &latest, &end(0, 99)));
+        assert!(!receiver_stalled(None, &latest, &enqueued(-30)));
+        assert!(!receiver_stalled(None, &latest, &enqueued(1)));
+        assert!(receiver_stalled(None, &latest, &enqueued(5)));
     }
 }

@@ -250,7 +250,15 @@ impl Rig {
         self.pool.start(
             name,
             &[
-                ("RUST_LOG", "warn,hubhost::function=debug".to_string()),
+                // The function logs are how deliveries are counted; more (e.g.
+                // `hubhost_processor=debug`, to follow a pump) with HUBHOST_CHAOS_LOG.
+                (
+                    "RUST_LOG",
+                    match std::env::var("HUBHOST_CHAOS_LOG") {
+                        Ok(more) => format!("warn,hubhost::function=debug,{more}"),
+                        Err(_) => "warn,hubhost::function=debug".to_string(),
+                    },
+                ),
                 (
                     "HUBHOST_INSTANCE_LOCKS",
                     self.logs.join("locks").display().to_string(),

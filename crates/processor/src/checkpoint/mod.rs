@@ -28,7 +28,7 @@ use hubhost_storage::{BlobStore, Condition, ETag, Metadata, SharedStore, StoreEr
 
 pub use legacy::LegacyCheckpoint;
 pub use names::ConsumerGroupKey;
-pub use position::{InitialPosition, PositionSource, StartPosition};
+pub use position::{InitialPosition, PositionSource, Start, StartPosition};
 
 /// The Functions host's default container (`EventHubOptions.LeaseContainerName`).
 pub const DEFAULT_CONTAINER: &str = "azure-webjobs-eventhub";
@@ -587,7 +587,7 @@ impl CheckpointStore {
         key: &ConsumerGroupKey,
         partition_id: &str,
         initial: InitialPosition,
-    ) -> Result<(StartPosition, PositionSource), CheckpointError> {
+    ) -> Result<Start, CheckpointError> {
         let current = self.get_checkpoint(key, partition_id).await?;
         let legacy = match &current {
             Some(_) => None,

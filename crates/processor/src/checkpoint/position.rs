@@ -43,37 +43,52 @@ pub enum PositionSource {
     Initial,
 }
 
+/// Where a reader starts, which record said so, and the sequence number of the event just
+/// before the start when a checkpoint records it (a reader opened after an offset has
+/// nothing to deliver up to that event: a pump uses it to tell a quiet receiver from a stalled
+/// one before anything arrived).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    pub position: StartPosition,
+    pub source: PositionSource,
+    pub after_sequence_number: Option<i64>,
+}
+
 pub fn start_position(
     current: Option<&Checkpoint>,
     legacy: Option<&LegacyCheckpoint>,
     initial: InitialPosition,
-) -> (StartPosition, PositionSource) {
+) -> Start {
     if let Some(cp) = current {
+        let checkpointed = |position| Start {
+            position,
+            source: PositionSource::Checkpoint,
+            after_sequence_number: cp.sequence_number,
+        };
         if let Some(offset) = &cp.offset {
-            return (
-                StartPosition::AfterOffset(offset.clone()),
-                PositionSource::Checkpoint,
-            );
+            return checkpointed(StartPosition::AfterOffset(offset.clone()));
         }
         if let Some(seq) = cp.sequence_number {
-            return (
-                StartPosition::AfterSequenceNumber(seq),
-                PositionSource::Checkpoint,
-            );
+            return checkpointed(StartPosition::AfterSequenceNumber(seq));
         }
     }
     if let Some(lg) = legacy {
-        return (
-            StartPosition::AfterOffset(lg.offset.clone()),
-            PositionSource::LegacyCheckpoint,
-        );
+        return Start {
+            position: StartPosition::AfterOffset(lg.offset.clone()),
+            source: PositionSource::LegacyCheckpoint,
+            after_sequence_number: Some(lg.sequence_number),
+        };
     }
     let position = match initial {
         InitialPosition::Earliest => StartPosition::Earliest,
         InitialPosition::Latest => StartPosition::Latest,
         InitialPosition::EnqueuedTime(t) => StartPosition::EnqueuedTime(t),
     };
-    (position, PositionSource::Initial)
+    Start {
+        position,
+        source: PositionSource::Initial,
+        after_sequence_number: None,
+    }
 }
 
 #[cfg(test)]
@@ -99,6 +114,14 @@ mod tests {
         }
     }
 
+    fn start(position: StartPosition, source: PositionSource, after: Option<i64>) -> Start {
+        Start {
+            position,
+            source,
+            after_sequence_number: after,
+        }
+    }
+
     #[test]
     fn the_current_checkpoint_wins_and_prefers_the_offset() {
         let lg = legacy("1");
@@ -108,16 +131,18 @@ mod tests {
                 Some(&lg),
                 InitialPosition::Latest
             ),
-            (
+            start(
                 StartPosition::AfterOffset("42".into()),
-                PositionSource::Checkpoint
+                PositionSource::Checkpoint,
+                Some(7)
             )
         );
         assert_eq!(
             start_position(Some(&cp(None, Some(7))), Some(&lg), InitialPosition::Latest),
-            (
+            start(
                 StartPosition::AfterSequenceNumber(7),
-                PositionSource::Checkpoint
+                PositionSource::Checkpoint,
+                Some(7)
             )
         );
     }
@@ -127,9 +152,10 @@ mod tests {
         let lg = legacy("100");
         assert_eq!(
             start_position(Some(&cp(None, None)), Some(&lg), InitialPosition::Latest),
-            (
+            start(
                 StartPosition::AfterOffset("100".into()),
-                PositionSource::LegacyCheckpoint
+                PositionSource::LegacyCheckpoint,
+                Some(9)
             )
         );
         let t = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
@@ -137,10 +163,14 @@ mod tests {
             .with_timezone(&Utc);
         assert_eq!(
             start_position(None, None, InitialPosition::EnqueuedTime(t)),
-            (StartPosition::EnqueuedTime(t), PositionSource::Initial)
+            start(
+                StartPosition::EnqueuedTime(t),
+                PositionSource::Initial,
+                None
+            )
         );
         assert_eq!(
-            start_position(None, None, InitialPosition::default()).0,
+            start_position(None, None, InitialPosition::default()).position,
             StartPosition::Earliest
         );
     }
