@@ -26,6 +26,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
+# openssl makes the tests' certificates and signing keys; unshare and ip give the IMDS test a
+# network namespace of its own (Debian's util-linux and iproute2).
+for tool in openssl:openssl unshare:util-linux ip:iproute2; do
+  if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
+    echo "== installing ${tool#*:} (Debian package)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool#*:}" >/dev/null
+  fi
+done
+
 # The official Python SDK packages, as independent peers in the interop tests.
 PY_PACKAGES=("azure-eventhub==5.15.1" "azure-eventhub-checkpointstoreblob==1.2.0")
 if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.eventhub.extensions.checkpointstoreblob" 2>/dev/null; then

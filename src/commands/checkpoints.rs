@@ -2,6 +2,7 @@
 //! format (the work is `hubhost::checkpoint::admin`; this is the flags, the questions and the
 //! printing).
 
+use super::EventHubConnectionArgs;
 use hubhost::checkpoint;
 
 use clap::Subcommand;
@@ -45,10 +46,9 @@ pub enum CheckpointsCommand {
         /// `start`, `end`, or an RFC 3339 enqueued time.
         #[arg(long)]
         to: String,
-        /// Event Hubs connection string, for `end` and a time (the event hub is asked where each
-        /// partition ends) [default: EventHubConnection].
-        #[arg(long, env = "EventHubConnection", hide_env_values = true)]
-        connection: Option<String>,
+        /// For `end` and a time: the event hub is asked where each partition ends.
+        #[command(flatten)]
+        event_hub: EventHubConnectionArgs,
         /// Partitions to reset (comma-separated) [default: every partition the store knows].
         #[arg(long, value_delimiter = ',')]
         partitions: Vec<String>,
@@ -96,7 +96,7 @@ fn open_scope(
         Some(ns) => ns.clone(),
         None => hubhost::eventhubs::eventhub_namespace(env).ok_or(
             "name the Event Hubs namespace with --namespace (e.g. myns.servicebus.windows.net), \
-             or set EventHubConnection to the hub's connection string",
+             or set EventHubConnection (or EventHubConnection__fullyQualifiedNamespace)",
         )?,
     };
     let key = checkpoint::ConsumerGroupKey::new(namespace, &scope.hub, &scope.consumer_group)
@@ -154,7 +154,7 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
         CheckpointsCommand::Reset {
             scope,
             to,
-            connection,
+            event_hub,
             partitions,
             partition_count,
             yes,
@@ -164,13 +164,13 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
             let ends = match target_position.needs_partition_ends() {
                 false => None,
                 true => {
-                    let connection = connection.as_deref().ok_or(
-                        "--to end or a time asks the event hub where its partitions end: give \
-                         --connection or set EventHubConnection",
-                    )?;
-                    let target =
-                        hubhost::eventhubs::EventHubTarget::parse(connection, Some(&scope.hub))
-                            .map_err(|e| e.to_string())?;
+                    if !event_hub.is_given() {
+                        return Err("--to end or a time asks the event hub where its partitions \
+                                    end: give --connection or --fully-qualified-namespace, or set \
+                                    EventHubConnection or EventHubConnection__fullyQualifiedNamespace"
+                            .into());
+                    }
+                    let target = event_hub.target(&scope.hub)?;
                     let ends = target.partition_ends().await.map_err(|e| e.to_string())?;
                     Some((target, ends))
                 }

@@ -37,6 +37,13 @@ pub struct Args {
     /// RootManageSharedAccessKey=SAS_KEY_VALUE; repeatable.
     #[arg(long = "key", env = "HUBHOST_HUB_KEY", hide_env_values = true)]
     pub keys: Vec<String>,
+    /// Also accept Entra ID tokens (identity-based connections) issued by this issuer (the
+    /// tokens' `iss`), checked with the signing keys of --entra-jwks.
+    #[arg(long, requires = "entra_jwks")]
+    pub entra_issuer: Option<String>,
+    /// The trusted issuer's signing keys: a JWKS file, the format Entra ID publishes.
+    #[arg(long, requires = "entra_issuer")]
+    pub entra_jwks: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -100,6 +107,8 @@ pub async fn run(args: Args) -> Result<(), String> {
         retention_hours,
         fsync,
         keys,
+        entra_issuer,
+        entra_jwks,
         limits,
     } = args;
     let specs = match (&config, hubs.is_empty()) {
@@ -132,6 +141,14 @@ pub async fn run(args: Args) -> Result<(), String> {
                     .ok_or_else(|| "--key takes name=key".to_string())
             })
             .collect::<Result<_, _>>()?;
+    }
+    if let (Some(issuer), Some(jwks)) = (entra_issuer, entra_jwks) {
+        let text = std::fs::read_to_string(&jwks)
+            .map_err(|e| format!("--entra-jwks {}: {e}", jwks.display()))?;
+        config.trusted_issuer = Some(
+            hubhost::hub::entra::TrustedIssuer::from_jwks(&issuer, &text)
+                .map_err(|e| format!("--entra-jwks {}: {e}", jwks.display()))?,
+        );
     }
     hubhost::hub::run(config).await.map_err(|e| e.to_string())
 }

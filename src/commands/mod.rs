@@ -10,6 +10,49 @@ pub mod new;
 pub mod serve;
 pub mod simulate;
 
+/// How a command reaches an event hub: a connection string, or an identity-based connection,
+/// from flags or from the app settings the Functions host would read.
+#[derive(clap::Args, Clone, Default)]
+pub struct EventHubConnectionArgs {
+    /// Event Hubs connection string [default: EventHubConnection].
+    #[arg(long, env = "EventHubConnection", hide_env_values = true)]
+    pub connection: Option<String>,
+    /// An identity-based connection instead: the namespace, e.g. myns.servicebus.windows.net
+    /// (localhost:PORT for a local hub), signed in with Entra ID as the
+    /// EventHubConnection__credential / __clientId / __tenantId / __clientSecret settings choose
+    /// [default: EventHubConnection__fullyQualifiedNamespace].
+    #[arg(
+        long,
+        env = "EventHubConnection__fullyQualifiedNamespace",
+        conflicts_with = "connection"
+    )]
+    pub fully_qualified_namespace: Option<String>,
+}
+
+impl EventHubConnectionArgs {
+    /// Whether either way of connecting was given.
+    pub fn is_given(&self) -> bool {
+        self.connection.is_some() || self.fully_qualified_namespace.is_some()
+    }
+
+    /// The event hub `hub` through the connection given, read the way the host reads the
+    /// EventHubConnection settings.
+    pub fn target(&self, hub: &str) -> Result<hubhost::eventhubs::EventHubTarget, String> {
+        let setting = hubhost::eventhubs::EVENTHUB_CONNECTION_SETTING;
+        let namespace_setting = format!("{setting}__fullyQualifiedNamespace");
+        hubhost::eventhubs::EventHubTarget::from_settings(setting, hub, |name| {
+            if name == setting {
+                self.connection.clone()
+            } else if name == namespace_setting {
+                self.fully_qualified_namespace.clone()
+            } else {
+                std::env::var(name).ok()
+            }
+        })
+        .map_err(|e| e.to_string())
+    }
+}
+
 /// A flag given in seconds (fractions allowed), more than zero.
 pub fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
     text.parse::<f64>()

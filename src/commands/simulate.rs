@@ -2,14 +2,14 @@
 
 use hubhost::simulate;
 
-use super::shutdown_signal;
+use super::{EventHubConnectionArgs, shutdown_signal};
 
 /// The home-security fleet as an Event Hubs producer (partition key = home id).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Event Hubs connection string [default: EventHubConnection, else the local emulator's].
-    #[arg(long, env = "EventHubConnection", hide_env_values = true)]
-    pub connection: Option<String>,
+    /// [default: the local emulator's connection string]
+    #[command(flatten)]
+    pub event_hub: EventHubConnectionArgs,
     /// Event hub name [default: EventHubName, else the connection string's EntityPath, else sensors].
     #[arg(long, env = "EventHubName")]
     pub hub: Option<String>,
@@ -45,7 +45,7 @@ pub struct Args {
 
 pub async fn run(args: Args) -> Result<(), String> {
     let Args {
-        connection,
+        event_hub,
         hub,
         homes,
         speed_up,
@@ -58,12 +58,23 @@ pub async fn run(args: Args) -> Result<(), String> {
         seed,
         json,
     } = args;
-    let connection = connection.unwrap_or_else(|| hubhost::eventhubs::EMULATOR_CONNECTION.into());
-    let hub = hub.or_else(|| {
-        (!connection.to_ascii_lowercase().contains("entitypath=")).then(|| "sensors".to_string())
-    });
-    let target = hubhost::eventhubs::EventHubTarget::parse(&connection, hub.as_deref())
-        .map_err(|e| e.to_string())?;
+    let target = match (&event_hub.connection, event_hub.is_given()) {
+        // A connection string may name the hub itself (EntityPath).
+        (Some(connection), _) => {
+            let hub = hub.or_else(|| {
+                (!connection.to_ascii_lowercase().contains("entitypath="))
+                    .then(|| "sensors".to_string())
+            });
+            hubhost::eventhubs::EventHubTarget::parse(connection, hub.as_deref())
+                .map_err(|e| e.to_string())?
+        }
+        (None, true) => event_hub.target(hub.as_deref().unwrap_or("sensors"))?,
+        (None, false) => hubhost::eventhubs::EventHubTarget::parse(
+            hubhost::eventhubs::EMULATOR_CONNECTION,
+            Some(hub.as_deref().unwrap_or("sensors")),
+        )
+        .map_err(|e| e.to_string())?,
+    };
     let pace = match (unthrottled, rate) {
         (true, _) => simulate::Pace::Unthrottled,
         (false, Some(rate)) => simulate::Pace::SpeedUp(

@@ -18,6 +18,8 @@ pub struct HubConfig {
     pub data_dir: Option<PathBuf>,
     pub retention: Duration,
     pub keys: Vec<SharedAccessKey>,
+    /// An Entra ID issuer whose tokens (`$cbs` type `jwt`) the hub accepts besides SAS.
+    pub trusted_issuer: Option<crate::entra::TrustedIssuer>,
     pub segment_bytes: u64,
     pub cache_bytes: usize,
     pub fsync: bool,
@@ -314,6 +316,7 @@ impl HubConfig {
                 name: EMULATOR_KEY_NAME.into(),
                 key: EMULATOR_KEY.into(),
             }],
+            trusted_issuer: None,
             segment_bytes: 64 * 1024 * 1024,
             cache_bytes: 8 * 1024 * 1024,
             fsync: false,

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub(crate) mod encoding;
+pub mod entra;
 pub mod filter;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -42,6 +43,7 @@ pub const MAX_MESSAGE_BYTES: u64 = 1024 * 1024;
 pub struct Namespace {
     pub hubs: HashMap<String, Arc<Hub>>,
     pub keys: Vec<SharedAccessKey>,
+    pub trusted_issuer: Option<entra::TrustedIssuer>,
     pub retention: Duration,
 }
 
@@ -145,6 +147,7 @@ impl Namespace {
         Ok(Namespace {
             hubs,
             keys: config.keys.clone(),
+            trusted_issuer: config.trusted_issuer.clone(),
             retention: config.retention,
         })
     }

@@ -1,4 +1,5 @@
-//! Request/response nodes: `$cbs` (a client proves it holds a key by putting a SAS token) and
+//! Request/response nodes: `$cbs` (a client proves it holds a key by putting a SAS token, or
+//! its identity by putting an Entra ID token of an issuer the hub trusts) and
 //! `$management` (READ of `com.microsoft:eventhub` and `com.microsoft:partition`). Each request
 //! is a message with the operation in its application properties; the answer carries
 //! `status-code`/`statusCode` (the Rust SDK reads the first, Python's management link the second)
@@ -34,9 +35,28 @@ pub fn put_token(request: &AmqpMessage, namespace: &Namespace, now: i64) -> Hand
     let Some(token) = body_string(request) else {
         return refuse(request, 400, "put-token needs the token as a string body");
     };
-    match sas::validate(&token, &namespace.keys, now) {
+    let audience = property(request, "name").unwrap_or_default();
+    let checked = match property(request, "type").as_deref() {
+        // An Entra ID token covers what the client asked for (`name`) until it expires; with
+        // no trusted issuer, Entra ID sign-in is refused as the official emulator refuses it.
+        Some("jwt") => match &namespace.trusted_issuer {
+            Some(issuer) => issuer
+                .validate(&token, now)
+                .map(|expires_at| Grant {
+                    resource: sas::normalize_resource(&audience),
+                    expires_at,
+                })
+                .map_err(|e| e.to_string()),
+            None => Err(
+                "this hub trusts no Entra ID issuer (start it with --entra-issuer \
+                         and --entra-jwks), so it accepts SAS tokens only"
+                    .to_string(),
+            ),
+        },
+        _ => sas::validate(&token, &namespace.keys, now).map_err(|e| e.to_string()),
+    };
+    match checked {
         Ok(grant) => {
-            let audience = property(request, "name").unwrap_or_default();
             tracing::debug!(audience = %audience, resource = %grant.resource, "token accepted");
             Handled {
                 reply: reply(request, 202, "Accepted", None),

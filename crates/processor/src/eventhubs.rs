@@ -1,18 +1,25 @@
 //! Connecting to an event hub with the Rust SDK (`azure_messaging_eventhubs`), the same way for
-//! Azure and for a local hub: the connection string is the one users write in `EventHubConnection`.
+//! Azure and for a local hub, from the settings users write for the Functions host:
 //!
-//! The Python SDK understands the official emulator's `UseDevelopmentEmulator=true` (plain AMQP
-//! on the endpoint's host and port, 5672 by default); the Rust SDK ignores that key and would
-//! dial TLS on 5671. [`EventHubTarget`] reads it and hands the Rust SDK the matching custom
-//! endpoint, so one connection string works for both SDKs. The key never leaves this module
-//! except inside the connection string given to the SDK, and `Debug` shows no secret.
+//! - a connection string in `EventHubConnection` (the binding's `connection` setting). The
+//!   Python SDK understands the official emulator's `UseDevelopmentEmulator=true` (plain AMQP on
+//!   the endpoint's host and port, 5672 by default); the Rust SDK ignores that key and would
+//!   dial TLS on 5671. [`EventHubTarget`] reads it and hands the Rust SDK the matching custom
+//!   endpoint, so one connection string works for both SDKs. The key never leaves this module
+//!   except inside the connection string given to the SDK, and `Debug` shows no secret.
+//! - an identity-based connection: `EventHubConnection__fullyQualifiedNamespace` and the
+//!   identity the connection's other settings choose (`hubhost-identity`), signed in with Entra
+//!   ID. A namespace `localhost:PORT` (or `127.0.0.1:PORT`) is a local hub, reached over plain
+//!   AMQP: `hubhost hub` accepts Entra ID tokens from an issuer it is told to trust.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use azure_core::credentials::TokenCredential;
 use azure_messaging_eventhubs::{BufferedProducerClient, ConsumerClient, ProducerClient};
 
+use hubhost_identity::{IdentityChoice, IdentityError};
 use hubhost_storage::connection::connection_string_parts;
 
 /// The connection string of the official emulator, which `hubhost hub` accepts by default.
@@ -33,6 +40,19 @@ pub enum EventHubsError {
         namespace: String,
         message: String,
     },
+    #[error(
+        "no Event Hubs connection: set {setting} to a connection string, or \
+         {setting}__fullyQualifiedNamespace for an identity-based connection"
+    )]
+    NotConfigured { setting: String },
+    #[error(
+        "the fully qualified namespace {0:?} is not a host name (e.g. myns.servicebus.windows.net, or localhost:5672 for a local hub)"
+    )]
+    BadNamespace(String),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error("signing in to Entra ID as {identity} failed: {reason}")]
+    SignIn { identity: String, reason: String },
     #[error("could not open the event hub {hub} at {namespace}: {source}")]
     Open {
         hub: String,
@@ -135,26 +155,68 @@ pub async fn close_quietly<T, E: fmt::Display>(
 const PROPERTIES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(8);
 const PROPERTIES_ATTEMPTS: u32 = 5;
 
-/// Opens an SDK client from its builder: the emulator's custom endpoint when there is one, the
-/// connection string, the hub. A macro because the SDK's three builders share no trait.
+/// Opens an SDK client from its builder: the emulator's custom endpoint when there is one,
+/// then the connection string or the namespace and credential, and the hub. A macro because
+/// the SDK's three builders share no trait (the consumer's takes the hub's name by value: the
+/// `owned` form).
 macro_rules! open_client {
-    ($target:expr, $builder:expr) => {{
+    ($target:expr, $builder:expr) => {
+        open_client!(@open $target, $builder, as_str)
+    };
+    (owned $target:expr, $builder:expr) => {
+        open_client!(@open $target, $builder, clone)
+    };
+    (@open $target:expr, $builder:expr, $hub:ident) => {{
         let target = $target;
         let mut builder = $builder;
         if let Some(endpoint) = &target.custom_endpoint {
             builder = builder.with_custom_endpoint(endpoint.clone());
         }
-        builder
-            .open_with_connection_string(&target.connection_string, Some(&target.hub))
-            .await
-            .map_err(|e| target.open_error(e))
+        match &target.auth {
+            Auth::ConnectionString(connection_string) => {
+                builder
+                    .open_with_connection_string(connection_string, Some(&target.hub))
+                    .await
+            }
+            Auth::Identity {
+                credential,
+                identity,
+            } => {
+                // Sign in first: the SDK reports a failed sign-in only as "Error authorizing",
+                // without the identity service's reason. The credential caches the token, so
+                // the SDK's own request for it costs nothing more.
+                credential
+                    .get_token(&[hubhost_identity::EVENT_HUBS_SCOPE], None)
+                    .await
+                    .map_err(|e| EventHubsError::SignIn {
+                        identity: identity.describe(),
+                        reason: e.to_string(),
+                    })?;
+                builder
+                    .open(&target.namespace, target.hub.$hub(), credential.clone())
+                    .await
+            }
+        }
+        .map_err(|e| target.open_error(e))
     }};
+}
+
+/// How a target signs in.
+#[derive(Clone)]
+enum Auth {
+    /// A connection string with a key or a SAS.
+    ConnectionString(String),
+    /// Entra ID tokens for `identity`.
+    Identity {
+        identity: IdentityChoice,
+        credential: Arc<dyn TokenCredential>,
+    },
 }
 
 /// Where an event hub is and how to reach it.
 #[derive(Clone)]
 pub struct EventHubTarget {
-    connection_string: String,
+    auth: Auth,
     /// `myns.servicebus.windows.net`, or `localhost` for an emulator.
     pub namespace: String,
     pub hub: String,
@@ -167,6 +229,9 @@ impl fmt::Debug for EventHubTarget {
         write!(f, "event hub {} at {}", self.hub, self.namespace)?;
         if let Some(endpoint) = &self.custom_endpoint {
             write!(f, " (emulator, {endpoint})")?;
+        }
+        if let Auth::Identity { identity, .. } = &self.auth {
+            write!(f, " as {}", identity.describe())?;
         }
         Ok(())
     }
@@ -226,12 +291,80 @@ impl EventHubTarget {
             host
         };
         Ok(EventHubTarget {
-            connection_string: connection_string.to_string(),
+            auth: Auth::ConnectionString(connection_string.to_string()),
             namespace: host.to_ascii_lowercase(),
             hub: hub.to_string(),
             custom_endpoint: emulator
                 .then(|| format!("amqp://{dial_host}:{}", port.unwrap_or(EMULATOR_PORT))),
         })
+    }
+
+    /// An identity-based connection to `fully_qualified_namespace` (the host's
+    /// `__fullyQualifiedNamespace` setting), signed in as `identity`. `localhost:PORT` or
+    /// `127.0.0.1:PORT` is a local hub over plain AMQP (5672 without a port); any other name is
+    /// a namespace in Azure, over TLS.
+    pub fn with_identity(
+        fully_qualified_namespace: &str,
+        hub: &str,
+        identity: IdentityChoice,
+    ) -> Result<Self, EventHubsError> {
+        let name = fully_qualified_namespace.trim();
+        let authority = name
+            .split_once("://")
+            .map_or(name, |(_, rest)| rest)
+            .trim_end_matches('/');
+        let bad = || EventHubsError::BadNamespace(name.to_string());
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port.parse::<u16>().map_err(|_| bad())?)),
+            None => (authority, None),
+        };
+        if host.is_empty() || host.contains(['/', '?', '#', '@', ';', ' ']) {
+            return Err(bad());
+        }
+        if hub.trim().is_empty() {
+            return Err(EventHubsError::BadConnectionString("no event hub name"));
+        }
+        let local = host.eq_ignore_ascii_case("localhost") || host == "127.0.0.1";
+        let credential = identity.credential()?;
+        Ok(EventHubTarget {
+            auth: Auth::Identity {
+                identity,
+                credential,
+            },
+            namespace: if local {
+                "localhost".into()
+            } else {
+                host.to_ascii_lowercase()
+            },
+            hub: hub.to_string(),
+            custom_endpoint: local
+                .then(|| format!("amqp://127.0.0.1:{}", port.unwrap_or(EMULATOR_PORT))),
+        })
+    }
+
+    /// The event hub `hub` through the connection the Functions host would use for the
+    /// binding setting `setting`: `{setting}` holding a connection string, else
+    /// `{setting}__fullyQualifiedNamespace` with the identity the connection's settings choose.
+    /// `get` looks an app setting up by name.
+    pub fn from_settings(
+        setting: &str,
+        hub: &str,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, EventHubsError> {
+        let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        if let Some(connection_string) = get(setting) {
+            return EventHubTarget::parse(&connection_string, Some(hub));
+        }
+        match get(&format!("{setting}__fullyQualifiedNamespace")) {
+            Some(namespace) => EventHubTarget::with_identity(
+                &namespace,
+                hub,
+                IdentityChoice::from_settings(setting, get)?,
+            ),
+            None => Err(EventHubsError::NotConfigured {
+                setting: setting.to_string(),
+            }),
+        }
     }
 
     fn open_error(&self, source: azure_messaging_eventhubs::EventHubsError) -> EventHubsError {
@@ -483,7 +616,7 @@ impl EventHubTarget {
 
     pub async fn consumer(&self, consumer_group: &str) -> Result<ConsumerClient, EventHubsError> {
         open_client!(
-            self,
+            owned self,
             ConsumerClient::builder()
                 .with_application_id("hubhost".into())
                 .with_consumer_group(consumer_group.to_string())
@@ -495,18 +628,58 @@ impl EventHubTarget {
 pub const EVENTHUB_CONNECTION_SETTING: &str = "EventHubConnection";
 
 /// The fully qualified namespace of the Event Hubs connection setting: the host of its
-/// `Endpoint=sb://…/`. Only the host is taken; the key never leaves this function.
+/// `Endpoint=sb://…/`, or of `EventHubConnection__fullyQualifiedNamespace` (`localhost` for a
+/// local hub). Only the host is taken; the key never leaves this function.
 pub fn eventhub_namespace(env: impl Fn(&str) -> Option<String>) -> Option<String> {
-    let conn = env(EVENTHUB_CONNECTION_SETTING)?;
-    let endpoint = connection_string_parts(&conn)
-        .flatten()
-        .find_map(|(k, v)| (k == "endpoint").then_some(v))?;
+    let endpoint = match env(EVENTHUB_CONNECTION_SETTING) {
+        Some(conn) => connection_string_parts(&conn)
+            .flatten()
+            .find_map(|(k, v)| (k == "endpoint").then(|| v.to_string()))?,
+        None => env(&format!(
+            "{EVENTHUB_CONNECTION_SETTING}__fullyQualifiedNamespace"
+        ))?,
+    };
     let host = endpoint
         .split_once("://")
-        .map_or(endpoint, |(_, rest)| rest)
+        .map_or(endpoint.as_str(), |(_, rest)| rest)
         .split(['/', ':'])
         .next()?;
-    (!host.is_empty()).then(|| host.to_string())
+    match host {
+        "" => None,
+        "127.0.0.1" => Some("localhost".into()),
+        host => Some(host.to_string()),
+    }
+}
+
+/// The event hub's partition ends, shared by the pumps of one consumer: when many pumps ask at
+/// once (every idle partition checks whether its receiver stalled), one read answers them all.
+#[derive(Default)]
+pub struct PartitionEndsCache(tokio::sync::Mutex<Option<(std::time::Instant, Vec<PartitionEnd>)>>);
+
+impl PartitionEndsCache {
+    /// The ends read within `max_age`, else read now; `None` if the hub did not answer.
+    pub async fn get(
+        &self,
+        target: &EventHubTarget,
+        max_age: std::time::Duration,
+    ) -> Option<Vec<PartitionEnd>> {
+        let mut cached = self.0.lock().await;
+        if let Some((at, ends)) = cached.as_ref()
+            && at.elapsed() <= max_age
+        {
+            return Some(ends.clone());
+        }
+        match target.partition_ends().await {
+            Ok(ends) => {
+                *cached = Some((std::time::Instant::now(), ends.clone()));
+                Some(ends)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "partition ends unavailable");
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -572,43 +745,92 @@ mod tests {
         assert_eq!(eventhub_namespace(env_of(&[])), None);
     }
 
+    #[test]
+    fn an_identity_based_connection_is_its_namespace_and_the_connections_identity() {
+        let t = EventHubTarget::from_settings(
+            "EventHubConnection",
+            "sensors",
+            env_of(&[
+                (
+                    "EventHubConnection__fullyQualifiedNamespace",
+                    "MyNs.servicebus.windows.net",
+                ),
+                ("EventHubConnection__credential", "managedidentity"),
+                ("EventHubConnection__clientId", "client-7"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(t.namespace, "myns.servicebus.windows.net");
+        assert_eq!(t.custom_endpoint, None);
+        let shown = format!("{t:?}");
+        assert!(
+            shown.contains("user-assigned managed identity client-7"),
+            "{shown}"
+        );
+        // A local hub: plain AMQP on its port.
+        let t = EventHubTarget::with_identity("localhost:6001", "sensors", IdentityChoice::Default)
+            .unwrap();
+        assert_eq!(t.namespace, "localhost");
+        assert_eq!(t.custom_endpoint.as_deref(), Some("amqp://127.0.0.1:6001"));
+        // A connection string wins over the namespace, as in the host.
+        let t = EventHubTarget::from_settings(
+            "EventHubConnection",
+            "sensors",
+            env_of(&[
+                ("EventHubConnection", EMULATOR_CONNECTION),
+                (
+                    "EventHubConnection__fullyQualifiedNamespace",
+                    "myns.servicebus.windows.net",
+                ),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(t.namespace, "localhost");
+        assert!(!format!("{t:?}").contains(" as "));
+    }
+
+    #[test]
+    fn a_missing_or_malformed_identity_connection_is_named() {
+        let e = EventHubTarget::from_settings("Orders", "o", env_of(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Orders__fullyQualifiedNamespace"), "{e}");
+        for bad in ["myns/x", "myns:port", ":5672", "a b"] {
+            let e = EventHubTarget::with_identity(bad, "h", IdentityChoice::Default)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("not a host name"), "{bad}: {e}");
+        }
+        let e = EventHubTarget::from_settings(
+            "EventHubConnection",
+            "h",
+            env_of(&[
+                (
+                    "EventHubConnection__fullyQualifiedNamespace",
+                    "myns.servicebus.windows.net",
+                ),
+                ("EventHubConnection__credential", "password"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("EventHubConnection__credential"), "{e}");
+        assert_eq!(
+            eventhub_namespace(env_of(&[(
+                "EventHubConnection__fullyQualifiedNamespace",
+                "127.0.0.1:5672"
+            )]))
+            .as_deref(),
+            Some("localhost")
+        );
+    }
+
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |k| {
             pairs
                 .iter()
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
-        }
-    }
-}
-
-/// The event hub's partition ends, shared by the pumps of one consumer: when many pumps ask at
-/// once (every idle partition checks whether its receiver stalled), one read answers them all.
-#[derive(Default)]
-pub struct PartitionEndsCache(tokio::sync::Mutex<Option<(std::time::Instant, Vec<PartitionEnd>)>>);
-
-impl PartitionEndsCache {
-    /// The ends read within `max_age`, else read now; `None` if the hub did not answer.
-    pub async fn get(
-        &self,
-        target: &EventHubTarget,
-        max_age: std::time::Duration,
-    ) -> Option<Vec<PartitionEnd>> {
-        let mut cached = self.0.lock().await;
-        if let Some((at, ends)) = cached.as_ref()
-            && at.elapsed() <= max_age
-        {
-            return Some(ends.clone());
-        }
-        match target.partition_ends().await {
-            Ok(ends) => {
-                *cached = Some((std::time::Instant::now(), ends.clone()));
-                Some(ends)
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "partition ends unavailable");
-                None
-            }
         }
     }
 }

@@ -24,11 +24,11 @@ use reqwest::{Method, StatusCode};
 use sha2::Sha256;
 
 use super::connection::{Credential, StorageConnection};
-use super::entra::{TokenSource, Tokens};
 use super::{
     Blob, BlobProperties, BlobStore, Condition, ETag, Metadata, StoreError, WriteOutcome,
     validate_blob_name, validate_container_name, validate_metadata,
 };
+use hubhost_identity::STORAGE_SCOPE;
 
 /// Service version we speak: supported by Azure and by Azurite 3.35 (which accepts up to 2025-11-05).
 const API_VERSION: &str = "2023-11-03";
@@ -57,8 +57,8 @@ pub struct AzureBlobStore {
     /// Path of the endpoint (empty for real Azure, `/devstoreaccount1` for Azurite).
     base_path: String,
     key: Option<Vec<u8>>,
-    /// Entra ID tokens, for `Credential::EntraId`.
-    tokens: Option<Tokens>,
+    /// Entra ID tokens, for `Credential::EntraId` (cached by the credential).
+    tokens: Option<std::sync::Arc<dyn azure_core::credentials::TokenCredential>>,
 }
 
 struct Request<'a> {
@@ -89,7 +89,7 @@ impl AzureBlobStore {
                         message: "the account key is not valid base64".into(),
                     })?,
             ),
-            Credential::Sas(_) | Credential::EntraId => None,
+            Credential::Sas(_) | Credential::EntraId(_) => None,
         };
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
@@ -98,10 +98,11 @@ impl AzureBlobStore {
             .build()
             .map_err(|e| StoreError::Unavailable(format!("cannot build HTTP client: {e}")))?;
         let tokens = match &conn.credential {
-            Credential::EntraId => Some(Tokens::new(
-                TokenSource::from_env(|k| std::env::var(k).ok())?,
-                http.clone(),
-            )),
+            Credential::EntraId(identity) => Some(
+                identity
+                    .credential()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+            ),
             _ => None,
         };
         Ok(AzureBlobStore {
@@ -228,10 +229,21 @@ impl AzureBlobStore {
                 headers.push(("Authorization".into(), auth));
             }
             Credential::Sas(sas) => query.push(sas.clone()),
-            Credential::EntraId => {
+            Credential::EntraId(identity) => {
                 let tokens = self.tokens.as_ref().expect("Entra ID stores have tokens");
-                let token = tokens.token().await?;
-                headers.push(("Authorization".into(), format!("Bearer {token}")));
+                let token = tokens
+                    .get_token(&[STORAGE_SCOPE], None)
+                    .await
+                    .map_err(|e| {
+                        StoreError::Unavailable(format!(
+                            "Entra ID sign-in as {} failed: {e}",
+                            identity.describe()
+                        ))
+                    })?;
+                headers.push((
+                    "Authorization".into(),
+                    format!("Bearer {}", token.token.secret()),
+                ));
             }
         }
         let mut url = format!("{}{}", self.origin, path);

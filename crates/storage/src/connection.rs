@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use hubhost_identity::IdentityChoice;
+
 /// Azurite's fixed development account (public, documented by Microsoft).
 pub const DEV_ACCOUNT: &str = "devstoreaccount1";
 pub const DEV_KEY: &str =
@@ -23,8 +25,8 @@ pub enum Credential {
     },
     /// A SAS token (query string without the leading `?`).
     Sas(String),
-    /// Entra ID bearer tokens for the identity the environment offers (see `entra.rs`).
-    EntraId,
+    /// Entra ID bearer tokens for an identity (see the `hubhost-identity` crate).
+    EntraId(IdentityChoice),
 }
 
 #[derive(Clone, PartialEq)]
@@ -61,16 +63,19 @@ pub enum ConnectionStringError {
 }
 
 impl StorageConnection {
-    /// A blob service signed in to with Entra ID. Only `https`: bearer tokens never travel
-    /// in clear text.
-    pub fn entra_id(blob_endpoint: &str) -> Result<Self, ConnectionStringError> {
+    /// A blob service signed in to with Entra ID as `identity`. Only `https`: bearer tokens
+    /// never travel in clear text.
+    pub fn entra_id(
+        blob_endpoint: &str,
+        identity: IdentityChoice,
+    ) -> Result<Self, ConnectionStringError> {
         let endpoint = blob_endpoint.trim().trim_end_matches('/');
         if !endpoint.starts_with("https://") || endpoint.len() <= "https://".len() {
             return Err(ConnectionStringError::NotHttps);
         }
         Ok(StorageConnection {
             blob_endpoint: endpoint.to_string(),
-            credential: Credential::EntraId,
+            credential: Credential::EntraId(identity),
         })
     }
 
@@ -147,7 +152,7 @@ impl fmt::Debug for StorageConnection {
         let auth = match &self.credential {
             Credential::SharedKey { account, .. } => format!("shared key of account {account}"),
             Credential::Sas(_) => "SAS".to_string(),
-            Credential::EntraId => "Entra ID".to_string(),
+            Credential::EntraId(identity) => format!("Entra ID as {}", identity.describe()),
         };
         write!(f, "Azure Blob Storage at {} ({auth})", self.blob_endpoint)
     }

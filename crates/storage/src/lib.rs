@@ -10,7 +10,6 @@
 pub(crate) mod azure;
 pub mod connection;
 pub mod counting;
-pub mod entra;
 pub mod local;
 pub mod memory;
 pub mod settings;
@@ -182,7 +181,11 @@ impl StorageLocation {
         } else if value.contains('=') {
             Ok(StorageLocation::Azure(StorageConnection::parse(value)?))
         } else if value.starts_with("https://") || value.starts_with("http://") {
-            Ok(StorageLocation::Azure(StorageConnection::entra_id(value)?))
+            // Without settings to say which identity: the default chain.
+            Ok(StorageLocation::Azure(StorageConnection::entra_id(
+                value,
+                hubhost_identity::IdentityChoice::Default,
+            )?))
         } else {
             Ok(StorageLocation::Directory(PathBuf::from(value)))
         }

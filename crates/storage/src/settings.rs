@@ -4,8 +4,10 @@
 
 use std::path::PathBuf;
 
-use crate::StorageLocation;
+use hubhost_identity::IdentityChoice;
+
 use crate::connection::ConnectionStringError;
+use crate::{StorageConnection, StorageLocation};
 
 /// The app setting that names the storage connection setting to use (default below).
 pub const STORAGE_SETTING_VAR: &str = "HUBHOST_STORAGE_SETTING";
@@ -18,6 +20,8 @@ pub enum SettingsError {
         source_name: String,
         error: ConnectionStringError,
     },
+    #[error(transparent)]
+    Identity(#[from] hubhost_identity::IdentityError),
 }
 
 /// The storage for the app's data:
@@ -42,17 +46,25 @@ pub fn resolve_storage(
         return parse(&value, &format!("app setting {setting}"));
     }
     // An identity-based connection, as Functions apps write it: no secret in the settings,
-    // the app's identity signs in with Entra ID.
+    // the app's identity (chosen by the connection's own settings) signs in with Entra ID.
     let identity =
         |suffix: &str| env(&format!("{setting}__{suffix}")).filter(|v| !v.trim().is_empty());
-    if let Some(uri) = identity("blobServiceUri") {
-        return parse(&uri, &format!("app setting {setting}__blobServiceUri"));
-    }
-    if let Some(account) = identity("accountName") {
-        return parse(
-            &format!("https://{}.blob.core.windows.net", account.trim()),
-            &format!("app setting {setting}__accountName"),
-        );
+    let endpoint = match (identity("blobServiceUri"), identity("accountName")) {
+        (Some(uri), _) => Some((uri, "blobServiceUri")),
+        (None, Some(account)) => Some((
+            format!("https://{}.blob.core.windows.net", account.trim()),
+            "accountName",
+        )),
+        (None, None) => None,
+    };
+    if let Some((endpoint, property)) = endpoint {
+        let chosen = IdentityChoice::from_settings(&setting, &env)?;
+        return StorageConnection::entra_id(&endpoint, chosen)
+            .map(StorageLocation::Azure)
+            .map_err(|error| SettingsError::Storage {
+                source_name: format!("app setting {setting}__{property}"),
+                error,
+            });
     }
     Ok(StorageLocation::Directory(default_data_dir()))
 }
@@ -106,8 +118,12 @@ pub(crate) mod tests {
         use crate::connection::Credential;
         fn entra(env: impl Fn(&str) -> Option<String>) -> String {
             match resolve_storage(None, env).unwrap() {
-                StorageLocation::Azure(c) if c.credential == Credential::EntraId => c.blob_endpoint,
-                other => panic!("not Entra ID: {other:?}"),
+                StorageLocation::Azure(c)
+                    if c.credential == Credential::EntraId(IdentityChoice::Default) =>
+                {
+                    c.blob_endpoint
+                }
+                other => panic!("not Entra ID as the default identity: {other:?}"),
             }
         }
         assert_eq!(
@@ -120,6 +136,31 @@ pub(crate) mod tests {
                 "https://acct.blob.core.chinacloudapi.cn/"
             )])),
             "https://acct.blob.core.chinacloudapi.cn"
+        );
+        // The connection's own identity settings choose the identity, as in the host.
+        let env = env_of(&[
+            ("AzureWebJobsStorage__accountName", "acct"),
+            ("AzureWebJobsStorage__credential", "managedidentity"),
+            ("AzureWebJobsStorage__clientId", "client-7"),
+        ]);
+        match resolve_storage(None, env).unwrap() {
+            StorageLocation::Azure(c) => assert!(
+                c.credential
+                    == Credential::EntraId(IdentityChoice::ManagedIdentity {
+                        client_id: Some("client-7".into())
+                    }),
+                "{c:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let env = env_of(&[
+            ("AzureWebJobsStorage__accountName", "acct"),
+            ("AzureWebJobsStorage__credential", "certificate"),
+        ]);
+        let message = resolve_storage(None, env).unwrap_err().to_string();
+        assert!(
+            message.contains("AzureWebJobsStorage__credential"),
+            "{message}"
         );
         // Bearer tokens only over TLS.
         let message = resolve_storage(Some("http://127.0.0.1:10000/acct"), env_of(&[]))

@@ -71,16 +71,19 @@ impl DashboardSources {
     }
 
     /// From the app settings the Functions host passes (as `hubhost emulate` does too):
-    /// `EventHubName` (default `sensors`), `EventHubConnection` for the hub, and the host's
+    /// `EventHubName` (default `sensors`), `EventHubConnection` for the hub (a connection string,
+    /// or `EventHubConnection__fullyQualifiedNamespace` and an identity), and the host's
     /// checkpoint store in `AzureWebJobsStorage` (else `./hubhost-data`). A setting that is
     /// missing or wrong leaves that part of the operations view empty; the page still works.
     pub fn from_app_settings(env: impl Fn(&str) -> Option<String>) -> Self {
         let hub = env("EventHubName").unwrap_or_else(|| "sensors".into());
         let mut sources = DashboardSources::new(&hub);
-        let connection = env(hubhost_processor::eventhubs::EVENTHUB_CONNECTION_SETTING);
-        sources.event_hub = connection
-            .as_deref()
-            .and_then(|c| EventHubTarget::parse(c, Some(&hub)).ok());
+        sources.event_hub = EventHubTarget::from_settings(
+            hubhost_processor::eventhubs::EVENTHUB_CONNECTION_SETTING,
+            &hub,
+            &env,
+        )
+        .ok();
         let namespace = hubhost_processor::eventhubs::eventhub_namespace(&env);
         let storage = hubhost_storage::settings::resolve_storage(None, &env).ok();
         if let (Some(namespace), Some(storage)) = (namespace, storage)

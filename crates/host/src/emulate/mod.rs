@@ -129,11 +129,11 @@ pub fn resolve_trigger(
         .connection
         .clone()
         .unwrap_or_else(|| DEFAULT_CONNECTION_SETTING.to_string());
-    let connection = settings.get(&setting).ok_or(bad(format!(
-        "the connection setting {setting} is not set (local.settings.json Values or the environment)"
-    )))?;
-    let target = EventHubTarget::parse(&connection, Some(&trigger.event_hub_name))
-        .map_err(|e| bad(format!("{setting}: {e}")))?;
+    // A connection string in the setting, else an identity-based connection, as in the host;
+    // both read from local.settings.json Values or the environment.
+    let target =
+        EventHubTarget::from_settings(&setting, &trigger.event_hub_name, |k| settings.get(k))
+            .map_err(|e| bad(format!("{setting}: {e}")))?;
     Ok(Some((trigger, target)))
 }
 

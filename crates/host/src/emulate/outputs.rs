@@ -102,12 +102,7 @@ impl OutputPlan {
                 let setting = binding
                     .setting("connection")
                     .unwrap_or(DEFAULT_CONNECTION_SETTING);
-                let connection = settings.get(setting).ok_or_else(|| {
-                    bad(format!(
-                        "the connection setting {setting} is not set (local.settings.json Values or the environment)"
-                    ))
-                })?;
-                let target = EventHubTarget::parse(&connection, Some(&hub))
+                let target = EventHubTarget::from_settings(setting, &hub, |k| settings.get(k))
                     .map_err(|e| bad(format!("{setting}: {e}")))?;
                 OutputAction::EventHub {
                     target,
