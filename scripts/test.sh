@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Node's npm for
 # Azurite and playwright-core, both into .tools/; Debian's chromium; a Python virtualenv with
-# the official Azure SDK packages into .tools/venv), then runs every test. The tests start their own
+# the official Azure SDK packages into .tools/venv; cargo-zigbuild and Zig into .tools/ for
+# `hubhost package`), then runs every test. The tests start their own
 # services (Azurite, hubhost processes) on free loopback ports and stop them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +46,20 @@ if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.
   rm -rf .tools/venv
   python3 -m venv .tools/venv
   .tools/venv/bin/pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+fi
+
+# cargo-zigbuild and Zig, for `hubhost package` (the deployable build against glibc 2.28).
+ZIGBUILD_VERSION=0.24.1
+ZIG_VERSION=0.15.2
+if [ ! -x .tools/cargo/bin/cargo-zigbuild ]; then
+  echo "== installing cargo-zigbuild ${ZIGBUILD_VERSION} into .tools/cargo"
+  cargo install --quiet --locked --root .tools/cargo cargo-zigbuild --version "${ZIGBUILD_VERSION}"
+fi
+if [ ! -x .tools/zig-venv/bin/python ] || ! .tools/zig-venv/bin/python -m ziglang version >/dev/null 2>&1; then
+  echo "== installing ziglang ${ZIG_VERSION} into .tools/zig-venv"
+  rm -rf .tools/zig-venv
+  python3 -m venv .tools/zig-venv
+  .tools/zig-venv/bin/pip install -q --disable-pip-version-check "ziglang==${ZIG_VERSION}"
 fi
 
 echo "== cargo test"

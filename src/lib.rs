@@ -14,5 +14,6 @@ pub use hubhost_storage as storage;
 
 pub mod bench;
 pub mod demo;
+pub mod package;
 pub mod scaffold;
 pub mod simulate;

@@ -59,6 +59,7 @@ enum Command {
         port: u16,
     },
     New(commands::new::Args),
+    Package(commands::package::Args),
 }
 
 fn init_logging(format: LogFormat, default_level: &str) {
@@ -110,6 +111,7 @@ fn main() -> ExitCode {
                 .await
                 .map_err(|e| e.to_string()),
             Command::New(args) => commands::new::run(args).await,
+            Command::Package(args) => commands::package::run(args).await,
         }
     });
     match result {

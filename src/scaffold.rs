@@ -357,9 +357,17 @@ its path in `HUBHOST`).
 
 ## Deploy it
 
-Build a release binary for the platform, point `defaultExecutablePath` at it (relative to
-`function_app/`), zip `function_app/` without `local.settings.json`, and deploy it as a `custom`
-runtime function app; set `EventHubConnection` in the app's settings.
+```bash
+hubhost package --app function_app --out app.zip   # needs cargo-zigbuild and `pip install ziglang`
+az functionapp deployment source config-zip -g RG -n NAME --src app.zip
+```
+
+`hubhost package` builds `{{package}}` for the Functions Linux images (glibc 2.28), puts it
+beside host.json (the packaged host.json names it there), and checks the zip: host.json and
+function.json against the official schemas, the executable runnable, no local.settings.json.
+Deploy to a Flex Consumption app with the `custom` runtime; give it
+`EventHubConnection__fullyQualifiedNamespace` and `AzureWebJobsStorage__accountName` so it signs
+in with its managed identity (hubhost's docs/deploy.md and docs/identity.md).
 "#;
 
 const EMULATE_TEST_RS: &str = r#"//! The function under `hubhost emulate` on a `hubhost hub`, as it runs in Azure: events sent

@@ -174,6 +174,25 @@ impl IdentityEndpoint {
         read_requests(&self.log)
     }
 
+    /// A connection's settings for a service principal of this endpoint's: `(prefix, where
+    /// property, where value)` — e.g. `("AzureWebJobsStorage", "blobServiceUri", url)` — and its
+    /// `__tenantId`, `__clientId`, `__clientSecret`.
+    fn service_principal(
+        &self,
+        ca: &str,
+        (prefix, property, location): (&str, &str, &str),
+        secret: &str,
+    ) -> Vec<(String, String)> {
+        vec![
+            ("SSL_CERT_FILE".into(), ca.into()),
+            ("AZURE_AUTHORITY_HOST".into(), self.url("")),
+            (format!("{prefix}__{property}"), location.into()),
+            (format!("{prefix}__tenantId"), TENANT.into()),
+            (format!("{prefix}__clientId"), CLIENT.into()),
+            (format!("{prefix}__clientSecret"), secret.into()),
+        ]
+    }
+
     /// The managed identity endpoint of App Service and Functions, as the platform sets it.
     fn managed_identity(&self, ca: &str) -> Vec<(String, String)> {
         vec![
@@ -350,17 +369,11 @@ fn checkpoints_live_in_blob_storage_signed_in_with_entra_id() {
             .any(|r| r["query"]["client_id"] == MANAGED_CLIENT),
         "the user-assigned identity was not asked for"
     );
-    let secret_settings = vec![
-        ("SSL_CERT_FILE".to_string(), pki.ca.clone()),
-        ("AZURE_AUTHORITY_HOST".into(), identity.url("")),
-        (
-            "AzureWebJobsStorage__blobServiceUri".into(),
-            storage.clone(),
-        ),
-        ("AzureWebJobsStorage__tenantId".into(), TENANT.into()),
-        ("AzureWebJobsStorage__clientId".into(), CLIENT.into()),
-        ("AzureWebJobsStorage__clientSecret".into(), SECRET.into()),
-    ];
+    let secret_settings = identity.service_principal(
+        &pki.ca,
+        ("AzureWebJobsStorage", "blobServiceUri", &storage),
+        SECRET,
+    );
     let before = identity.requests().len();
     let (code, _, err) = checkpoints(&["list", "--json"], &secret_settings);
     assert_eq!(code, 0, "{err}");
@@ -698,20 +711,11 @@ async fn identity_based_event_hubs_connections_reach_the_local_hub() {
     let log = stranger.log() + &plain.log();
     assert!(!log.contains("eyJ"), "a token reached the hub's log");
     // And a secret that is wrong never reaches the output.
-    let wrong = vec![
-        ("SSL_CERT_FILE".to_string(), pki.ca.clone()),
-        ("AZURE_AUTHORITY_HOST".into(), identity.url("")),
-        (
-            "EventHubConnection__fullyQualifiedNamespace".into(),
-            namespace.clone(),
-        ),
-        ("EventHubConnection__tenantId".into(), TENANT.into()),
-        ("EventHubConnection__clientId".into(), CLIENT.into()),
-        (
-            "EventHubConnection__clientSecret".into(),
-            "wrong-secret-77aa".into(),
-        ),
-    ];
+    let wrong = identity.service_principal(
+        &pki.ca,
+        ("EventHubConnection", "fullyQualifiedNamespace", &namespace),
+        "wrong-secret-77aa",
+    );
     let (code, out, err) = common::hubhost(
         &[
             "simulate",

@@ -7,6 +7,7 @@ pub mod demo;
 pub mod emulate;
 pub mod hub;
 pub mod new;
+pub mod package;
 pub mod serve;
 pub mod simulate;
 

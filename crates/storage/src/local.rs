@@ -17,7 +17,7 @@
 //!   (otherwise it reads again);
 //! - conditional writes hold an exclusive OS file lock (one of 4,096 lock files per container,
 //!   chosen by a hash of the blob name) between checking the ETag and renaming. A writer waits
-//!   for that lock at most [`LOCK_WAIT`], then fails as `Unavailable`: a process stopped
+//!   for that lock at most `LOCK_WAIT` (2 s), then fails as `Unavailable`: a process stopped
 //!   (SIGSTOP, a debugger, a paused VM) while it held the lock keeps it until it runs again,
 //!   and Azure Storage has no such wait, so no caller may hang on it. Only the blobs of that
 //!   one shard are affected meanwhile; `bench chaos` freezes instances to keep this honest.

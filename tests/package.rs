@@ -1,0 +1,214 @@
+//! `hubhost package` as a user runs it before deploying: it builds the reference app's handler
+//! with cargo-zigbuild for glibc 2.28, zips the script root, and reads the zip back. Checked
+//! here: the zip holds exactly host.json, the function folders and the executable (run bit
+//! set, no local.settings.json); the executable asks for no glibc newer than 2.28 (read from
+//! its ELF headers here as well as by the command) and runs; and the command refuses what the
+//! platform would fail on — a binary linked against this machine's glibc, a zip carrying local
+//! secrets, an executable without its run bit, a host.json naming a file that is not there.
+//!
+//! cargo-zigbuild and Zig come from the registries into .tools/ (scripts/test.sh installs them).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// PATH with the installed cargo-zigbuild and Zig first.
+fn tool_path() -> String {
+    let tools = repo().join(".tools");
+    let zigbuild = tools.join("cargo/bin/cargo-zigbuild");
+    assert!(
+        zigbuild.exists(),
+        "cargo-zigbuild is not installed in .tools/cargo (scripts/test.sh installs it)"
+    );
+    format!(
+        "{}:{}:{}",
+        tools.join("cargo/bin").display(),
+        tools.join("zig-venv/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+fn package(args: &[&str]) -> (bool, String, String) {
+    let out = common::output_within(
+        Command::new(env!("CARGO_BIN_EXE_hubhost"))
+            .arg("package")
+            .args(args)
+            .env("PATH", tool_path())
+            .current_dir(repo()),
+        Duration::from_secs(2400),
+    );
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every entry of a zip: name → (content, Unix mode).
+fn entries(zip: &Path) -> Vec<(String, Vec<u8>, Option<u32>)> {
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(zip).unwrap()).unwrap();
+    (0..archive.len())
+        .map(|i| {
+            let mut e = archive.by_index(i).unwrap();
+            let mut content = Vec::new();
+            e.read_to_end(&mut content).unwrap();
+            (e.name().unwrap().to_string(), content, e.unix_mode())
+        })
+        .collect()
+}
+
+/// A file to put in a zip: name, content, Unix mode.
+type ZipFile<'a> = (&'a str, &'a [u8], u32);
+
+/// A zip of `files`.
+fn write_zip(path: &Path, files: &[ZipFile]) {
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+    for (name, content, mode) in files {
+        zip.start_file(
+            *name,
+            zip::write::SimpleFileOptions::default().unix_permissions(*mode),
+        )
+        .unwrap();
+        zip.write_all(content).unwrap();
+    }
+    zip.finish().unwrap();
+}
+
+#[test]
+fn the_reference_app_is_packaged_for_the_functions_linux_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("app.zip");
+    let zip_arg = zip.display().to_string();
+    let (ok, out, err) = package(&["--out", &zip_arg, "--json"]);
+    assert!(ok, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["executable"], "hubhost");
+    let functions: Vec<&str> = report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert_eq!(functions, ["Dashboard", "RawArchive", "SensorAggregator"]);
+
+    let entries = entries(&zip);
+    let names: Vec<&str> = entries.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "host.json",
+            "Dashboard/function.json",
+            "RawArchive/function.json",
+            "SensorAggregator/function.json",
+            "hubhost"
+        ]
+    );
+    let (_, binary, mode) = entries.iter().find(|(n, _, _)| n == "hubhost").unwrap();
+    assert_eq!(mode.unwrap() & 0o777, 0o755);
+    // Read independently of the command: nothing newer than GLIBC_2.28, only the C runtime.
+    let needs = hubhost::package::elf::needs(binary).unwrap();
+    assert!(needs.x86_64);
+    assert!(needs.newest_glibc().unwrap() <= (2, 28), "{needs:?}");
+    assert_eq!(report["newest_glibc"], {
+        let (a, b) = needs.newest_glibc().unwrap();
+        format!("{a}.{b}")
+    });
+    for library in &needs.libraries {
+        assert!(
+            [
+                "libc.so.6",
+                "libm.so.6",
+                "libgcc_s.so.1",
+                "libpthread.so.0",
+                "libdl.so.2",
+                "librt.so.1",
+                "ld-linux-x86-64.so.2"
+            ]
+            .contains(&library.as_str()),
+            "{library}"
+        );
+    }
+    let host: Value = serde_json::from_slice(&entries[0].1).unwrap();
+    assert_eq!(
+        host["customHandler"]["description"]["defaultExecutablePath"],
+        "hubhost"
+    );
+    assert_eq!(
+        host["customHandler"]["description"]["arguments"][0],
+        "serve"
+    );
+    // The packaged executable runs (this machine's glibc is newer than 2.28).
+    let exe = dir.path().join("hubhost");
+    std::fs::write(&exe, binary).unwrap();
+    std::fs::set_permissions(
+        &exe,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let version = Command::new(&exe).arg("--version").output().unwrap();
+    assert!(version.status.success());
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("hubhost "));
+    // --check agrees with what was written.
+    let (ok, out, err) = package(&["--check", "--out", &zip_arg, "--json"]);
+    assert!(ok, "{err}");
+    let checked: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(checked["files"], report["files"]);
+
+    // What the platform would fail on is refused, naming the problem.
+    // A binary linked against this machine's glibc.
+    let (ok, _, err) = package(&[
+        "--out",
+        &dir.path().join("local.zip").display().to_string(),
+        "--binary",
+        env!("CARGO_BIN_EXE_hubhost"),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("asks for GLIBC_2."), "{err}");
+    let host_json = serde_json::to_vec(&host).unwrap();
+    let function = &entries[1].1;
+    let cases: [(&str, Vec<ZipFile>, &str); 3] = [
+        (
+            "secrets",
+            vec![
+                ("host.json", &host_json, 0o644),
+                ("Dashboard/function.json", function, 0o644),
+                ("local.settings.json", b"{}", 0o644),
+                ("hubhost", binary, 0o755),
+            ],
+            "local secrets",
+        ),
+        (
+            "no-run-bit",
+            vec![
+                ("host.json", &host_json, 0o644),
+                ("Dashboard/function.json", function, 0o644),
+                ("hubhost", binary, 0o644),
+            ],
+            "not marked executable",
+        ),
+        (
+            "missing",
+            vec![
+                ("host.json", &host_json, 0o644),
+                ("Dashboard/function.json", function, 0o644),
+            ],
+            "not in the zip",
+        ),
+    ];
+    for (name, files, reason) in cases {
+        let path = dir.path().join(format!("{name}.zip"));
+        write_zip(&path, &files);
+        let (ok, _, err) = package(&["--check", "--out", &path.display().to_string()]);
+        assert!(!ok, "{name}");
+        assert!(err.contains(reason), "{name}: {err}");
+    }
+}
