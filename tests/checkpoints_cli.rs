@@ -152,7 +152,8 @@ async fn list_reset_and_migrate_on_a_local_directory() {
     let (code, _, err) = checkpoints(&storage, &["reset", "--to", "end", "--yes"]);
     assert_eq!(code, 1);
     assert!(
-        err.contains("give --connection or set EventHubConnection"),
+        err.contains("give --connection or --fully-qualified-namespace")
+            && err.contains("set EventHubConnection"),
         "{err}"
     );
     let (code, _, err) = checkpoints(&storage, &["reset", "--to", "yesterday", "--yes"]);
