@@ -132,22 +132,25 @@ pub async fn run(
     };
     let mut spec = HubSpec::sensors();
     spec.partitions = opts.partitions;
-    let hub_config = HubConfig::new(
+    let mut hub_config = HubConfig::new(
         ([127, 0, 0, 1], 0).into(),
         vec![spec, HubSpec::alarms()],
         hub_dir,
     );
+    // The page's explorer reads the hub through its admin endpoint (loopback, any free port).
+    hub_config.admin_port = Some(0);
     let (hub_tx, hub_rx) = tokio::sync::oneshot::channel();
     // The hub outlives the pool: the alarms the pool forwarded are counted after it stopped.
     let hub_stop = CancellationToken::new();
     let mut hub = tokio::spawn(crate::hub::serve(
         hub_config,
-        move |_, _, addr| {
-            let _ = hub_tx.send(addr);
+        move |_, _, listening| {
+            let _ = hub_tx.send(listening);
         },
         hub_stop.clone().cancelled_owned(),
     ));
-    let hub_addr = address_of(hub_rx, &mut hub, "the event hub").await?;
+    let listening = address_of(hub_rx, &mut hub, "the event hub").await?;
+    let hub_addr = listening.amqp;
     let connection = format!(
         "Endpoint=sb://localhost:{};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;",
         hub_addr.port()
@@ -170,7 +173,8 @@ pub async fn run(
                 CheckpointStore::new(opts.storage.open()?, crate::checkpoint::DEFAULT_CONTAINER),
                 key,
             ));
-            sources
+            // The page is the demo's own, on loopback: its explorer may send.
+            sources.with_explorer(listening.admin.map(|a| format!("http://{a}")), true)
         },
     };
     let mut server = tokio::spawn(handler::serve(
@@ -216,6 +220,9 @@ pub async fn run(
         "event hub: amqp://{hub_addr} (hub {DEMO_HUB}, {} partitions)",
         opts.partitions
     );
+    if let Some(admin) = listening.admin {
+        println!("hub admin: http://{admin} (hubhost hub add-hub/add-consumer-group --admin …)");
+    }
     println!("storage: {}", store.describe());
     println!(
         "pool: {} instances x {} functions; fleet: {} homes x {} sensors every simulated minute, {}x real time",
@@ -317,11 +324,11 @@ async fn forwarded_alarms(connection: &str) -> Option<i64> {
 }
 
 /// The address a server task reports once it listens; its error if it stops before.
-async fn address_of<E: Into<DemoError>>(
-    listening: tokio::sync::oneshot::Receiver<std::net::SocketAddr>,
+async fn address_of<A, E: Into<DemoError>>(
+    listening: tokio::sync::oneshot::Receiver<A>,
     task: &mut tokio::task::JoinHandle<Result<(), E>>,
     what: &'static str,
-) -> Result<std::net::SocketAddr, DemoError> {
+) -> Result<A, DemoError> {
     match listening.await {
         Ok(addr) => Ok(addr),
         Err(_) => Err(match task.await {

@@ -3,7 +3,9 @@
 //! the page's views — a chart's minutes, the alarm, the fleet's active alarms — sees the pool in
 //! the operations view, gets a home id made of HTML back as plain data, and then drives the page
 //! itself in headless Chromium (tests/browser/dashboard.cjs), which saves a screenshot of each
-//! view under target/screenshots/.
+//! view under target/screenshots/. A second demo is the explorer's: a hub added while it runs,
+//! events from the Python and Rust SDKs in it, peeked and sent through the page (as JSON and in
+//! Chromium, tests/browser/explorer.cjs), and a real event hub's read-only view.
 
 mod common;
 
@@ -20,6 +22,8 @@ struct Demo {
     child: Child,
     url: String,
     hub_port: u16,
+    /// The hub's admin endpoint.
+    admin: String,
 }
 
 impl Demo {
@@ -41,14 +45,17 @@ impl Demo {
                 let _ = lines.send(line);
             }
         });
-        let (mut url, mut hub_port) = (None, None);
+        let (mut url, mut hub_port, mut admin) = (None, None, None);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while url.is_none() || hub_port.is_none() {
+        while url.is_none() || hub_port.is_none() || admin.is_none() {
             let line = received
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .expect("the demo prints its hub and its page's URL");
             if let Some(rest) = line.strip_prefix("event hub: amqp://127.0.0.1:") {
                 hub_port = rest.split_whitespace().next().and_then(|p| p.parse().ok());
+            }
+            if let Some(rest) = line.strip_prefix("hub admin: ") {
+                admin = rest.split_whitespace().next().map(str::to_string);
             }
             if line.starts_with("http://127.0.0.1:") {
                 url = Some(line.trim_end_matches('/').to_string());
@@ -58,6 +65,7 @@ impl Demo {
             child,
             url: url.unwrap(),
             hub_port: hub_port.unwrap(),
+            admin: admin.unwrap(),
         }
     }
 
@@ -70,13 +78,28 @@ impl Demo {
     }
 
     fn get(&self, path: &str) -> (u16, Value) {
+        self.request(reqwest::Method::GET, path, None)
+    }
+
+    fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.request(reqwest::Method::POST, path, Some(body))
+    }
+
+    /// One request to the page's server: the status and the JSON answer (null if none).
+    fn request(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
         let url = format!("{}{path}", self.url);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         runtime.block_on(async {
-            let resp = reqwest::get(&url).await.unwrap();
+            let mut request = reqwest::Client::new().request(method, &url);
+            if let Some(body) = body {
+                request = request
+                    .header("content-type", "application/json")
+                    .body(body.to_string());
+            }
+            let resp = request.send().await.unwrap();
             let status = resp.status().as_u16();
             let text = resp.text().await.unwrap_or_default();
             (status, serde_json::from_str(&text).unwrap_or(Value::Null))
@@ -266,4 +289,315 @@ fn the_dashboard_shows_what_was_sent_live() {
             "no screenshot of {view}"
         );
     }
+}
+
+/// `hubhost hub <action>` against a hub's admin endpoint: (exit code, stdout, stderr).
+fn hub_action(admin: &str, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["hub"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--admin", admin]);
+    common::hubhost(&all, &[])
+}
+
+#[test]
+fn the_explorer_shows_the_hub_peeks_and_sends() {
+    let storage = tempfile::tempdir().unwrap();
+    let demo = Demo::start(storage.path());
+
+    // A hub and a consumer group added while the hub runs, as a user would add them.
+    let (code, out, err) = hub_action(&demo.admin, &["add-hub", "explorer-test:2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("explorer-test: 2 partitions"), "{out}");
+    let (code, _, err) = hub_action(
+        &demo.admin,
+        &["add-consumer-group", "explorer-test", "audit"],
+    );
+    assert_eq!(code, 0, "{err}");
+    // What the official emulator's Config.json would refuse is refused, naming why.
+    for (args, reason) in [
+        (vec!["add-hub", "explorer-test:2"], "exists"),
+        (vec!["add-hub", "too-many:64"], "1 to 32"),
+        (
+            vec!["add-hub", "bad!name:2"],
+            "not a valid hub or consumer group name",
+        ),
+        (
+            vec!["add-consumer-group", "explorer-test", "audit"],
+            "exists",
+        ),
+        (
+            vec!["add-consumer-group", "nowhere", "audit"],
+            "no event hub nowhere",
+        ),
+    ] {
+        let (code, _, err) = hub_action(&demo.admin, &args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+    }
+
+    // Events from both SDKs: the Python one's varied bodies on partition 0, readings from the
+    // Rust one (`hubhost simulate`), and the added consumer group reads them all.
+    let cs = demo.connection_string();
+    let sent = common::python_json(
+        "eventhub_peer.py",
+        &[&cs, "explorer-test", "send-varied", "0"],
+    );
+    assert_eq!(sent["sent"], 4);
+    let (code, _, err) = common::hubhost(
+        &[
+            "simulate",
+            "--connection",
+            &cs,
+            "--hub",
+            "explorer-test",
+            "--events",
+            "24",
+            "--homes",
+            "3",
+            "--unthrottled",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let received = common::python_json(
+        "eventhub_peer.py",
+        &[&cs, "explorer-test", "receive", "audit", "28", "30"],
+    );
+    assert_eq!(received.as_array().unwrap().len(), 28);
+
+    // The explorer: every hub, the added one with its consumer groups; the sensors hub's
+    // consumer groups with their owners (the demo's two instances) and lag.
+    let view = demo.wait_for("/api/dashboard/explorer.json", |v| {
+        v["hubs"].as_array().is_some_and(|hubs| {
+            hubs.iter().any(|h| {
+                h["name"] == "sensors"
+                    && h["consumerGroups"].as_array().unwrap().iter().any(|g| {
+                        g["name"] == "$default"
+                            && g["checkpointed"] == true
+                            && g["partitions"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .all(|p| p["owner"].is_string())
+                    })
+            })
+        })
+    });
+    assert!(
+        view["source"].as_str().unwrap().contains("hubhost hub"),
+        "{view:#}"
+    );
+    assert_eq!(view["canPeek"], true);
+    assert_eq!(view["canSend"], true);
+    let hub = |name: &str| -> Value {
+        view["hubs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no hub {name}: {view:#}"))
+    };
+    let added = hub("explorer-test");
+    let groups: Vec<&str> = added["consumerGroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups, ["$default", "audit"]);
+    let events_in: i64 = added["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["lastSequenceNumber"].as_i64().unwrap() + 1)
+        .sum();
+    assert_eq!(events_in, 28);
+    assert!(added["partitions"][0]["retainedBytes"].as_u64().unwrap() > 900_000);
+    let sensors = hub("sensors");
+    for group in sensors["consumerGroups"].as_array().unwrap() {
+        assert!(
+            group["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|p| p["lag"].as_i64().unwrap() >= 0),
+            "{group:#}"
+        );
+    }
+
+    // Peek: partition 0 from the start holds the four varied events first, each shown as it
+    // is — bytes as hex, JSON pretty, HTML as text, the large one in part with its size.
+    let (status, events) = demo.get(
+        "/api/dashboard/explorer/events.json?hub=explorer-test&partition=0&from=earliest&count=4",
+    );
+    assert_eq!(status, 200, "{events:#}");
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), 4);
+    assert_eq!(events[0]["body"]["kind"], "hex");
+    assert!(
+        events[0]["body"]["shown"]
+            .as_str()
+            .unwrap()
+            .starts_with("00 01 02 03")
+    );
+    assert_eq!(events[1]["body"]["kind"], "json");
+    assert!(
+        events[1]["body"]["shown"]
+            .as_str()
+            .unwrap()
+            .contains("\"n\": 7")
+    );
+    assert_eq!(events[1]["properties"]["n"], 7);
+    assert_eq!(events[1]["properties"]["flag"], true);
+    assert_eq!(
+        events[1]["systemProperties"]["content-type"],
+        "application/json"
+    );
+    assert_eq!(events[2]["body"]["kind"], "text");
+    assert_eq!(
+        events[2]["body"]["shown"],
+        "<b>bold</b> & <script>alert(1)</script>"
+    );
+    assert_eq!(events[3]["body"]["bytes"], 900_000);
+    assert_eq!(events[3]["body"]["truncated"], true);
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequenceNumber"], i as i64);
+    }
+    // The next page starts after the last one shown; the Rust SDK's readings carry their key.
+    let (_, page) = demo
+        .get("/api/dashboard/explorer/events.json?hub=explorer-test&partition=0&from=4&count=100");
+    for e in page.as_array().unwrap() {
+        assert!(e["sequenceNumber"].as_i64().unwrap() >= 4);
+        assert!(
+            e["partitionKey"].as_str().unwrap().starts_with("home-"),
+            "{e:#}"
+        );
+        assert_eq!(e["body"]["kind"], "json");
+    }
+    // Peeking disturbed nobody: it took no receiver, so the audit group still reads everything.
+    let again = common::python_json(
+        "eventhub_peer.py",
+        &[&cs, "explorer-test", "receive", "audit", "28", "30"],
+    );
+    assert_eq!(again.as_array().unwrap().len(), 28);
+
+    // Send from the page: to a partition, with a property; bad sends are 400s naming why.
+    let (status, receipt) = demo.post(
+        "/api/dashboard/explorer/send",
+        serde_json::json!({"hub": "explorer-test", "body": "from the page", "partitionId": "1",
+                           "properties": {"source": "page"}}),
+    );
+    assert_eq!(status, 200, "{receipt:#}");
+    let (_, latest) = demo.get(
+        "/api/dashboard/explorer/events.json?hub=explorer-test&partition=1&from=latest&count=1",
+    );
+    assert_eq!(latest[0]["body"]["shown"], "from the page", "{latest:#}");
+    assert_eq!(latest[0]["properties"]["source"], "page");
+    for (body, reason) in [
+        (
+            serde_json::json!({"hub": "explorer-test", "body": "x", "partitionId": "1", "partitionKey": "k"}),
+            "not both",
+        ),
+        (
+            serde_json::json!({"hub": "nowhere", "body": "x"}),
+            "no event hub",
+        ),
+        (
+            serde_json::json!({"hub": "explorer-test", "body": "x", "partitionId": "9"}),
+            "no partition",
+        ),
+        (serde_json::json!({"hub": "explorer-test"}), "bad_send"),
+    ] {
+        let (status, answer) = demo.post("/api/dashboard/explorer/send", body.clone());
+        assert_eq!(status, 400, "{body}: {answer:#}");
+        assert!(answer.to_string().contains(reason), "{body}: {answer:#}");
+    }
+    let (status, answer) = demo
+        .get("/api/dashboard/explorer/events.json?hub=explorer-test&partition=0&from=yesterday");
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (400, Some("bad_request"))
+    );
+
+    // The page in Chromium: the explorer view, a peek with its next page, a send.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/explorer.cjs");
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    for view in ["explorer", "explorer-peek"] {
+        let _ = std::fs::remove_file(shots.join(format!("{view}.png")));
+    }
+    let out = common::output_within(
+        Command::new("node")
+            .arg(&script)
+            .args([demo.url.as_str(), "explorer-test"])
+            .arg(&shots)
+            .env("NODE_PATH", common::node_modules()),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "the explorer's browser test failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for view in ["explorer", "explorer-peek"] {
+        assert!(
+            shots.join(format!("{view}.png")).exists(),
+            "no screenshot of {view}"
+        );
+    }
+    let (_, latest) = demo.get(
+        "/api/dashboard/explorer/events.json?hub=explorer-test&partition=1&from=latest&count=1",
+    );
+    assert_eq!(
+        latest[0]["body"]["shown"], "sent from Chromium",
+        "{latest:#}"
+    );
+
+    // A real event hub through the same settings, without a hub's admin endpoint: read-only
+    // (its partitions; no peek), and no sending from a page the Functions host would serve.
+    let store = storage.path().display().to_string();
+    let handler = common::Server::start(
+        &["--storage", &store],
+        &[
+            ("EventHubConnection", cs.as_str()),
+            ("EventHubName", "sensors"),
+            ("AzureWebJobsStorage", &store),
+            // As under the Functions host, which would serve the page to anyone.
+            ("FUNCTIONS_CUSTOMHANDLER_PORT", "7072"),
+        ],
+    );
+    let url = handler.url();
+    let get = |path: &str| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let resp = reqwest::get(format!("{url}{path}")).await.unwrap();
+            let status = resp.status().as_u16();
+            (
+                status,
+                serde_json::from_str::<Value>(&resp.text().await.unwrap()).unwrap(),
+            )
+        })
+    };
+    let (status, view) = get("/api/dashboard/explorer.json");
+    assert_eq!(status, 200, "{view:#}");
+    assert!(
+        view["source"].as_str().unwrap().contains("read-only"),
+        "{view:#}"
+    );
+    assert_eq!(
+        (view["canPeek"].as_bool(), view["canSend"].as_bool()),
+        (Some(false), Some(false))
+    );
+    assert_eq!(view["hubs"].as_array().unwrap().len(), 1);
+    assert_eq!(view["hubs"][0]["partitions"].as_array().unwrap().len(), 16);
+    let (status, answer) = get("/api/dashboard/explorer/events.json?hub=sensors&partition=0");
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (501, Some("unavailable"))
+    );
 }

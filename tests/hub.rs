@@ -192,6 +192,74 @@ fn acknowledged_events_survive_kill_9_of_the_hub() {
     assert!(p0["last"].as_i64().unwrap() >= 1);
 }
 
+#[test]
+fn hubs_and_consumer_groups_added_while_the_hub_runs_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin_port = common::free_port().to_string();
+    let admin = format!("http://127.0.0.1:{admin_port}");
+    let flags = ["--admin-port", admin_port.as_str()];
+    let mut hub = Hub::start_serving(common::free_port(), Some(dir.path()), &[], &flags);
+    let action = |args: &[&str]| {
+        let mut all = vec!["hub"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--admin", &admin]);
+        common::hubhost(&all, &[])
+    };
+    let (code, out, err) = action(&["add-hub", "orders:3:team"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        "added orders: 3 partitions, consumer groups $default, team"
+    );
+    let (code, _, err) = action(&["add-consumer-group", "sensors", "audit"]);
+    assert_eq!(code, 0, "{err}");
+    // The SDK uses both at once, as if they had been configured.
+    let cs = hub.connection_string(common::KEY);
+    let peer = |hub_name: &str, args: &[&str]| {
+        let mut all = vec![cs.as_str(), hub_name];
+        all.extend_from_slice(args);
+        common::python_json("eventhub_peer.py", &all)
+    };
+    assert_eq!(peer("orders", &["send", "30", "5", "added"])["sent"], 30);
+    let events = peer("orders", &["receive", "team", "30", "60"]);
+    assert_exactly_once(events.as_array().unwrap(), 30, "added");
+    assert_eq!(
+        peer("orders", &["props"])["partition_ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // kill -9, then the same data directory: the additions and their events are there.
+    let port = hub.port;
+    hub.kill_9();
+    let _hub = Hub::start_serving(port, Some(dir.path()), &[], &flags);
+    let (code, out, err) = action(&["list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let groups_of = |name: &str| -> Vec<String> {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["name"] == name)
+            .unwrap_or_else(|| panic!("no hub {name} after the restart: {listed:#}"))["consumerGroups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(groups_of("orders"), ["$default", "team"]);
+    assert_eq!(groups_of("sensors"), ["$default", "archive", "audit"]);
+    let events = peer("orders", &["receive", "team", "30", "60"]);
+    assert_exactly_once(events.as_array().unwrap(), 30, "added");
+    assert_eq!(peer("sensors", &["send", "10", "5", "audited"])["sent"], 10);
+    let events = peer("sensors", &["receive", "audit", "10", "60"]);
+    assert_exactly_once(events.as_array().unwrap(), 10, "audited");
+}
+
 /// The Rust SDK's clients on `hub`, through the custom-endpoint option (the SDK has no
 /// development-emulator setting).
 async fn rust_producer(hub: &Hub) -> ProducerClient {

@@ -5,12 +5,25 @@ use std::path::PathBuf;
 
 use hubhost::hub::ClientLimits;
 
-/// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672).
+/// The admin endpoint's port when the hub listens on the official emulator's port.
+pub const DEFAULT_ADMIN_PORT: u16 = 5380;
+const DEFAULT_ADMIN: &str = "http://127.0.0.1:5380";
+
+/// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672), with an
+/// admin endpoint on loopback (http://127.0.0.1:5380) that adds hubs and consumer groups while
+/// it runs.
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    pub action: Option<HubAction>,
     /// Port to listen on (5672, as the official emulator; 0: any free port).
     #[arg(long, default_value_t = 5672)]
     pub port: u16,
+    /// The admin endpoint's port, always on 127.0.0.1 (0: any free one) [default: 5380 when
+    /// --port is 5672, else none].
+    #[arg(long)]
+    pub admin_port: Option<u16>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
@@ -96,9 +109,140 @@ impl LimitArgs {
     }
 }
 
+/// What can be done to a running hub, through its admin endpoint.
+#[derive(clap::Subcommand)]
+pub enum HubAction {
+    /// Adds an event hub while the hub runs: `name:partitions[:group1,group2]`, as --hub takes it.
+    AddHub {
+        hub: String,
+        /// The running hub's admin endpoint.
+        #[arg(long, env = "HUBHOST_HUB_ADMIN", default_value = DEFAULT_ADMIN)]
+        admin: String,
+    },
+    /// Adds a consumer group to an event hub while the hub runs.
+    AddConsumerGroup {
+        hub: String,
+        consumer_group: String,
+        #[arg(long, env = "HUBHOST_HUB_ADMIN", default_value = DEFAULT_ADMIN)]
+        admin: String,
+    },
+    /// Lists the running hub's event hubs, partitions and consumer groups.
+    List {
+        #[arg(long, env = "HUBHOST_HUB_ADMIN", default_value = DEFAULT_ADMIN)]
+        admin: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Sends one request to a running hub's admin endpoint; its JSON answer, or its error message.
+async fn admin_request(
+    admin: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Result<serde_json::Value, String> {
+    let url = format!("{}{path}", admin.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut request = client.request(method, &url);
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let response = request.send().await.map_err(|e| {
+        format!("no hub answers at {admin} ({e}); is `hubhost hub` running, with --admin-port?")
+    })?;
+    let status = response.status();
+    let answer: serde_json::Value = response
+        .bytes()
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    if status.is_success() {
+        Ok(answer)
+    } else {
+        Err(answer["error"]["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{url}: {status}")))
+    }
+}
+
+fn describe(hub: &serde_json::Value) -> String {
+    let groups: Vec<&str> = hub["consumerGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.as_str())
+        .collect();
+    format!(
+        "{}: {} partitions, consumer groups {}",
+        hub["name"].as_str().unwrap_or("?"),
+        hub["partitions"].as_array().map_or(0, Vec::len),
+        groups.join(", ")
+    )
+}
+
+async fn act(action: HubAction) -> Result<(), String> {
+    match action {
+        HubAction::AddHub { hub, admin } => {
+            let spec = hubhost::hub::HubSpec::parse_flag(&hub).map_err(|e| e.to_string())?;
+            let groups: Vec<&String> = spec.consumer_groups.iter().skip(1).collect();
+            let added = admin_request(
+                &admin,
+                reqwest::Method::POST,
+                "/hubs",
+                Some(serde_json::json!({
+                    "name": spec.name, "partitions": spec.partitions, "consumerGroups": groups,
+                })),
+            )
+            .await?;
+            println!("added {}", describe(&added));
+        }
+        HubAction::AddConsumerGroup {
+            hub,
+            consumer_group,
+            admin,
+        } => {
+            let path = format!("/hubs/{}/consumergroups", encode(&hub));
+            let changed = admin_request(
+                &admin,
+                reqwest::Method::POST,
+                &path,
+                Some(serde_json::json!({ "name": consumer_group })),
+            )
+            .await?;
+            println!("added {consumer_group}: {}", describe(&changed));
+        }
+        HubAction::List { admin, json } => {
+            let hubs = admin_request(&admin, reqwest::Method::GET, "/hubs", None).await?;
+            if json {
+                println!("{hubs}");
+            } else {
+                for hub in hubs.as_array().into_iter().flatten() {
+                    println!("{}", describe(hub));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A path segment with what a URL would read otherwise (`$Default`'s `$` is fine; `/` is not).
+fn encode(segment: &str) -> String {
+    percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
 pub async fn run(args: Args) -> Result<(), String> {
     let Args {
+        action,
         port,
+        admin_port,
         bind,
         hubs,
         config,
@@ -111,6 +255,9 @@ pub async fn run(args: Args) -> Result<(), String> {
         entra_jwks,
         limits,
     } = args;
+    if let Some(action) = action {
+        return act(action).await;
+    }
     let specs = match (&config, hubs.is_empty()) {
         (Some(path), _) => hubhost::hub::config::hubs_from_file(path).map_err(|e| e.to_string())?,
         (None, true) => hubhost::hub::HubSpec::reference(),
@@ -122,6 +269,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     };
     let data_dir = (!in_memory).then_some(data_dir);
     let mut config = hubhost::hub::HubConfig::new((bind, port).into(), specs, data_dir);
+    config.admin_port = admin_port.or((port == 5672).then_some(DEFAULT_ADMIN_PORT));
     if retention_hours.is_nan() || retention_hours <= 0.0 {
         return Err("--retention-hours must be positive".into());
     }

@@ -32,6 +32,10 @@ pub struct Args {
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "HUBHOST_MAX_BODY_BYTES", default_value_t = handler::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Let the page's explorer send events. Without it, sending is allowed only when the page
+    /// is served on loopback and not under the Functions host (which would expose it).
+    #[arg(long, env = "HUBHOST_ALLOW_SEND")]
+    pub allow_send: bool,
 }
 
 pub async fn run(args: Args) -> Result<(), String> {
@@ -43,6 +47,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         container,
         window_seconds,
         max_body_bytes,
+        allow_send,
     } = args;
     let env = |k: &str| std::env::var(k).ok();
     let port = port
@@ -58,7 +63,10 @@ pub async fn run(args: Args) -> Result<(), String> {
         container,
         window_seconds,
         max_body_bytes,
-        dashboard: hubhost::dashboard::DashboardSources::from_app_settings(env),
+        dashboard: hubhost::dashboard::DashboardSources::from_app_settings(env).with_explorer(
+            env("HUBHOST_HUB_ADMIN"),
+            allow_send || (bind.is_loopback() && env("FUNCTIONS_CUSTOMHANDLER_PORT").is_none()),
+        ),
     };
     handler::serve(config, |_| {}, shutdown_signal())
         .await

@@ -382,7 +382,9 @@ impl Hub {
         Self::start_serving(free_port(), None, &[], flags)
     }
 
-    fn start_serving(port: u16, data_dir: Option<&Path>, hubs: &[&str], flags: &[&str]) -> Hub {
+    /// On `port`, its data in `data_dir` (or memory), serving `hubs` (or the default), with more
+    /// `hubhost hub` flags.
+    pub fn start_serving(port: u16, data_dir: Option<&Path>, hubs: &[&str], flags: &[&str]) -> Hub {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubhost"));
         cmd.args(["hub", "--port", &port.to_string()])
             .stdout(Stdio::null())

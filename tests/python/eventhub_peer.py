@@ -13,6 +13,8 @@ The connection string is the one users write for the official emulator
                                      the same through BlobCheckpointStore, checkpointing every event
   steal <partition> <seconds>        a receiver with owner level 1, then one with level 2: the first's error
   oversize                           tries to send an event of 1 MB + 1 byte
+  send-varied <partition>            sends to a partition: a binary body, a JSON body with typed
+                                     properties, a text body made of HTML, and a 900,000-byte text
 """
 
 import json
@@ -76,6 +78,22 @@ def send_keyed(cs, hub, key, bodies):
     return {"sent": len(bodies)}
 
 
+def send_varied(cs, hub, partition):
+    json_event = EventData(json.dumps({"kind": "json", "n": 7}))
+    json_event.properties = {"kind": "json", "n": 7, "flag": True}
+    json_event.content_type = "application/json"
+    events = [
+        EventData(bytes(range(256))),
+        json_event,
+        EventData("<b>bold</b> & <script>alert(1)</script>"),
+        EventData("L" * 900_000),
+    ]
+    with EventHubProducerClient.from_connection_string(cs, eventhub_name=hub) as producer:
+        for event in events:
+            producer.send_event(event, partition_id=partition)
+    return {"sent": len(events)}
+
+
 def _event_json(partition_id, event):
     properties = {k.decode() if isinstance(k, bytes) else k: v for k, v in (event.properties or {}).items()}
     tag = properties.get("tag")
@@ -86,8 +104,16 @@ def _event_json(partition_id, event):
         "key": event.partition_key.decode() if isinstance(event.partition_key, bytes) else event.partition_key,
         "i": properties.get("i"),
         "tag": tag.decode() if isinstance(tag, bytes) else tag,
-        "body": event.body_as_str(),
+        "body": _body_text(event),
     }
+
+
+def _body_text(event):
+    """The body as text; a body that is not UTF-8 as `hex:` and its bytes."""
+    try:
+        return event.body_as_str()
+    except TypeError:
+        return "hex:" + b"".join(event.body).hex()
 
 
 def receive(cs, hub, group, expect, seconds, checkpoint_store=None):
@@ -184,6 +210,8 @@ def main():
         out = steal(cs, hub, args[0], float(args[1]))
     elif op == "oversize":
         out = oversize(cs, hub)
+    elif op == "send-varied":
+        out = send_varied(cs, hub, args[0])
     else:
         raise SystemExit(f"unknown operation {op}")
     json.dump(out, sys.stdout)

@@ -20,6 +20,8 @@ pub struct HubConfig {
     pub keys: Vec<SharedAccessKey>,
     /// An Entra ID issuer whose tokens (`$cbs` type `jwt`) the hub accepts besides SAS.
     pub trusted_issuer: Option<crate::entra::TrustedIssuer>,
+    /// The admin endpoint's port on 127.0.0.1 (`0`: any free one); `None`: no endpoint.
+    pub admin_port: Option<u16>,
     pub segment_bytes: u64,
     pub cache_bytes: usize,
     pub fsync: bool,
@@ -141,7 +143,8 @@ impl HubSpec {
         Ok(spec)
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// The official emulator's limits: 1 to 32 partitions, valid names.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=32).contains(&self.partitions) {
             return Err(ConfigError::PartitionCount {
                 hub: self.name.clone(),
@@ -317,6 +320,7 @@ impl HubConfig {
                 key: EMULATOR_KEY.into(),
             }],
             trusted_issuer: None,
+            admin_port: None,
             segment_bytes: 64 * 1024 * 1024,
             cache_bytes: 8 * 1024 * 1024,
             fsync: false,

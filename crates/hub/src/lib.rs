@@ -7,6 +7,7 @@
 //! holds the namespace's configuration and its shared state: hubs, partitions, and which
 //! receivers hold a partition (owner levels).
 
+pub mod admin;
 pub mod config;
 pub(crate) mod encoding;
 pub mod entra;
@@ -23,10 +24,11 @@ pub mod sas;
 pub(crate) mod server;
 pub(crate) mod wire;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -39,20 +41,31 @@ use sas::SharedAccessKey;
 /// The largest event (or batch) a send may carry, as on Event Hubs Standard.
 pub const MAX_MESSAGE_BYTES: u64 = 1024 * 1024;
 
-/// The namespace: every hub, by lowercased name (Event Hubs names are case-insensitive).
+/// The namespace: every hub, by lowercased name (Event Hubs names are case-insensitive). Hubs
+/// and consumer groups can be added while the hub runs (`admin`); none is ever removed.
 pub struct Namespace {
-    pub hubs: HashMap<String, Arc<Hub>>,
+    hubs: RwLock<BTreeMap<String, Arc<Hub>>>,
     pub keys: Vec<SharedAccessKey>,
     pub trusted_issuer: Option<entra::TrustedIssuer>,
     pub retention: Duration,
+    /// How a new hub's partitions are kept, and where additions are remembered.
+    storage: Storage,
+}
+
+/// Where and how partition logs live.
+struct Storage {
+    data_dir: Option<PathBuf>,
+    segment_bytes: u64,
+    cache_bytes: usize,
+    fsync: bool,
 }
 
 pub struct Hub {
     pub name: String,
     pub created_ms: i64,
     pub partitions: Vec<Arc<Partition>>,
-    /// Lowercased consumer group names.
-    pub consumer_groups: Vec<String>,
+    /// Lowercased consumer group names, `$default` first.
+    consumer_groups: RwLock<Vec<String>>,
     round_robin: AtomicUsize,
 }
 
@@ -106,61 +119,116 @@ impl Drop for ReceiverLease {
 static NEXT_RECEIVER_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Namespace {
-    /// Opens every partition's log (recovering torn tails) under the configured data directory.
-    pub fn open(config: &HubConfig) -> Result<Self, LogError> {
+    /// Opens every partition's log (recovering torn tails) under the configured data directory:
+    /// the configured hubs, and what was added to them while an earlier run of the hub ran
+    /// (remembered in the data directory, see `admin`).
+    pub fn open(config: &HubConfig) -> Result<Self, HubError> {
+        let storage = Storage {
+            data_dir: config.data_dir.clone(),
+            segment_bytes: config.segment_bytes,
+            cache_bytes: config.cache_bytes,
+            fsync: config.fsync,
+        };
+        let added = match &config.data_dir {
+            Some(dir) => admin::Additions::load(dir).map_err(HubError::Additions)?,
+            None => admin::Additions::default(),
+        };
+        let specs = added.apply_to(config.hubs.clone());
         let created_ms = chrono::Utc::now().timestamp_millis();
-        let mut hubs = HashMap::new();
-        for spec in &config.hubs {
-            let mut partitions = Vec::new();
-            for p in 0..spec.partitions {
-                let dir = config
-                    .data_dir
-                    .as_ref()
-                    .map(|d| d.join(spec.name.to_ascii_lowercase()).join(p.to_string()));
-                let log = PartitionLog::open(LogOptions {
-                    dir,
-                    segment_bytes: config.segment_bytes,
-                    cache_bytes: config.cache_bytes,
-                    fsync: config.fsync,
-                })?;
-                let next = log.summary().next_sequence;
-                partitions.push(Arc::new(Partition {
-                    id: p.to_string(),
-                    log: Mutex::new(log),
-                    appended: watch::Sender::new(next),
-                    receivers: Mutex::new(HashMap::new()),
-                }));
-            }
-            let hub = Hub {
-                name: spec.name.clone(),
-                created_ms,
-                partitions,
-                consumer_groups: spec
-                    .consumer_groups
-                    .iter()
-                    .map(|c| c.to_ascii_lowercase())
-                    .collect(),
-                round_robin: AtomicUsize::new(0),
-            };
-            hubs.insert(spec.name.to_ascii_lowercase(), Arc::new(hub));
+        let mut hubs = BTreeMap::new();
+        for spec in &specs {
+            hubs.insert(
+                spec.name.to_ascii_lowercase(),
+                Arc::new(storage.open_hub(spec, created_ms)?),
+            );
         }
         Ok(Namespace {
-            hubs,
+            hubs: RwLock::new(hubs),
             keys: config.keys.clone(),
             trusted_issuer: config.trusted_issuer.clone(),
             retention: config.retention,
+            storage,
         })
     }
 
-    pub fn hub(&self, name: &str) -> Option<&Arc<Hub>> {
-        self.hubs.get(&name.to_ascii_lowercase())
+    pub fn hub(&self, name: &str) -> Option<Arc<Hub>> {
+        self.hubs
+            .read()
+            .expect("hubs lock")
+            .get(&name.to_ascii_lowercase())
+            .cloned()
+    }
+
+    /// Every hub, by name.
+    pub fn hubs(&self) -> Vec<Arc<Hub>> {
+        self.hubs
+            .read()
+            .expect("hubs lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Adds a hub while the hub runs (its partitions empty, `$Default` and `spec`'s consumer
+    /// groups), remembered in the data directory.
+    pub fn add_hub(&self, spec: &HubSpec) -> Result<Arc<Hub>, admin::AdminError> {
+        spec.validate().map_err(admin::AdminError::Invalid)?;
+        let mut hubs = self.hubs.write().expect("hubs lock");
+        let key = spec.name.to_ascii_lowercase();
+        if hubs.contains_key(&key) {
+            return Err(admin::AdminError::Exists(format!(
+                "the event hub {} exists",
+                spec.name
+            )));
+        }
+        let hub = Arc::new(
+            self.storage
+                .open_hub(spec, chrono::Utc::now().timestamp_millis())
+                .map_err(|e| admin::AdminError::Storage(e.to_string()))?,
+        );
+        hubs.insert(key, hub.clone());
+        self.remember(&hubs)?;
+        Ok(hub)
+    }
+
+    /// Adds a consumer group to a hub while the hub runs, remembered in the data directory.
+    pub fn add_consumer_group(&self, hub: &str, name: &str) -> Result<(), admin::AdminError> {
+        if !config::is_valid_name(name) {
+            return Err(admin::AdminError::Invalid(config::ConfigError::Name(
+                name.to_string(),
+            )));
+        }
+        let hubs = self.hubs.write().expect("hubs lock");
+        let found = hubs
+            .get(&hub.to_ascii_lowercase())
+            .ok_or_else(|| admin::AdminError::NotFound(format!("no event hub {hub}")))?;
+        {
+            let mut groups = found.consumer_groups.write().expect("groups lock");
+            let key = name.to_ascii_lowercase();
+            if groups.contains(&key) {
+                return Err(admin::AdminError::Exists(format!(
+                    "the consumer group {name} of {hub} exists"
+                )));
+            }
+            groups.push(key);
+        }
+        self.remember(&hubs)
+    }
+
+    /// Writes what differs from the configuration to the data directory (nothing in memory).
+    fn remember(&self, hubs: &BTreeMap<String, Arc<Hub>>) -> Result<(), admin::AdminError> {
+        let Some(dir) = &self.storage.data_dir else {
+            return Ok(());
+        };
+        let specs: Vec<HubSpec> = hubs.values().map(|h| h.spec()).collect();
+        admin::Additions::remember(dir, &specs).map_err(admin::AdminError::Storage)
     }
 
     /// Deletes what has outlived the retention period, in every partition.
     pub fn enforce_retention(&self) -> Result<u64, LogError> {
         let cutoff = chrono::Utc::now().timestamp_millis() - self.retention.as_millis() as i64;
         let mut dropped = 0;
-        for hub in self.hubs.values() {
+        for hub in self.hubs() {
             for partition in &hub.partitions {
                 dropped += partition
                     .log
@@ -173,13 +241,70 @@ impl Namespace {
     }
 }
 
+impl Storage {
+    /// A hub's partitions, their logs opened (recovering torn tails) or created.
+    fn open_hub(&self, spec: &HubSpec, created_ms: i64) -> Result<Hub, LogError> {
+        let mut partitions = Vec::new();
+        for p in 0..spec.partitions {
+            let dir = self
+                .data_dir
+                .as_ref()
+                .map(|d| d.join(spec.name.to_ascii_lowercase()).join(p.to_string()));
+            let log = PartitionLog::open(LogOptions {
+                dir,
+                segment_bytes: self.segment_bytes,
+                cache_bytes: self.cache_bytes,
+                fsync: self.fsync,
+            })?;
+            let next = log.summary().next_sequence;
+            partitions.push(Arc::new(Partition {
+                id: p.to_string(),
+                log: Mutex::new(log),
+                appended: watch::Sender::new(next),
+                receivers: Mutex::new(HashMap::new()),
+            }));
+        }
+        let mut consumer_groups = vec!["$default".to_string()];
+        for group in &spec.consumer_groups {
+            let group = group.to_ascii_lowercase();
+            if !consumer_groups.contains(&group) {
+                consumer_groups.push(group);
+            }
+        }
+        Ok(Hub {
+            name: spec.name.clone(),
+            created_ms,
+            partitions,
+            consumer_groups: RwLock::new(consumer_groups),
+            round_robin: AtomicUsize::new(0),
+        })
+    }
+}
+
 impl Hub {
     pub fn partition(&self, id: &str) -> Option<&Arc<Partition>> {
         self.partitions.iter().find(|p| p.id == id)
     }
 
     pub fn has_consumer_group(&self, name: &str) -> bool {
-        self.consumer_groups.contains(&name.to_ascii_lowercase())
+        self.consumer_groups
+            .read()
+            .expect("groups lock")
+            .contains(&name.to_ascii_lowercase())
+    }
+
+    /// Its consumer groups (lowercased), `$default` first.
+    pub fn consumer_groups(&self) -> Vec<String> {
+        self.consumer_groups.read().expect("groups lock").clone()
+    }
+
+    /// What it is, as the configuration would say it.
+    pub fn spec(&self) -> HubSpec {
+        HubSpec {
+            name: self.name.clone(),
+            partitions: self.partitions.len() as u32,
+            consumer_groups: self.consumer_groups(),
+        }
     }
 
     /// Where a send without a partition goes: by partition key when it has one (the same key
@@ -205,6 +330,11 @@ impl Partition {
 
     pub fn summary(&self) -> log::LogSummary {
         self.log.lock().expect("log lock").summary()
+    }
+
+    /// Bytes its retained events take (files, or memory for an in-memory hub).
+    pub fn retained_bytes(&self) -> u64 {
+        self.log.lock().expect("log lock").retained_bytes()
     }
 
     pub fn resolve(&self, seek: log::Seek) -> Result<i64, LogError> {
@@ -280,10 +410,19 @@ pub async fn run(config: HubConfig) -> Result<(), HubError> {
     .await
 }
 
+/// Where a running hub listens.
+#[derive(Debug, Clone, Copy)]
+pub struct Listening {
+    pub amqp: SocketAddr,
+    /// The admin endpoint (always on loopback), when configured.
+    pub admin: Option<SocketAddr>,
+}
+
 /// What `hubhost hub` prints once it listens: where, and the connection string to use.
-fn print_connection(config: &HubConfig, namespace: &Namespace, local: SocketAddr) {
+fn print_connection(config: &HubConfig, namespace: &Namespace, local: Listening) {
     println!(
-        "hubhost hub listening on amqp://{local} (storage: {})",
+        "hubhost hub listening on amqp://{} (storage: {})",
+        local.amqp,
         config
             .data_dir
             .as_ref()
@@ -292,20 +431,23 @@ fn print_connection(config: &HubConfig, namespace: &Namespace, local: SocketAddr
     );
     println!(
         "connection string: Endpoint=sb://{}:{};SharedAccessKeyName={};SharedAccessKey=<key>;UseDevelopmentEmulator=true;",
-        local.ip(),
-        local.port(),
+        local.amqp.ip(),
+        local.amqp.port(),
         namespace
             .keys
             .first()
             .map(|k| k.name.as_str())
             .unwrap_or("-")
     );
+    if let Some(admin) = local.admin {
+        println!("admin: http://{admin}");
+    }
 }
 
-/// Runs the hub until `shutdown` resolves; `on_listening` is told the address it listens on.
+/// Runs the hub until `shutdown` resolves; `on_listening` is told where it listens.
 pub async fn serve(
     config: HubConfig,
-    on_listening: impl FnOnce(&HubConfig, &Namespace, SocketAddr),
+    on_listening: impl FnOnce(&HubConfig, &Namespace, Listening),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), HubError> {
     let namespace = Arc::new(Namespace::open(&config)?);
@@ -317,15 +459,38 @@ pub async fn serve(
         address: config.listen.to_string(),
         source,
     })?;
-    for hub in namespace.hubs.values() {
+    let admin = match config.admin_port {
+        Some(port) => {
+            let (admin_listener, admin_local) =
+                admin::listen(port)
+                    .await
+                    .map_err(|source| HubError::Listen {
+                        address: format!("127.0.0.1:{port} (admin)"),
+                        source,
+                    })?;
+            Some((
+                tokio::spawn(admin::serve(admin_listener, namespace.clone())),
+                admin_local,
+            ))
+        }
+        None => None,
+    };
+    for hub in namespace.hubs() {
         tracing::info!(
             hub = %hub.name,
             partitions = hub.partitions.len(),
-            consumer_groups = ?hub.consumer_groups,
+            consumer_groups = ?hub.consumer_groups(),
             "hub ready"
         );
     }
-    on_listening(&config, &namespace, local);
+    on_listening(
+        &config,
+        &namespace,
+        Listening {
+            amqp: local,
+            admin: admin.as_ref().map(|(_, a)| *a),
+        },
+    );
     let retention = {
         let namespace = namespace.clone();
         tokio::spawn(async move {
@@ -345,6 +510,9 @@ pub async fn serve(
         _ = shutdown => tracing::info!("stopping"),
     }
     retention.abort();
+    if let Some((task, _)) = admin {
+        task.abort();
+    }
     Ok(())
 }
 
@@ -361,4 +529,6 @@ pub enum HubError {
     },
     #[error("accepting connections failed: {0}")]
     Accept(std::io::Error),
+    #[error("what the data directory remembers of added hubs cannot be read: {0}")]
+    Additions(String),
 }

@@ -232,6 +232,14 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Bytes the retained events take: the segment files, or the events kept in memory.
+    pub fn retained_bytes(&self) -> u64 {
+        match self.options.dir {
+            Some(_) => self.segments.iter().map(|s| s.len).sum(),
+            None => self.cache_size as u64,
+        }
+    }
+
     pub fn summary(&self) -> LogSummary {
         let begin_sequence = match (self.segments.first(), self.cache.front()) {
             (Some(s), _) if s.first().is_some() => s.first().expect("checked").0,

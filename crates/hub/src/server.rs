@@ -312,7 +312,7 @@ fn authorized_hub(
     state: &ConnectionState,
     hub: &str,
 ) -> Result<Arc<super::Hub>, (AmqpError, String)> {
-    let Some(found) = namespace.hub(hub).cloned() else {
+    let Some(found) = namespace.hub(hub) else {
         let text = format!("The messaging entity '{hub}' could not be found.");
         return Err((AmqpError::NotFound, text));
     };

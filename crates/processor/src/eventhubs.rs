@@ -367,6 +367,14 @@ impl EventHubTarget {
         }
     }
 
+    /// Another hub of the same namespace, reached the same way.
+    pub fn for_hub(&self, hub: &str) -> EventHubTarget {
+        EventHubTarget {
+            hub: hub.to_string(),
+            ..self.clone()
+        }
+    }
+
     fn open_error(&self, source: azure_messaging_eventhubs::EventHubsError) -> EventHubsError {
         EventHubsError::Open {
             hub: self.hub.clone(),

@@ -2,18 +2,23 @@
 //! Functions host as the HTTP-triggered function `Dashboard` (route `dashboard/{*path}`, the
 //! request forwarded as it came), and by `hubhost demo` at `/`.
 //!
-//! Three views, each a JSON document the page polls (`views.rs` computes them, purely):
+//! Four views, each a JSON document the page polls (`views.rs` and `explorer.rs` compute them,
+//! purely):
 //! - `fleet.json` — events and homes per minute, alarms by type, homes with active alarms;
 //! - `home.json?id=…` — one home's last hour: the home directory names its partition, that
 //!   partition's window blocks hold its minutes, sensors and alarms;
 //! - `operations.json` — each partition's owner, checkpoint, last enqueued sequence number,
-//!   lag and rate, and the pool's instances.
+//!   lag and rate, and the pool's instances;
+//! - `explorer.json` — every hub with its partitions and consumer groups (owners, lag), with
+//!   `explorer/events.json` to peek at a partition's events and `explorer/send` to send one
+//!   (`explorer.rs`).
 //!
 //! It reads only what the app wrote (window blocks, the home directory), the checkpoint store
 //! and the hub's partition properties. Window blocks are cached by ETag, so a poll re-reads
 //! only the blocks that changed since the last one. The page's assets are compiled in (no CDN)
 //! and it puts every value into the document as text, never as markup.
 
+pub mod explorer;
 pub mod views;
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,6 +46,8 @@ const APP_JS: &str = include_str!("assets/app.js");
 const STYLE_CSS: &str = include_str!("assets/style.css");
 /// Hub partition properties are read at most this often, however many pages poll.
 const PARTITION_ENDS_EVERY: StdDuration = StdDuration::from_secs(1);
+/// The admin endpoint of a `hubhost hub` on the official emulator's port.
+pub const DEFAULT_HUB_ADMIN: &str = "http://127.0.0.1:5380";
 /// The longest home id the app accepts (see `app::sensor`).
 const MAX_HOME_ID: usize = 64;
 
@@ -57,6 +64,8 @@ pub struct DashboardSources {
     /// After this long without renewal a foreign owner's ownership (one that vouched for no
     /// expiry: the Functions host, an SDK processor) no longer counts.
     pub foreign_ownership_expiry: StdDuration,
+    /// Where the explorer reads (and may send).
+    pub explorer: explorer::ExplorerSources,
 }
 
 impl DashboardSources {
@@ -67,7 +76,28 @@ impl DashboardSources {
             checkpoints: None,
             event_hub: None,
             foreign_ownership_expiry: hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
+            explorer: explorer::ExplorerSources {
+                foreign_ownership_expiry: hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
+                ..Default::default()
+            },
         }
+    }
+
+    /// The explorer reads what the other views read, and a hubhost hub's admin endpoint:
+    /// `hub_admin`, else the one a local hub on the official emulator's port has.
+    pub fn with_explorer(mut self, hub_admin: Option<String>, allow_send: bool) -> Self {
+        let local_default = self.event_hub.as_ref().and_then(|t| {
+            (t.custom_endpoint.as_deref() == Some("amqp://127.0.0.1:5672"))
+                .then(|| DEFAULT_HUB_ADMIN.to_string())
+        });
+        self.explorer = explorer::ExplorerSources {
+            hub_admin: hub_admin.or(local_default),
+            event_hub: self.event_hub.clone(),
+            checkpoints: self.checkpoints.as_ref().map(|(store, _)| store.clone()),
+            allow_send,
+            foreign_ownership_expiry: self.foreign_ownership_expiry,
+        };
+        self
     }
 
     /// From the app settings the Functions host passes (as `hubhost emulate` does too):
@@ -96,7 +126,9 @@ impl DashboardSources {
                 CheckpointStore::new(blobs, hubhost_processor::checkpoint::DEFAULT_CONTAINER);
             sources.checkpoints = Some((store, key));
         }
-        sources
+        // Sending from the page is off here: under the Functions host the page is public. The
+        // command that serves it turns it on for a loopback-only page (`with_explorer`).
+        sources.with_explorer(env("HUBHOST_HUB_ADMIN"), false)
     }
 }
 
@@ -136,6 +168,7 @@ pub struct Dashboard {
     /// Window blocks read so far, by blob name, with the ETag they were read at.
     blocks: Mutex<HashMap<String, (ETag, Arc<WindowAggregate>)>>,
     previous: tokio::sync::Mutex<Previous>,
+    explorer: explorer::Explorer,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +190,7 @@ impl Dashboard {
             store,
             container: container.to_string(),
             window_seconds: window_seconds.max(1),
+            explorer: explorer::Explorer::new(sources.explorer.clone()),
             sources,
             blocks: Mutex::new(HashMap::new()),
             previous: tokio::sync::Mutex::new(Previous::default()),
@@ -322,6 +356,15 @@ pub fn router<S: Clone + Send + Sync + 'static>(dashboard: Arc<Dashboard>) -> ax
         .route(&format!("{BASE}/fleet.json"), get(fleet))
         .route(&format!("{BASE}/home.json"), get(home))
         .route(&format!("{BASE}/operations.json"), get(operations))
+        .route(&format!("{BASE}/explorer.json"), get(explorer_view))
+        .route(
+            &format!("{BASE}/explorer/events.json"),
+            get(explorer_events),
+        )
+        .route(
+            &format!("{BASE}/explorer/send"),
+            axum::routing::post(explorer_send),
+        )
         .with_state(dashboard)
 }
 
@@ -401,4 +444,71 @@ async fn home(
         );
     }
     answer(d.home(id, Utc::now()).await)
+}
+
+/// The explorer's failures as answers: what the page asked wrongly is a 4xx naming it.
+fn explorer_answer<T: serde::Serialize>(result: Result<T, explorer::ExplorerError>) -> Response {
+    use explorer::ExplorerError as E;
+    match result {
+        Ok(view) => ([(header::CACHE_CONTROL, "no-store")], axum::Json(view)).into_response(),
+        Err(e) => {
+            let (status, code) = match &e {
+                E::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+                E::SendDisabled => (StatusCode::FORBIDDEN, "send_disabled"),
+                E::Unavailable(_) => (StatusCode::NOT_IMPLEMENTED, "unavailable"),
+                E::Hub(_) | E::Checkpoints(_) => {
+                    tracing::warn!(error = %e, "the explorer could not read");
+                    (StatusCode::SERVICE_UNAVAILABLE, "hub_unavailable")
+                }
+            };
+            problem(status, code, &e.to_string())
+        }
+    }
+}
+
+async fn explorer_view(State(d): State<Arc<Dashboard>>) -> Response {
+    explorer_answer(d.explorer.view(Utc::now()).await)
+}
+
+async fn explorer_events(
+    State(d): State<Arc<Dashboard>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let (Some(hub), Some(partition)) = (query.get("hub"), query.get("partition")) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "missing_parameter",
+            "give hub and partition: explorer/events.json?hub=sensors&partition=0",
+        );
+    };
+    let count = match query.get("count").map(|c| c.parse::<usize>()) {
+        None => 20,
+        Some(Ok(n)) if (1..=100).contains(&n) => n,
+        Some(_) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "bad_count",
+                "count is a number from 1 to 100",
+            );
+        }
+    };
+    let from = query.get("from").map(String::as_str).unwrap_or("earliest");
+    explorer_answer(d.explorer.events(hub, partition, from, count).await)
+}
+
+async fn explorer_send(
+    State(d): State<Arc<Dashboard>>,
+    body: Result<axum::Json<explorer::SendRequest>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    match body {
+        Ok(axum::Json(request)) => explorer_answer(d.explorer.send(request).await),
+        Err(rejection) => problem(
+            StatusCode::BAD_REQUEST,
+            "bad_send",
+            &format!(
+                "send takes JSON {{\"hub\", \"body\", \"partitionKey\"?, \"partitionId\"?, \"properties\"?}}: {}",
+                rejection.body_text()
+            ),
+        ),
+    }
 }

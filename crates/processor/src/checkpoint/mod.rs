@@ -238,6 +238,24 @@ impl CheckpointStore {
     }
 
     /// Every ownership record of the consumer group, relinquished and expired ones included.
+    /// The consumer groups of `hub` that keep ownership or checkpoints in this store, as
+    /// their blob names spell them (lowercased).
+    pub async fn consumer_groups(
+        &self,
+        namespace: &str,
+        hub: &str,
+    ) -> Result<Vec<String>, CheckpointError> {
+        let prefix = format!("{namespace}/{hub}/").to_lowercase();
+        let mut groups = std::collections::BTreeSet::new();
+        for blob in self.blobs.list(&self.container, &prefix).await? {
+            let mut parts = blob.name[prefix.len()..].splitn(3, '/');
+            if let (Some(group), Some("ownership" | "checkpoint")) = (parts.next(), parts.next()) {
+                groups.insert(group.to_string());
+            }
+        }
+        Ok(groups.into_iter().collect())
+    }
+
     pub async fn list_ownership(
         &self,
         key: &ConsumerGroupKey,

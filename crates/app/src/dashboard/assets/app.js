@@ -35,6 +35,18 @@ function fill(tableId, rows, cells, rowClass) {
   }));
 }
 
+// A text label on a chart (as text: never markup).
+function svgLabel(svg, x, y, text, { anchor, color } = {}) {
+  const t = document.createElementNS(SVG, "text");
+  t.setAttribute("x", x);
+  t.setAttribute("y", y);
+  t.setAttribute("font-size", "11");
+  if (color) t.setAttribute("fill", color);
+  if (anchor) t.setAttribute("text-anchor", anchor);
+  t.textContent = text;
+  svg.appendChild(t);
+}
+
 // A bar per minute over the last hour (`value` of each minute; stacked by `parts` when given),
 // on a fixed time axis so that a quiet minute shows as a gap.
 const HOUR_MS = 60 * 60000;
@@ -68,18 +80,9 @@ function chart(containerId, minutes, value, parts) {
       y -= h;
     }
   });
-  const label = (x, y, text, anchor) => {
-    const t = document.createElementNS(SVG, "text");
-    t.setAttribute("x", x);
-    t.setAttribute("y", y);
-    t.setAttribute("font-size", "11");
-    if (anchor) t.setAttribute("text-anchor", anchor);
-    t.textContent = text;
-    svg.appendChild(t);
-  };
-  label(2, pad - 8, `max ${max}`);
-  label(pad, height - 10, time(new Date(axisStart).toISOString()));
-  label(width - pad, height - 10, time(new Date(axisEnd).toISOString()), "end");
+  svgLabel(svg, 2, pad - 8, `max ${max}`);
+  svgLabel(svg, pad, height - 10, time(new Date(axisStart).toISOString()));
+  svgLabel(svg, width - pad, height - 10, time(new Date(axisEnd).toISOString()), { anchor: "end" });
   $(containerId).replaceChildren(svg);
 }
 
@@ -143,20 +146,10 @@ function timeline(containerId, points) {
     steps.push([x(times[i]), y(p.instances, maxInstances)]);
   });
   path(steps, INSTANCES_COLOR, "instances");
-  const label = (lx, ly, text, color, anchor) => {
-    const t = document.createElementNS(SVG, "text");
-    t.setAttribute("x", lx);
-    t.setAttribute("y", ly);
-    t.setAttribute("font-size", "11");
-    t.setAttribute("fill", color);
-    if (anchor) t.setAttribute("text-anchor", anchor);
-    t.textContent = text;
-    svg.appendChild(t);
-  };
-  label(2, pad - 10, `unprocessed events (max ${maxEvents})`, BACKLOG_COLOR);
-  label(width - 2, pad - 10, `instances (max ${maxInstances})`, INSTANCES_COLOR, "end");
-  label(pad, height - 10, time(new Date(start).toISOString()), "#555");
-  label(width - pad, height - 10, time(new Date(end).toISOString()), "#555", "end");
+  svgLabel(svg, 2, pad - 10, `unprocessed events (max ${maxEvents})`, { color: BACKLOG_COLOR });
+  svgLabel(svg, width - 2, pad - 10, `instances (max ${maxInstances})`, { color: INSTANCES_COLOR, anchor: "end" });
+  svgLabel(svg, pad, height - 10, time(new Date(start).toISOString()), { color: "#555" });
+  svgLabel(svg, width - pad, height - 10, time(new Date(end).toISOString()), { color: "#555", anchor: "end" });
   $(containerId).replaceChildren(svg);
 }
 
@@ -186,17 +179,207 @@ function showOperations(v) {
   ]);
 }
 
-// The view on screen, from the location's hash: #fleet, #operations, #home or #home=ID.
+// Several series over time on one chart (one scale), from {name, color, points: [{t, v}]}.
+const SERIES_COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+  "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+function lines(containerId, series, unit) {
+  const width = 900, height = 180, pad = 36;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("role", "img");
+  const all = series.flatMap((s) => s.points);
+  const start = Math.min(...all.map((p) => p.t)), end = Math.max(start + 1000, ...all.map((p) => p.t));
+  const max = Math.max(1, ...all.map((p) => p.v));
+  const x = (t) => pad + ((t - start) / (end - start)) * (width - 2 * pad);
+  const y = (v) => height - pad - (v / max) * (height - 2 * pad);
+  for (const s of series) {
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", s.points.map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", s.color);
+    line.setAttribute("stroke-width", "2");
+    line.dataset.series = s.name;
+    const title = document.createElementNS(SVG, "title");
+    title.textContent = s.name;
+    line.appendChild(title);
+    svg.appendChild(line);
+  }
+  svgLabel(svg, 2, pad - 10, `${unit} (max ${Math.round(max)})`);
+  if (all.length) {
+    svgLabel(svg, pad, height - 10, time(new Date(start).toISOString()));
+    svgLabel(svg, width - pad, height - 10, time(new Date(end).toISOString()), { anchor: "end" });
+  }
+  $(containerId).replaceChildren(svg);
+}
+
+// The explorer: what the page remembers between polls (for rates and charts), and the peek.
+const HISTORY_MS = 5 * 60000;
+const ex = { hub: null, group: null, last: new Map(), rates: new Map(), lags: new Map(), view: null, next: null };
+
+function remember(map, key, point) {
+  const points = map.get(key) || [];
+  points.push(point);
+  while (points.length && point.t - points[0].t > HISTORY_MS) points.shift();
+  map.set(key, points);
+}
+
+function options(selectId, values, selected) {
+  const select = $(selectId);
+  const wanted = values.includes(selected) ? selected : values[0];
+  if ([...select.options].map((o) => o.value).join("\n") !== values.join("\n")) {
+    select.replaceChildren(...values.map((v) => { const o = el("option", v); o.value = v; return o; }));
+  }
+  select.value = wanted ?? "";
+  return wanted;
+}
+
+function showExplorer(v) {
+  ex.view = v;
+  $("ex-source").textContent = `from ${v.source}`;
+  const now = Date.now();
+  for (const hub of v.hubs) {
+    for (const p of hub.partitions) {
+      const key = `${hub.name}/${p.id}`;
+      const before = ex.last.get(key);
+      if (before && now > before.t) {
+        remember(ex.rates, key, { t: now, v: Math.max(0, (p.lastSequenceNumber - before.last) * 1000 / (now - before.t)) });
+      }
+      ex.last.set(key, { t: now, last: p.lastSequenceNumber });
+    }
+    for (const g of hub.consumerGroups) {
+      if (g.checkpointed) remember(ex.lags, `${hub.name}/${g.name}`, { t: now, v: g.lag });
+    }
+  }
+  ex.hub = options("ex-hub", v.hubs.map((h) => h.name), ex.hub);
+  const hub = v.hubs.find((h) => h.name === ex.hub);
+  if (!hub) return;
+  $("ex-hub-title").textContent = `${hub.name}: ${hub.partitions.length} partitions`;
+  const rate = (p) => {
+    const points = ex.rates.get(`${hub.name}/${p.id}`);
+    return points && points.length ? points[points.length - 1].v.toFixed(1) : "–";
+  };
+  fill("ex-partitions", hub.partitions, (p) => [
+    [p.id, true], [p.beginningSequenceNumber, true], [p.lastSequenceNumber, true],
+    [time(p.lastEnqueuedTime)], [p.retainedBytes ?? "–", true], [rate(p), true],
+  ]);
+  lines("ex-rate-chart", hub.partitions.map((p, i) => ({
+    name: `partition ${p.id}`, color: SERIES_COLORS[i % SERIES_COLORS.length],
+    points: ex.rates.get(`${hub.name}/${p.id}`) || [],
+  })), "events/s");
+  fill("ex-groups", hub.consumerGroups, (g) => [
+    [g.name], [g.checkpointed ? "yes" : "no"],
+    [g.checkpointed ? [...new Set(g.partitions.map((p) => p.owner).filter((o) => o))].join(", ") || "(none)" : "–"],
+    [g.checkpointed ? g.lag : "–", true],
+  ]);
+  const checkpointed = hub.consumerGroups.filter((g) => g.checkpointed);
+  lines("ex-lag-chart", checkpointed.map((g, i) => ({
+    name: g.name, color: SERIES_COLORS[i % SERIES_COLORS.length], points: ex.lags.get(`${hub.name}/${g.name}`) || [],
+  })), "unprocessed events");
+  ex.group = options("ex-group", checkpointed.map((g) => g.name), ex.group);
+  const group = checkpointed.find((g) => g.name === ex.group);
+  fill("ex-progress", group ? group.partitions : [], (p) => [
+    [p.id, true], [p.owner ?? "(none)"], [p.checkpoint ?? "–", true], [p.lag, true],
+  ]);
+  options("ex-peek-partition", hub.partitions.map((p) => p.id), $("ex-peek-partition").value);
+  $("ex-peek").disabled = !v.canPeek;
+  if (!v.canPeek) $("ex-peek-status").textContent = "peeking needs a hubhost hub's admin endpoint; a real event hub is shown read-only";
+  $("ex-send").disabled = !v.canSend;
+  $("ex-send-disabled").hidden = v.canSend;
+  $("ex-send-disabled").textContent = "sending is disabled here: the page is not served on loopback only (start the handler with --allow-send to allow it)";
+}
+
+function showEvents(events) {
+  $("ex-events").replaceChildren(...events.map((e) => {
+    const box = el("div", undefined, "event");
+    box.dataset.sequenceNumber = String(e.sequenceNumber);
+    const meta = [`#${e.sequenceNumber}`, `offset ${e.offset}`, time(e.enqueuedTime)];
+    if (e.partitionKey !== null) meta.push(`key ${e.partitionKey}`);
+    meta.push(`${e.body.kind}, ${e.body.bytes} bytes${e.body.truncated ? " (the start shown)" : ""}`);
+    box.appendChild(el("div", meta.join(" · "), "meta"));
+    box.appendChild(el("pre", e.body.shown, `body body-${e.body.kind}`));
+    for (const [title, props, kind] of [["properties", e.properties, "app"], ["system properties", e.systemProperties, "system"]]) {
+      const entries = Object.entries(props);
+      if (!entries.length) continue;
+      const table = el("table", undefined, `props props-${kind}`);
+      table.appendChild(el("caption", title));
+      for (const [name, value] of entries) {
+        const tr = el("tr");
+        tr.appendChild(el("td", name));
+        tr.appendChild(el("td", typeof value === "string" ? value : JSON.stringify(value)));
+        table.appendChild(tr);
+      }
+      box.appendChild(table);
+    }
+    return box;
+  }));
+}
+
+async function peek(from) {
+  const partition = $("ex-peek-partition").value;
+  const count = $("ex-peek-count").value || "10";
+  const url = `${BASE}/explorer/events.json?hub=${encodeURIComponent(ex.hub)}&partition=${encodeURIComponent(partition)}&from=${encodeURIComponent(from)}&count=${encodeURIComponent(count)}`;
+  $("ex-peek-status").textContent = "reading…";
+  try {
+    const response = await fetch(url, { cache: "no-store" });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.error ? body.error.message : response.statusText);
+    showEvents(body);
+    ex.next = body.length ? String(body[body.length - 1].sequenceNumber + 1) : null;
+    $("ex-peek-next").disabled = ex.next === null;
+    $("ex-peek-status").textContent = `${body.length} events of ${ex.hub}, partition ${partition}`;
+  } catch (e) {
+    $("ex-peek-status").textContent = `cannot peek: ${e.message}`;
+  }
+}
+
+$("ex-peek-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const kind = $("ex-peek-from").value;
+  peek(kind === "sequence" || kind === "time" ? $("ex-peek-at").value.trim() : kind);
+});
+$("ex-peek-next").addEventListener("click", () => { if (ex.next !== null) peek(ex.next); });
+$("ex-hub").addEventListener("change", () => { ex.hub = $("ex-hub").value; if (ex.view) showExplorer(ex.view); });
+$("ex-group").addEventListener("change", () => { ex.group = $("ex-group").value; if (ex.view) showExplorer(ex.view); });
+
+$("ex-send-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const properties = {};
+  for (const line of $("ex-send-properties").value.split("\n")) {
+    const at = line.indexOf("=");
+    if (at > 0) properties[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  }
+  const request = {
+    hub: ex.hub, body: $("ex-send-body").value, properties,
+    partitionKey: $("ex-send-key").value.trim() || null, partitionId: $("ex-send-partition").value.trim() || null,
+  };
+  $("ex-send-status").textContent = "sending…";
+  try {
+    const response = await fetch(`${BASE}/explorer/send`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(request),
+    });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.error ? body.error.message : response.statusText);
+    $("ex-send-status").textContent = `sent ${body.bytes} bytes to ${body.hub}`;
+    $("ex-send-status").className = "sub";
+  } catch (err) {
+    $("ex-send-status").textContent = `not sent: ${err.message}`;
+    $("ex-send-status").className = "sub error";
+  }
+});
+
+// The view on screen, from the location's hash: #fleet, #operations, #explorer, #home or #home=ID.
 function current() {
   const hash = decodeURIComponent(location.hash.slice(1));
   if (hash.startsWith("home")) return { view: "home", id: hash.startsWith("home=") ? hash.slice(5) : "" };
   if (hash === "operations") return { view: "operations" };
+  if (hash === "explorer") return { view: "explorer" };
   return { view: "fleet" };
 }
 
 async function refresh() {
   const { view, id } = current();
-  for (const name of ["fleet", "home", "operations"]) {
+  for (const name of ["fleet", "home", "operations", "explorer"]) {
     $(`view-${name}`).hidden = name !== view;
     $(`tab-${name}`).className = name === view ? "active" : "";
   }
@@ -211,7 +394,7 @@ async function refresh() {
     const body = await response.json();
     if (!response.ok) throw new Error(body.error ? body.error.message : response.statusText);
     if (current().view !== view) return;
-    ({ fleet: showFleet, home: showHome, operations: showOperations })[view](body);
+    ({ fleet: showFleet, home: showHome, operations: showOperations, explorer: showExplorer })[view](body);
     $("status").textContent = `updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.updated = String(Date.now());
   } catch (e) {
