@@ -41,7 +41,8 @@ use super::{
 };
 
 const MAGIC: &[u8] = b"hubhost-blob 1\n";
-const LOCK_SHARDS: u64 = 4096;
+/// Lock files per container.
+pub const LOCK_SHARDS: u64 = 4096;
 /// The longest a writer waits for a blob's lock; then the write fails as `Unavailable`.
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// Temporary files older than this are leftovers of a crashed writer and are removed at open.
@@ -103,6 +104,18 @@ pub struct LocalDirStore {
 struct Inner {
     root: PathBuf,
     fsync: bool,
+}
+
+/// The lock file that guards conditional writes of blob `name` in `container` of the store at
+/// `root` (one of [`LOCK_SHARDS`] per container). For tools that must tell a writer stopped
+/// while it held a blob's lock (see the module's notes) from anything else: `bench chaos` finds
+/// the lock files a frozen process holds in `/proc/locks`.
+pub fn lock_file(root: &Path, container: &str, name: &str) -> PathBuf {
+    let shard = fnv1a(name) % LOCK_SHARDS;
+    root.join(".hubhost")
+        .join("locks")
+        .join(container)
+        .join(format!("{shard:03x}.lock"))
 }
 
 impl LocalDirStore {
@@ -187,9 +200,11 @@ impl Inner {
 
     /// The lock file guarding `name` in `container`, and its folder.
     fn lock_path(&self, container: &str, name: &str) -> (PathBuf, PathBuf) {
-        let shard = fnv1a(name) % LOCK_SHARDS;
-        let dir = self.root.join(".hubhost").join("locks").join(container);
-        let path = dir.join(format!("{shard:03x}.lock"));
+        let path = lock_file(&self.root, container, name);
+        let dir = path
+            .parent()
+            .expect("a lock file has a folder")
+            .to_path_buf();
         (dir, path)
     }
 

@@ -98,6 +98,16 @@ impl Coverage {
         }
     }
 
+    /// The partitions `keys` can be claimed again from `at` (a frozen writer that held their
+    /// ownership blobs' locks resumed): an interval without owner counts from there.
+    pub fn unblocked(&mut self, keys: &BTreeSet<PartitionKey>, at: f64) {
+        for (key, start) in self.since.iter_mut() {
+            if keys.contains(key) {
+                *start = start.max(at);
+            }
+        }
+    }
+
     /// Ends the run: intervals still open count up to `at`.
     pub fn finish(&mut self, at: f64, limit: f64) {
         for (key, start) in std::mem::take(&mut self.since) {
@@ -114,6 +124,24 @@ impl Coverage {
             self.over_limit.push((key.clone(), seconds, at));
         }
     }
+}
+
+/// The inodes of the files process `pid` holds an advisory `flock` on, from the text of
+/// `/proc/locks` (lines such as `1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234567 0 EOF`; a lock
+/// others wait for is listed again behind `->`, which is left out).
+pub fn flocked_inodes(proc_locks: &str, pid: u32) -> BTreeSet<u64> {
+    proc_locks
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(1) == Some(&"->") || fields.get(1) != Some(&"FLOCK") {
+                return None;
+            }
+            (fields.get(4)?.parse::<u32>().ok()? == pid)
+                .then(|| fields.get(5)?.rsplit(':').next()?.parse::<u64>().ok())
+                .flatten()
+        })
+        .collect()
 }
 
 /// One event as the hub holds it at the end.
@@ -477,6 +505,40 @@ mod tests {
         );
         d.add_log("y DEBUG hubhost::function: SensorAggregator: partition 3, sequence numbers 5..=14: 10 events");
         assert_eq!(d.counts(), (30, 5));
+    }
+
+    #[test]
+    fn the_locks_a_process_holds_are_read_from_proc_locks() {
+        let text = "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234567 0 EOF\n\
+                    1: -> FLOCK  ADVISORY  WRITE 777 fd:01:1234567 0 EOF\n\
+                    2: POSIX  ADVISORY  WRITE 4242 fd:01:99 0 EOF\n\
+                    3: FLOCK  ADVISORY  WRITE 4242 00:2e:42 0 EOF\n\
+                    4: FLOCK  ADVISORY  WRITE 5151 fd:01:7 0 EOF\n";
+        assert_eq!(flocked_inodes(text, 4242), BTreeSet::from([1_234_567, 42]));
+        assert_eq!(flocked_inodes(text, 777), BTreeSet::new());
+        assert_eq!(flocked_inodes("garbage\n", 1), BTreeSet::new());
+    }
+
+    #[test]
+    fn a_partition_blocked_by_a_frozen_writer_counts_from_its_resumption() {
+        let mut c = Coverage::default();
+        let limit = 8.0;
+        let blocked = BTreeSet::from([key("9")]);
+        c.observe(&key("9"), true, false, 0.0, limit);
+        // Frozen at 1 s holding partition 9's lock: excused while frozen; resumed at 14 s.
+        for at in [2.0, 6.0, 13.0] {
+            c.observe(&key("9"), false, true, at, limit);
+        }
+        c.unblocked(&blocked, 14.0);
+        c.observe(&key("9"), false, false, 15.0, limit);
+        c.observe(&key("9"), true, false, 16.0, limit);
+        assert_eq!(c.longest, 2.0);
+        assert!(c.over_limit.is_empty());
+        // Another partition is not excused by it.
+        c.observe(&key("3"), false, false, 20.0, limit);
+        c.unblocked(&blocked, 25.0);
+        c.observe(&key("3"), true, false, 30.0, limit);
+        assert_eq!(c.over_limit, vec![(key("3"), 10.0, 30.0)]);
     }
 
     #[test]

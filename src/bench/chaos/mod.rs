@@ -97,6 +97,11 @@ pub struct FaultRecord {
     /// When not recovered: the partitions that were not, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stuck: Vec<String>,
+    /// A frozen instance held these partitions' ownership blob locks (local directory store):
+    /// nobody could claim them until it resumed, so their time without an owner counts from
+    /// then (see `crates/storage/src/local.rs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by_frozen_lock: Vec<String>,
 }
 
 /// The figures of one store's run.
@@ -135,6 +140,8 @@ struct Watch {
     running: BTreeSet<String>,
     /// The store is taken away now (set by the driver).
     store_down: bool,
+    /// Partitions whose ownership blob's lock a frozen instance holds (set by the driver).
+    lock_blocked: BTreeSet<audit::PartitionKey>,
     checkpoints: CheckpointLog,
     coverage: Coverage,
     /// Per (consumer group, partition): its active owner.
@@ -154,6 +161,27 @@ fn keys(partitions: usize) -> Vec<audit::PartitionKey> {
     CONSUMER_GROUPS
         .iter()
         .flat_map(|cg| (0..partitions).map(move |p| (cg.to_lowercase(), p.to_string())))
+        .collect()
+}
+
+/// The partitions of both groups whose ownership blob's lock the process `pid` holds in the
+/// local directory store at `root` (an `flock` on a lock file: `/proc/locks`).
+fn frozen_locks(root: &Path, pid: u32, partitions: usize) -> BTreeSet<audit::PartitionKey> {
+    use std::os::unix::fs::MetadataExt;
+    let held = audit::flocked_inodes(
+        &std::fs::read_to_string("/proc/locks").unwrap_or_default(),
+        pid,
+    );
+    keys(partitions)
+        .into_iter()
+        .filter(|(cg, p)| {
+            ConsumerGroupKey::new("localhost", HUB, cg.as_str())
+                .and_then(|k| k.ownership_blob(p))
+                .ok()
+                .map(|blob| crate::storage::local::lock_file(root, DEFAULT_CONTAINER, &blob))
+                .and_then(|lock| std::fs::metadata(lock).ok())
+                .is_some_and(|m| held.contains(&m.ino()))
+        })
         .collect()
 }
 
@@ -204,7 +232,8 @@ async fn watch(
                 let down = w.store_down;
                 for key in keys(partitions) {
                     let served = w.served(&key);
-                    w.coverage.observe(&key, served, down, at, limit);
+                    let excused = down || w.lock_blocked.contains(&key);
+                    w.coverage.observe(&key, served, excused, at, limit);
                 }
             } else {
                 w.failed_polls += 1;
@@ -340,6 +369,22 @@ impl Rig {
             .collect()
     }
 
+    /// Prints the last warnings and errors of every instance: what a run nobody watched (CI)
+    /// leaves to go by when a fault was not recovered from or left a partition without owner.
+    fn tell_what_the_instances_said(&self) {
+        for name in &self.names {
+            let log =
+                std::fs::read_to_string(self.logs.join(format!("{name}.log"))).unwrap_or_default();
+            let said: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                .collect();
+            for line in &said[said.len().saturating_sub(8)..] {
+                note(format!("{name} said: {line}"));
+            }
+        }
+    }
+
     /// The handler process an instance started, once it has one.
     async fn handler_pid(&self, name: &str) -> Option<u32> {
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -361,6 +406,7 @@ impl Rig {
         // What ends the fault, and when.
         let mut mend_at: Option<Instant> = None;
         let mut frozen: Vec<i32> = Vec::new();
+        let mut blocked = BTreeSet::new();
         match fault.kind {
             FaultKind::KillInstance => {
                 self.set_running(&name, false);
@@ -391,6 +437,17 @@ impl Rig {
                     // SAFETY: as above.
                     unsafe { libc::kill(*pid, libc::SIGSTOP) };
                 }
+                if let (Store::Directory { path, .. }, Some(instance)) =
+                    (&self.store, frozen.first())
+                {
+                    blocked = frozen_locks(path, *instance as u32, self.partitions);
+                    if !blocked.is_empty() {
+                        note(format!(
+                            "{name} was frozen holding the ownership lock of {blocked:?}: nobody can claim them until it resumes"
+                        ));
+                    }
+                    self.watch.lock().expect("watch lock").lock_blocked = blocked.clone();
+                }
                 mend_at = Some(began + fault.hold);
             }
             FaultKind::GracefulRestart => {
@@ -416,6 +473,13 @@ impl Rig {
                 w.coverage.store_back(back);
             }
         }
+        let over_limit_before = self
+            .watch
+            .lock()
+            .expect("watch lock")
+            .coverage
+            .over_limit
+            .len();
         let ready = match fault.kind {
             FaultKind::KillHub | FaultKind::StorageOutage => Instant::now(),
             _ => began,
@@ -432,6 +496,10 @@ impl Rig {
                             unsafe { libc::kill(*pid, libc::SIGCONT) };
                         }
                         self.set_running(&name, true);
+                        let resumed = self.started.elapsed().as_secs_f64();
+                        let mut w = self.watch.lock().expect("watch lock");
+                        let keys = std::mem::take(&mut w.lock_blocked);
+                        w.coverage.unblocked(&keys, resumed);
                     }
                     _ => self.start_instance(&name)?,
                 }
@@ -453,19 +521,15 @@ impl Rig {
         } else {
             Vec::new()
         };
-        if !stuck.is_empty() {
-            // What the instances said last, for a run nobody watched (CI).
-            for name in &self.names {
-                let log = std::fs::read_to_string(self.logs.join(format!("{name}.log")))
-                    .unwrap_or_default();
-                let said: Vec<&str> = log
-                    .lines()
-                    .filter(|l| l.contains("WARN") || l.contains("ERROR"))
-                    .collect();
-                for line in &said[said.len().saturating_sub(8)..] {
-                    note(format!("{name} said: {line}"));
-                }
-            }
+        let over_limit_now = self
+            .watch
+            .lock()
+            .expect("watch lock")
+            .coverage
+            .over_limit
+            .len();
+        if !stuck.is_empty() || over_limit_now > over_limit_before {
+            self.tell_what_the_instances_said();
         }
         tokio::time::sleep(fault.pause).await;
         Ok(FaultRecord {
@@ -473,6 +537,10 @@ impl Rig {
             at,
             recovery,
             stuck,
+            blocked_by_frozen_lock: blocked
+                .iter()
+                .map(|(cg, p)| format!("{cg} partition {p}"))
+                .collect(),
         })
     }
 }
@@ -837,6 +905,16 @@ fn print(f: &ChaosFigures) {
         d.dead_letters_not_poison,
         d.acknowledged_not_stored
     );
+    let blocked: usize = f
+        .faults
+        .iter()
+        .map(|r| r.blocked_by_frozen_lock.len())
+        .sum();
+    if blocked > 0 {
+        println!(
+            "  partitions a frozen instance kept from being claimed (it held their ownership blob's lock; counted from its resumption): {blocked}"
+        );
+    }
     println!(
         "  checkpoint changes observed: {}, moved back: {}; longest without a running owner: {:.1} s (limit {:.1} s); instances replaced: {}",
         f.checkpoint_changes_seen,
@@ -851,5 +929,44 @@ fn print(f: &ChaosFigures) {
         for p in &f.problems {
             println!("  PROBLEM: {p}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process holding the lock of an ownership blob (here `flock(1)`, as a frozen instance
+    /// would hold it) is found through `/proc/locks`, and only that partition.
+    #[test]
+    fn the_ownership_locks_a_process_holds_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let blob = ConsumerGroupKey::new("localhost", HUB, "$default")
+            .unwrap()
+            .ownership_blob("3")
+            .unwrap();
+        let lock = crate::storage::local::lock_file(dir.path(), DEFAULT_CONTAINER, &blob);
+        std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+        let mut holder = std::process::Command::new("flock")
+            .arg(&lock)
+            .args(["sleep", "30"])
+            .spawn()
+            .expect("flock(1) runs");
+        let pid = holder.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let found = loop {
+            let found = frozen_locks(dir.path(), pid, 16);
+            if !found.is_empty() || Instant::now() > deadline {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert_eq!(
+            found,
+            BTreeSet::from([("$default".to_string(), "3".to_string())])
+        );
+        assert!(frozen_locks(dir.path(), pid + 100_000, 16).is_empty());
     }
 }
