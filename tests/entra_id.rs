@@ -566,37 +566,22 @@ async fn identity_based_event_hubs_connections_reach_the_local_hub() {
             ("EventHubConnection__clientId", MANAGED_CLIENT),
         ],
     );
-    let (code, _, err) = common::hubhost(
-        &[
-            "checkpoints",
-            "reset",
-            "--to",
-            "end",
-            "--yes",
+    let local_checkpoints = |args: &[&str], env: &[(String, String)]| {
+        let mut all = vec!["checkpoints"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[
             "--storage",
             &store,
             "--namespace",
             "localhost",
             "--hub",
             "sensors",
-        ],
-        &env_refs(&settings),
-    );
+        ]);
+        common::hubhost(&all, &env_refs(env))
+    };
+    let (code, _, err) = local_checkpoints(&["reset", "--to", "end", "--yes"], &settings);
     assert_eq!(code, 0, "{err}");
-    let (code, out, err) = common::hubhost(
-        &[
-            "checkpoints",
-            "list",
-            "--json",
-            "--storage",
-            &store,
-            "--namespace",
-            "localhost",
-            "--hub",
-            "sensors",
-        ],
-        &[],
-    );
+    let (code, out, err) = local_checkpoints(&["list", "--json"], &[]);
     assert_eq!(code, 0, "{err}");
     let at_end: i64 = serde_json::from_str::<Value>(&out)
         .unwrap()

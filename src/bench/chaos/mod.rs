@@ -369,6 +369,16 @@ impl Rig {
             .collect()
     }
 
+    /// How many intervals without owner have gone past the limit so far.
+    fn over_limit_count(&self) -> usize {
+        self.watch
+            .lock()
+            .expect("watch lock")
+            .coverage
+            .over_limit
+            .len()
+    }
+
     /// Prints the last warnings and errors of every instance: what a run nobody watched (CI)
     /// leaves to go by when a fault was not recovered from or left a partition without owner.
     fn tell_what_the_instances_said(&self) {
@@ -473,13 +483,7 @@ impl Rig {
                 w.coverage.store_back(back);
             }
         }
-        let over_limit_before = self
-            .watch
-            .lock()
-            .expect("watch lock")
-            .coverage
-            .over_limit
-            .len();
+        let over_limit_before = self.over_limit_count();
         let ready = match fault.kind {
             FaultKind::KillHub | FaultKind::StorageOutage => Instant::now(),
             _ => began,
@@ -521,14 +525,7 @@ impl Rig {
         } else {
             Vec::new()
         };
-        let over_limit_now = self
-            .watch
-            .lock()
-            .expect("watch lock")
-            .coverage
-            .over_limit
-            .len();
-        if !stuck.is_empty() || over_limit_now > over_limit_before {
+        if !stuck.is_empty() || self.over_limit_count() > over_limit_before {
             self.tell_what_the_instances_said();
         }
         tokio::time::sleep(fault.pause).await;
