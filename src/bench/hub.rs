@@ -156,7 +156,12 @@ impl HubProcess {
         let exe = std::env::current_exe().map_err(|e| HubBenchError::Hub(e.to_string()))?;
         let child = crate::child::std_command(exe)
             .args(["hub", "--port", &port.to_string(), "--hub"])
-            .arg(format!("{HUB}:{partitions}"))
+            // The reference app's archive reads its own consumer group, and so does
+            // `bench latency`'s baseline.
+            .arg(format!(
+                "{HUB}:{partitions}:archive,{}",
+                super::latency::BASELINE_GROUP
+            ))
             // Where the reference app's SensorAggregator forwards alarms.
             .args(["--hub", "alarms:4"])
             .arg("--data-dir")

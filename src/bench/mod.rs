@@ -9,14 +9,22 @@
 //! - `chaos`: a pool of `hubhost emulate` processes under seeded random faults, checked from
 //!   outside for lost, doubled or misfiled events, backward checkpoints and orphaned
 //!   partitions.
+//! - `cost`: the reference app's blob storage requests at the reference load, by who makes them
+//!   and kind of blob, per 1M events and per month, priced per transaction class.
+//! - `latency`: the reference load in real time — enqueued → applied to its window block, and an
+//!   alarm (intrusions aside) → on the page, with 1 and 4 instances; baseline: the bare SDK consumer's
+//!   enqueued → received.
 //! - `pool`: a pool of `hubhost emulate` processes — takeover, handoff, rebalancing, steady
 //!   ownership, end-to-end throughput, store traffic; baseline: the bare SDK consumer.
 
 pub mod chaos;
 pub mod checkpoints;
+pub mod cost;
 pub mod emulate_pool;
 pub mod handler;
 pub mod hub;
+pub mod latency;
+pub mod load;
 pub mod pool;
 
 pub use checkpoints::checkpoint_bench_key;

@@ -96,6 +96,69 @@ pub enum BenchCommand {
         #[arg(long, env = "HUBHOST_PYTHON")]
         python: Option<PathBuf>,
     },
+    /// The blob storage requests of the reference app at the reference load in real time, by
+    /// who makes them and kind of blob, per 1,000,000 events and per month, priced at Azure's
+    /// list prices per transaction class; for the host's load-balancing timings, hubhost's
+    /// defaults and `emulate --scale`, with one page open on the fleet view.
+    Cost {
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// Configurations, in turn: `host` (30 s / 2 min), `hubhost`, `scale`.
+        #[arg(long, value_delimiter = ',', default_value = "host,hubhost,scale")]
+        configs: Vec<String>,
+        /// Instances of the fixed pools (`host`, `hubhost`).
+        #[arg(long, default_value_t = 4)]
+        instances: usize,
+        /// Seconds measured per configuration.
+        #[arg(long, default_value = "120", value_parser = super::positive_seconds)]
+        duration: std::time::Duration,
+        /// Seconds before measuring: the first minute over (every home is new then, and the home
+        /// directory is written).
+        #[arg(long, default_value = "90", value_parser = super::positive_seconds)]
+        warmup: std::time::Duration,
+        /// Seconds between the scale controller's decisions (`scale`).
+        #[arg(long, default_value = "10", value_parser = super::positive_seconds)]
+        scale_interval: std::time::Duration,
+        /// US dollars per 10,000 write requests (Put Blob; hot tier, LRS).
+        #[arg(long, default_value_t = 0.065)]
+        price_write: f64,
+        /// US dollars per 10,000 list requests (List Blobs, Create Container).
+        #[arg(long, default_value_t = 0.065)]
+        price_list: f64,
+        /// US dollars per 10,000 read requests (Get Blob).
+        #[arg(long, default_value_t = 0.005)]
+        price_read: f64,
+        /// US dollars per 10,000 other requests (Set Blob Metadata, Get Blob Properties).
+        #[arg(long, default_value_t = 0.005)]
+        price_other: f64,
+        /// Print the figures as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The reference load in real time (`--homes` homes at 1× speed) through a pool of
+    /// `hubhost emulate` instances: each reading's age when applied to its window block, each
+    /// alarm's age (intrusions aside) when the fleet view first lists it; p50, p99, p99.9, max and the
+    /// p99 per interval; baseline: the bare SDK consumer's enqueued → received.
+    Latency {
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// Pool sizes to run, one after the other.
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        instances: Vec<usize>,
+        /// Seconds measured per pool.
+        #[arg(long, default_value = "300", value_parser = super::positive_seconds)]
+        duration: std::time::Duration,
+        /// Seconds before measuring: partitions claimed, and the first minute over (every home is
+        /// new then, and the home directory is written).
+        #[arg(long, default_value = "90", value_parser = super::positive_seconds)]
+        warmup: std::time::Duration,
+        /// Seconds per repetition (p99 per interval).
+        #[arg(long, default_value = "60", value_parser = super::positive_seconds)]
+        interval: std::time::Duration,
+        /// Print the figures as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Drive `hubhost serve` over loopback HTTP with Event Hubs batches; baseline: plain JSON parse.
     Handler {
         #[arg(long, value_delimiter = ',', default_value = "100,1000")]
@@ -279,6 +342,71 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
             })
             .await
         }
+        BenchCommand::Cost {
+            workload,
+            configs,
+            instances,
+            duration,
+            warmup,
+            scale_interval,
+            price_write,
+            price_list,
+            price_read,
+            price_other,
+            json,
+        } => {
+            let configs = configs
+                .iter()
+                .map(|c| bench::cost::CostConfig::parse(c))
+                .collect::<Result<Vec<_>, _>>()?;
+            if instances == 0 {
+                return Err("--instances must be at least 1".into());
+            }
+            in_bench_dir(|work_dir| {
+                bench::cost::run(bench::cost::CostOptions {
+                    workload: workload.into_workload(),
+                    instances,
+                    configs,
+                    duration,
+                    warmup,
+                    scale_interval,
+                    prices: bench::cost::Prices {
+                        write: price_write,
+                        list: price_list,
+                        read: price_read,
+                        other: price_other,
+                    },
+                    json,
+                    work_dir,
+                })
+            })
+            .await
+        }
+        BenchCommand::Latency {
+            workload,
+            instances,
+            duration,
+            warmup,
+            interval,
+            json,
+        } => {
+            if instances.contains(&0) {
+                return Err("each of --instances must be at least 1".into());
+            }
+            in_bench_dir(|work_dir| {
+                bench::latency::run(bench::latency::LatencyOptions {
+                    workload: workload.into_workload(),
+                    instances,
+                    duration,
+                    warmup,
+                    interval,
+                    page_poll: std::time::Duration::from_millis(250),
+                    json,
+                    work_dir,
+                })
+            })
+            .await
+        }
         BenchCommand::Handler {
             batch_sizes,
             events,
@@ -297,6 +425,44 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
         .await
         .map(|_| ())
         .map_err(|e| e.to_string()),
+    }
+}
+
+/// The reference load `bench latency` and `bench cost` run: the fleet and the instances' batch
+/// settings.
+#[derive(clap::Args)]
+pub struct WorkloadArgs {
+    /// Homes of the simulated fleet, reporting once a minute in real time (100,000: the
+    /// reference scenario, 13,333 events/s).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
+    homes: u32,
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=32))]
+    partitions: u32,
+    /// host.json maxEventBatchSize of the instances.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    max_batch: u32,
+    /// host.json prefetchCount of the instances.
+    #[arg(long, default_value_t = 300)]
+    prefetch: u32,
+    /// host.json minEventBatchSize of the instances (1: the host's default).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    min_batch: u32,
+    /// host.json maxWaitTime of the instances, in seconds: how long a batch below --min-batch
+    /// waits for more.
+    #[arg(long, default_value = "60", value_parser = super::positive_seconds)]
+    max_wait: std::time::Duration,
+}
+
+impl WorkloadArgs {
+    fn into_workload(self) -> bench::load::Workload {
+        bench::load::Workload {
+            homes: self.homes,
+            partitions: self.partitions,
+            max_batch: self.max_batch,
+            prefetch: self.prefetch,
+            min_batch: self.min_batch,
+            max_wait: self.max_wait,
+        }
     }
 }
 

@@ -96,6 +96,10 @@ pub struct Alarm {
     pub ts: DateTime<Utc>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub seq: Option<i64>,
+    /// When the event hub took the reading in: how long it took to reach the page is measured
+    /// from here (`bench latency`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub enqueued: Option<DateTime<Utc>>,
 }
 
 /// One home's activity in one window.
@@ -297,6 +301,7 @@ impl WindowAggregate {
                 sensor_id: r.sensor_id.clone(),
                 ts: r.time,
                 seq,
+                enqueued: r.enqueued,
             };
             let at = home
                 .alarms

@@ -90,9 +90,10 @@ impl Aggregator {
             self.fold_block(&hub, &partition, *start, block, readings, &runs)
         });
         let outcomes = futures::future::try_join_all(folds).await?;
-        for o in outcomes {
+        for (o, enqueued) in outcomes {
             report.applied += o.applied;
             report.replayed += o.replayed;
+            report.applied_enqueued.extend(enqueued);
         }
         report.windows = by_block
             .keys()
@@ -123,7 +124,7 @@ impl Aggregator {
         block: &str,
         readings: &[(Option<i64>, Reading)],
         runs: &[(i64, i64)],
-    ) -> Result<FoldOutcome, AppError> {
+    ) -> Result<(FoldOutcome, Vec<DateTime<Utc>>), AppError> {
         let name = layout::window_block_blob(hub, start, partition, block);
         let refs: Vec<(Option<i64>, &Reading)> = readings.iter().map(|(s, r)| (*s, r)).collect();
         let runs = runs_in_block(runs, block);
@@ -132,11 +133,17 @@ impl Aggregator {
                 &name,
                 || WindowAggregate::new(hub, partition, start, self.window_seconds, block),
                 |agg| {
+                    // The enqueued times of the readings this fold applies (not the replays).
+                    let fresh: Vec<DateTime<Utc>> = refs
+                        .iter()
+                        .filter(|(seq, _)| seq.is_none_or(|s| !agg.applied.contains(s)))
+                        .filter_map(|(_, r)| r.enqueued)
+                        .collect();
                     let before = agg.applied.clone();
                     let outcome = agg.fold(&runs, &refs);
                     // Recording new runs is a change even if every reading was a replay.
                     let changed = outcome.applied > 0 || agg.applied != before;
-                    (outcome, changed)
+                    ((outcome, fresh), changed)
                 },
             )
             .await

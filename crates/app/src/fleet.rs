@@ -78,6 +78,16 @@ impl Fleet {
         rng.unit() < 0.4
     }
 
+    /// Milliseconds into each minute at which `home_id` reports: homes report in id order,
+    /// evenly spread over the minute (0 for an id that is not the fleet's).
+    pub fn slot_ms(&self, home_id: &str) -> i64 {
+        let index: u64 = home_id
+            .strip_prefix("home-")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        (index.min(u64::from(self.homes)) * 60_000 / u64::from(self.homes.max(1))) as i64
+    }
+
     /// The JSON body (~250 bytes) of `sensor`'s reading in `home_id` for the minute starting at
     /// `minute`.
     pub fn reading(&self, home_id: &str, sensor: usize, minute: DateTime<Utc>) -> String {
@@ -101,7 +111,12 @@ impl Fleet {
                 (if ppm >= 70.0 { "alarm" } else { "ok" }, Some(ppm))
             }
         };
-        let ts = minute + Duration::milliseconds(rng.below(60_000) as i64);
+        // Stamped when the home reports: its slot in the minute, as the simulator sends it
+        // (`simulate::Schedule`), plus up to a second between its sensors. A real sensor's
+        // time is close to its send time; spreading the readings of one send over the whole
+        // minute made every batch span two windows, and so write two window blocks.
+        let offset = (self.slot_ms(home_id) + rng.below(1_000) as i64).min(59_999);
+        let ts = minute + Duration::milliseconds(offset);
         format!(
             r#"{{"homeId":"{home_id}","sensorId":"{sensor_id}","type":"{}","state":"{state}","armed":{},"value":{},"battery":{},"rssi":-{},"firmware":"2.4.{}","model":"HS-{}200","installer":"northwind-security","ts":"{}"}}"#,
             kind.as_str(),
@@ -221,5 +236,27 @@ mod tests {
         );
         let all: usize = (0..16).map(|p| fleet.homes_in(p).len()).sum();
         assert_eq!(all, 100);
+    }
+
+    #[test]
+    fn a_home_s_readings_are_stamped_within_a_second_of_its_slot_in_the_minute() {
+        let fleet = Fleet {
+            homes: 100,
+            partitions: 16,
+            seed: 7,
+        };
+        let minute: DateTime<Utc> = "2026-11-22T13:30:00Z".parse().unwrap();
+        for (home, slot_ms) in [(0, 0), (50, 30_000), (99, 59_400)] {
+            let id = Fleet::home_id(home);
+            assert_eq!(fleet.slot_ms(&id), slot_ms);
+            for sensor in 0..SENSORS.len() {
+                let r = parse_reading(fleet.reading(&id, sensor, minute).as_bytes(), None).unwrap();
+                let offset = (r.time - minute).num_milliseconds();
+                assert!(
+                    offset >= slot_ms && offset < (slot_ms + 1_000).min(60_000),
+                    "{id} sensor {sensor}: {offset} ms"
+                );
+            }
+        }
     }
 }

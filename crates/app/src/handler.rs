@@ -23,13 +23,16 @@ use hubhost_functions::batch::TriggerBatch;
 use hubhost_functions::function_app::{
     BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
 };
+use hubhost_functions::metrics::Kind;
 use hubhost_functions::server::{
     CounterFamily, Counters, EventHubFunction, FunctionError, FunctionOutput, FunctionServer,
+    HistogramFamily,
 };
+use hubhost_storage::counting::{self, CountingStore};
 use hubhost_storage::{SharedStore, StorageLocation, StoreError};
 
 use crate::dashboard::{self, Dashboard, DashboardSources};
-use crate::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION, App, AppError, AppFunction};
+use crate::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION, App, AppError, AppFunction, layout};
 
 pub use hubhost_functions::server::DEFAULT_MAX_BODY_BYTES;
 
@@ -121,6 +124,15 @@ const COUNTERS: [CounterFamily; 4] = [
     },
 ];
 
+/// What the app's functions time: how old a reading is when `SensorAggregator` has applied it,
+/// from the event hub's enqueued time (the hub's clock) to the moment its window block is
+/// written (this machine's clock). The first delivery only: replays are not counted.
+const HISTOGRAMS: [HistogramFamily; 1] = [HistogramFamily {
+    key: "applied_age",
+    name: "hubhost_handler_applied_age_seconds",
+    help: "Time from a reading's enqueue in the event hub to its window block written (first delivery).",
+}];
+
 /// One of the app's functions, as the framework runs it.
 struct SensorFunction {
     app: Arc<App>,
@@ -175,6 +187,14 @@ impl EventHubFunction for SensorFunction {
                 });
             }
         };
+        let now = chrono::Utc::now();
+        for enqueued in &report.applied_enqueued {
+            // A clock behind the hub's counts as no age rather than as none observed.
+            counters.observe(
+                "applied_age",
+                (now - *enqueued).to_std().unwrap_or_default(),
+            );
+        }
         counters.add("applied", report.applied);
         counters.add("replayed", report.replayed);
         counters.add("poison", report.dead_lettered);
@@ -208,13 +228,20 @@ pub async fn build(config: &HandlerConfig) -> Result<FunctionServer, ServeError>
     let store: SharedStore = config.storage.open()?;
     store.ensure_container(&config.container).await?;
     tracing::info!(storage = %store.describe(), container = %config.container, "storage ready");
+    // What the functions and the page ask of the store, counted apart (`/metrics`).
+    let functions_store = CountingStore::with_kinds(store.clone(), layout::blob_kind);
+    let page_store = CountingStore::with_kinds(store, layout::page_blob_kind);
+    let requests = [
+        functions_store.requests.clone(),
+        page_store.requests.clone(),
+    ];
     let app = Arc::new(App::new(
-        store.clone(),
+        Arc::new(functions_store),
         &config.container,
         config.window_seconds,
     ));
     let dashboard = Arc::new(Dashboard::new(
-        store,
+        Arc::new(page_store),
         &config.container,
         config.window_seconds,
         config.dashboard.clone(),
@@ -224,6 +251,15 @@ pub async fn build(config: &HandlerConfig) -> Result<FunctionServer, ServeError>
         .filter(|h| !h.is_empty());
     let mut builder = FunctionServer::builder()
         .counters(&COUNTERS)
+        .histograms(&HISTOGRAMS)
+        .metrics(move |page| {
+            page.family(
+                counting::REQUESTS_METRIC,
+                Kind::Counter,
+                counting::REQUESTS_HELP,
+                requests.iter().flat_map(|r| r.samples()),
+            );
+        })
         .routes(dashboard::router(dashboard))
         .browser_page(dashboard::index)
         .served_elsewhere(DASHBOARD_FUNCTION)

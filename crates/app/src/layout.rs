@@ -137,3 +137,23 @@ mod tests {
         assert!(home_bucket("home-000001") < HOME_BUCKETS);
     }
 }
+
+/// What an app blob is, from its name (a label of the storage request counts).
+pub fn blob_kind(name: &str) -> &'static str {
+    match name.split('/').next().unwrap_or_default() {
+        "windows" => "window block",
+        "homes" => "home directory",
+        "archive" => "archive",
+        "deadletter" => "dead letter",
+        _ => "other",
+    }
+}
+
+/// The same for what the web page reads, counted apart from what the functions do.
+pub fn page_blob_kind(name: &str) -> &'static str {
+    match blob_kind(name) {
+        "window block" => "page: window block",
+        "home directory" => "page: home directory",
+        _ => "page: other",
+    }
+}

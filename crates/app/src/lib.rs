@@ -59,6 +59,10 @@ pub struct BatchReport {
     /// The batch's alarms, forwarded through the `alarms` output (not part of the report).
     #[serde(skip)]
     pub alarms: Vec<AlarmEvent>,
+    /// When the event hub took in each reading folded in for the first time (not part of the
+    /// report): the app's latency is measured from these to the moment the blocks are written.
+    #[serde(skip)]
+    pub applied_enqueued: Vec<chrono::DateTime<chrono::Utc>>,
 }
 
 /// One alarm as it is forwarded to the `alarms` event hub: which home, which sensor, what and

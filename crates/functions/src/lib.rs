@@ -29,7 +29,7 @@ pub mod prelude {
     pub use crate::http::{HttpFunction, HttpRequest, HttpResponse};
     pub use crate::server::{
         CounterFamily, Counters, EventHubFunction, FunctionError, FunctionOutput, FunctionServer,
-        ServeError,
+        HistogramFamily, ServeError,
     };
     pub use async_trait::async_trait;
 }

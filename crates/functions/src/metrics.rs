@@ -34,6 +34,22 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Buckets per doubling of [`fine_latency_buckets`]: each bound is 2^(1/8) ≈ 9% above the last,
+/// so a percentile read from them is within 9% of the true value.
+const FINE_STEPS_PER_DOUBLING: i32 = 8;
+
+/// Bounds fine enough to read percentiles from (p99, p99.9): 2^(1/8) apart from 1/1024 s
+/// (~1 ms) to 128 s, 137 buckets. For end-to-end latencies, where the tail is the question.
+pub fn fine_latency_buckets() -> &'static [f64] {
+    static BOUNDS: std::sync::LazyLock<Vec<f64>> = std::sync::LazyLock::new(|| {
+        let (lowest, highest) = (-10 * FINE_STEPS_PER_DOUBLING, 7 * FINE_STEPS_PER_DOUBLING);
+        (lowest..=highest)
+            .map(|step| 2f64.powf(f64::from(step) / f64::from(FINE_STEPS_PER_DOUBLING)))
+            .collect()
+    });
+    &BOUNDS
+}
+
 impl Histogram {
     /// An empty histogram with these bucket bounds (seconds).
     pub fn new(bounds: &'static [f64]) -> Self {
@@ -56,6 +72,106 @@ impl Histogram {
     /// Observations so far.
     pub fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The counts so far, cumulative per upper bound, as a scrape of the page would read them.
+    pub fn buckets(&self) -> Buckets {
+        let mut cumulative = 0.0;
+        let bounds = self.bounds.iter().copied().chain([f64::INFINITY]);
+        Buckets(
+            bounds
+                .zip(&self.counts)
+                .map(|(bound, count)| {
+                    cumulative += count.load(Ordering::Relaxed) as f64;
+                    (bound, cumulative)
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A histogram's cumulative bucket counts — scraped from one or more pages, or read from a
+/// [`Histogram`] — from which percentiles are read. Subtracting an earlier reading leaves what
+/// was observed in between.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Buckets(
+    /// (upper bound, observations at or below it), ascending; the last bound is `+Inf`.
+    pub Vec<(f64, f64)>,
+);
+
+impl Buckets {
+    /// The `{name}_bucket` samples whose labels include every pair in `matching`, summed per
+    /// bound: several series (functions, instances) read as one histogram.
+    pub fn scrape(samples: &[Sample], name: &str, matching: &[(&str, &str)]) -> Buckets {
+        let bucket = format!("{name}_bucket");
+        let mut by_bound: Vec<(f64, f64)> = Vec::new();
+        for s in samples
+            .iter()
+            .filter(|s| s.name == bucket && matching.iter().all(|(l, v)| s.label(l) == Some(*v)))
+        {
+            let Some(bound) = s.label("le").and_then(|le| match le {
+                "+Inf" => Some(f64::INFINITY),
+                le => le.parse::<f64>().ok(),
+            }) else {
+                continue;
+            };
+            match by_bound.iter_mut().find(|(b, _)| *b == bound) {
+                Some((_, n)) => *n += s.value,
+                None => by_bound.push((bound, s.value)),
+            }
+        }
+        by_bound.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Buckets(by_bound)
+    }
+
+    /// Adds another reading with the same bounds (another instance's page).
+    pub fn add(&mut self, other: &Buckets) {
+        if self.0.is_empty() {
+            self.0 = other.0.clone();
+            return;
+        }
+        for ((_, n), (_, theirs)) in self.0.iter_mut().zip(&other.0) {
+            *n += theirs;
+        }
+    }
+
+    /// What was observed after `earlier` (a reading of the same series).
+    pub fn since(&self, earlier: &Buckets) -> Buckets {
+        Buckets(
+            self.0
+                .iter()
+                .map(|&(bound, n)| {
+                    let before = earlier
+                        .0
+                        .iter()
+                        .find(|(b, _)| *b == bound)
+                        .map_or(0.0, |(_, n)| *n);
+                    (bound, (n - before).max(0.0))
+                })
+                .collect(),
+        )
+    }
+
+    /// Observations counted.
+    pub fn count(&self) -> u64 {
+        self.0.last().map_or(0, |(_, n)| *n as u64)
+    }
+
+    /// The upper bound of the bucket holding the `q`-quantile (0 < q ≤ 1) — the true value is
+    /// at most that, and above the bucket's lower bound; `None` without observations.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        // The rank of the q-quantile among `total` sorted observations (1-based, nearest rank).
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total) as f64;
+        self.0.iter().find(|(_, n)| *n >= rank).map(|(b, _)| *b)
+    }
+
+    /// The upper bound of the highest bucket with an observation.
+    pub fn max(&self) -> Option<f64> {
+        self.quantile(1.0)
     }
 }
 
@@ -296,6 +412,75 @@ mod tests {
         );
         assert!((sum(&samples, "lat_seconds_sum", &[]) - 0.556).abs() < 1e-9);
         assert_eq!(h.count(), 4);
+    }
+
+    #[test]
+    fn fine_buckets_are_ascending_and_9_percent_apart() {
+        let bounds = fine_latency_buckets();
+        assert_eq!(bounds.len(), 137);
+        assert!((bounds[0] - 1.0 / 1024.0).abs() < 1e-12);
+        assert!((bounds[bounds.len() - 1] - 128.0).abs() < 1e-9);
+        for pair in bounds.windows(2) {
+            let ratio = pair[1] / pair[0];
+            assert!((ratio - 2f64.powf(0.125)).abs() < 1e-9, "{pair:?}");
+        }
+    }
+
+    #[test]
+    fn percentiles_come_from_the_bucket_holding_their_rank() {
+        let h = Histogram::new(&[0.1, 0.2, 0.5, 1.0]);
+        // 90 fast, 9 at 150 ms, one at 700 ms.
+        for _ in 0..90 {
+            h.observe(std::time::Duration::from_millis(50));
+        }
+        for _ in 0..9 {
+            h.observe(std::time::Duration::from_millis(150));
+        }
+        h.observe(std::time::Duration::from_millis(700));
+        let b = h.buckets();
+        assert_eq!(b.count(), 100);
+        assert_eq!(b.quantile(0.5), Some(0.1));
+        assert_eq!(b.quantile(0.9), Some(0.1));
+        assert_eq!(b.quantile(0.91), Some(0.2));
+        assert_eq!(b.quantile(0.99), Some(0.2));
+        assert_eq!(b.quantile(0.999), Some(1.0));
+        assert_eq!(b.max(), Some(1.0));
+        assert_eq!(Buckets::default().quantile(0.5), None);
+        // Beyond every bound: +Inf, not a made-up number.
+        h.observe(std::time::Duration::from_secs(5));
+        assert_eq!(h.buckets().max(), Some(f64::INFINITY));
+    }
+
+    #[test]
+    fn scraped_buckets_sum_over_series_and_subtract_an_earlier_scrape() {
+        let (a, b) = (Histogram::new(&[0.1, 1.0]), Histogram::new(&[0.1, 1.0]));
+        a.observe(std::time::Duration::from_millis(20));
+        let page_of = |a: &Histogram, b: &Histogram| {
+            let mut page = Exposition::new();
+            page.histogram(
+                "lat_seconds",
+                "Latency.",
+                [(vec![("function", "A")], a), (vec![("function", "B")], b)],
+            );
+            parse(&page.finish()).unwrap()
+        };
+        let before = Buckets::scrape(&page_of(&a, &b), "lat_seconds", &[]);
+        assert_eq!(before.count(), 1);
+        b.observe(std::time::Duration::from_millis(500));
+        b.observe(std::time::Duration::from_millis(2000));
+        let after = Buckets::scrape(&page_of(&a, &b), "lat_seconds", &[]);
+        assert_eq!(
+            after,
+            Buckets(vec![(0.1, 1.0), (1.0, 2.0), (f64::INFINITY, 3.0)])
+        );
+        let between = after.since(&before);
+        assert_eq!(between.count(), 2);
+        assert_eq!(between.quantile(0.5), Some(1.0));
+        let only_b = Buckets::scrape(&page_of(&a, &b), "lat_seconds", &[("function", "B")]);
+        assert_eq!(only_b.count(), 2);
+        let mut summed = before.clone();
+        summed.add(&only_b);
+        assert_eq!(summed.count(), 3);
     }
 
     #[test]

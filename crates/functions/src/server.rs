@@ -82,17 +82,34 @@ pub struct CounterFamily {
     pub help: &'static str,
 }
 
-/// The declared counters of one function.
+/// A latency a function declares: one Prometheus histogram family, one series per function,
+/// with buckets fine enough to read p99.9 from ([`metrics::fine_latency_buckets`]).
+#[derive(Debug, Clone, Copy)]
+pub struct HistogramFamily {
+    /// The name a function observes by ([`Counters::observe`]).
+    pub key: &'static str,
+    /// The Prometheus family name, e.g. `myapp_event_age_seconds`.
+    pub name: &'static str,
+    /// Its help text.
+    pub help: &'static str,
+}
+
+/// The declared counters and histograms of one function.
 pub struct Counters {
     values: BTreeMap<&'static str, AtomicU64>,
+    histograms: BTreeMap<&'static str, Histogram>,
 }
 
 impl Counters {
-    fn new(families: &[CounterFamily]) -> Self {
+    fn new(families: &[CounterFamily], histograms: &[HistogramFamily]) -> Self {
         Counters {
             values: families
                 .iter()
                 .map(|f| (f.key, AtomicU64::new(0)))
+                .collect(),
+            histograms: histograms
+                .iter()
+                .map(|h| (h.key, Histogram::new(metrics::fine_latency_buckets())))
                 .collect(),
         }
     }
@@ -101,6 +118,14 @@ impl Counters {
     pub fn add(&self, key: &str, n: u64) {
         if let Some(c) = self.values.get(key) {
             c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts one observation in the histogram declared with `key`; an undeclared key is
+    /// ignored.
+    pub fn observe(&self, key: &str, elapsed: std::time::Duration) {
+        if let Some(h) = self.histograms.get(key) {
+            h.observe(elapsed);
         }
     }
 
@@ -207,12 +232,17 @@ type Page = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Response> + Send>> + Sen
 pub struct ServerBuilder {
     functions: Vec<(FunctionSpec, Implementation)>,
     counters: Vec<CounterFamily>,
+    histograms: Vec<HistogramFamily>,
     routes: Option<Router>,
     browser_page: Option<Page>,
     ignored: Vec<String>,
     max_body_bytes: Option<usize>,
     on_shutdown: Option<Cleanup>,
+    extra_metrics: Vec<MetricsWriter>,
 }
+
+/// Writes families of the app's own onto the `/metrics` page (e.g. its storage traffic).
+pub type MetricsWriter = Arc<dyn Fn(&mut Exposition) + Send + Sync>;
 
 impl ServerBuilder {
     /// An Event Hubs function, with the declaration it has when there is no app folder.
@@ -268,6 +298,19 @@ impl ServerBuilder {
     /// Counters every function may add to (one family each, labelled by function).
     pub fn counters(mut self, families: &[CounterFamily]) -> Self {
         self.counters.extend_from_slice(families);
+        self
+    }
+
+    /// Latency histograms every function may observe into (one family each, labelled by
+    /// function).
+    pub fn histograms(mut self, families: &[HistogramFamily]) -> Self {
+        self.histograms.extend_from_slice(families);
+        self
+    }
+
+    /// Families of yours on `/metrics`, written after the framework's on every scrape.
+    pub fn metrics(mut self, write: impl Fn(&mut Exposition) + Send + Sync + 'static) -> Self {
+        self.extra_metrics.push(Arc::new(write));
         self
     }
 
@@ -407,13 +450,15 @@ impl ServerBuilder {
             functions.push(Registered {
                 spec,
                 bound,
-                stats: FunctionStats::new(&self.counters),
+                stats: FunctionStats::new(&self.counters, &self.histograms),
                 warned_undeclared: std::sync::atomic::AtomicBool::new(false),
             });
         }
         Ok(FunctionServer {
             functions,
             counters: self.counters,
+            histograms: self.histograms,
+            extra_metrics: self.extra_metrics,
             routes: self.routes,
             browser_page: self.browser_page,
             max_body_bytes: self.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
@@ -475,7 +520,7 @@ struct FunctionStats {
 }
 
 impl FunctionStats {
-    fn new(families: &[CounterFamily]) -> Self {
+    fn new(families: &[CounterFamily], histograms: &[HistogramFamily]) -> Self {
         FunctionStats {
             events: AtomicU64::new(0),
             ok: AtomicU64::new(0),
@@ -483,7 +528,7 @@ impl FunctionStats {
             failed: AtomicU64::new(0),
             panicked: AtomicU64::new(0),
             latency: Histogram::new(LATENCY_BUCKETS),
-            declared: Arc::new(Counters::new(families)),
+            declared: Arc::new(Counters::new(families, histograms)),
         }
     }
 
@@ -510,6 +555,8 @@ impl FunctionStats {
 pub struct FunctionServer {
     functions: Vec<Registered>,
     counters: Vec<CounterFamily>,
+    histograms: Vec<HistogramFamily>,
+    extra_metrics: Vec<MetricsWriter>,
     routes: Option<Router>,
     browser_page: Option<Page>,
     max_body_bytes: usize,
@@ -664,6 +711,16 @@ async fn metrics_page(State(server): State<Arc<FunctionServer>>) -> Response {
                 .map(|f| (label(f), f.stats.declared.get(family.key) as f64)),
         );
     }
+    for family in &server.histograms {
+        page.histogram(
+            family.name,
+            family.help,
+            server.functions.iter().filter_map(|f| {
+                let h = f.stats.declared.histograms.get(family.key)?;
+                Some((label(f), h))
+            }),
+        );
+    }
     let outcomes: [(&str, Read); 4] = [
         ("ok", |s| &s.ok),
         ("bad_request", |s| &s.bad_request),
@@ -691,6 +748,9 @@ async fn metrics_page(State(server): State<Arc<FunctionServer>>) -> Response {
             .iter()
             .map(|f| (label(f), &f.stats.latency)),
     );
+    for write in &server.extra_metrics {
+        write(&mut page);
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],

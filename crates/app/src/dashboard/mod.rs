@@ -156,6 +156,22 @@ struct Previous {
     history: std::collections::VecDeque<views::OperationsPoint>,
 }
 
+/// Windows the fleet view lists on every poll: the current one, and the one before, which
+/// readings sent in its last seconds still reach.
+const FRESH_WINDOWS: usize = 2;
+/// How often the fleet view lists an older window: only a late or replayed reading changes it.
+const OLD_WINDOWS_RELISTED_EVERY: Duration = Duration::seconds(30);
+
+/// What the fleet view keeps between polls.
+#[derive(Default)]
+struct FleetCache {
+    /// Window start → when it was last listed, and the blocks it held then.
+    windows: BTreeMap<DateTime<Utc>, (DateTime<Utc>, Vec<String>)>,
+    /// Block name → the ETag its summary was made at, and the summary.
+    blocks: HashMap<String, (ETag, Arc<views::BlockSummary>)>,
+    homes: views::HomesSeen,
+}
+
 /// How many polls the operations chart shows (at one a second: five minutes).
 const HISTORY_POINTS: usize = 300;
 
@@ -165,8 +181,9 @@ pub struct Dashboard {
     container: String,
     window_seconds: u32,
     sources: DashboardSources,
-    /// Window blocks read so far, by blob name, with the ETag they were read at.
+    /// Window blocks the home view read, by blob name, with the ETag they were read at.
     blocks: Mutex<HashMap<String, (ETag, Arc<WindowAggregate>)>>,
+    fleet_cache: Mutex<FleetCache>,
     previous: tokio::sync::Mutex<Previous>,
     explorer: explorer::Explorer,
 }
@@ -193,6 +210,7 @@ impl Dashboard {
             explorer: explorer::Explorer::new(sources.explorer.clone()),
             sources,
             blocks: Mutex::new(HashMap::new()),
+            fleet_cache: Mutex::new(FleetCache::default()),
             previous: tokio::sync::Mutex::new(Previous::default()),
         }
     }
@@ -261,9 +279,98 @@ impl Dashboard {
         Ok(out)
     }
 
+    /// The fleet view. It lists the newest [`FRESH_WINDOWS`] windows on every poll and the
+    /// older ones every [`OLD_WINDOWS_RELISTED_EVERY`] (a listing is billed like a write, and an
+    /// hour has 60 windows), reads only the blocks whose ETag changed, and keeps each block's
+    /// summary rather than the block.
     pub async fn fleet(&self, now: DateTime<Utc>) -> Result<views::FleetView, DashboardError> {
-        let blocks = self.recent_blocks(None, now).await?;
-        Ok(views::fleet_view(&self.sources.hub, &blocks, now))
+        let hub = self.hub();
+        let step = Duration::seconds(i64::from(self.window_seconds));
+        let oldest = window_start(
+            now - Duration::minutes(views::HISTORY_MINUTES),
+            self.window_seconds,
+        );
+        let mut start = window_start(now, self.window_seconds);
+        let mut newest = 0;
+        while start >= oldest {
+            let due = newest < FRESH_WINDOWS
+                || self
+                    .fleet_cache
+                    .lock()
+                    .expect("fleet cache")
+                    .windows
+                    .get(&start)
+                    .is_none_or(|(listed, _)| now - *listed >= OLD_WINDOWS_RELISTED_EVERY);
+            if due {
+                self.relist_window(&hub, start, now).await?;
+            }
+            start -= step;
+            newest += 1;
+        }
+        let mut cache = self.fleet_cache.lock().expect("fleet cache");
+        cache.windows = cache.windows.split_off(&oldest);
+        cache
+            .blocks
+            .retain(|_, (_, summary)| summary.window_start >= oldest);
+        cache.homes.retain_from(oldest);
+        let summaries: Vec<Arc<views::BlockSummary>> = cache
+            .windows
+            .values()
+            .flat_map(|(_, names)| names)
+            .filter_map(|name| cache.blocks.get(name).map(|(_, s)| s.clone()))
+            .collect();
+        Ok(views::fleet_view(
+            &self.sources.hub,
+            &summaries,
+            &cache.homes,
+            now,
+        ))
+    }
+
+    /// Lists one window's blocks and summarises the ones new or changed since the last listing.
+    async fn relist_window(
+        &self,
+        hub: &str,
+        start: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<(), DashboardError> {
+        let listed = self
+            .store
+            .list(&self.container, &layout::window_prefix(hub, start))
+            .await?;
+        let mut names = Vec::with_capacity(listed.len());
+        for entry in listed {
+            let known = self
+                .fleet_cache
+                .lock()
+                .expect("fleet cache")
+                .blocks
+                .get(&entry.name)
+                .is_some_and(|(etag, _)| *etag == entry.etag);
+            if !known {
+                let Some(blob) = self.store.get(&self.container, &entry.name).await? else {
+                    continue;
+                };
+                // A block the app cannot have written is skipped, not shown half.
+                let Ok(block) = serde_json::from_slice::<WindowAggregate>(&blob.data) else {
+                    tracing::warn!(blob = %entry.name, "not a window block; skipped");
+                    continue;
+                };
+                let summary = Arc::new(views::BlockSummary::of(&block));
+                let mut cache = self.fleet_cache.lock().expect("fleet cache");
+                cache.homes.add(&summary);
+                cache
+                    .blocks
+                    .insert(entry.name.clone(), (blob.properties.etag, summary));
+            }
+            names.push(entry.name);
+        }
+        self.fleet_cache
+            .lock()
+            .expect("fleet cache")
+            .windows
+            .insert(start, (now, names));
+        Ok(())
     }
 
     pub async fn home(
@@ -510,5 +617,96 @@ async fn explorer_send(
                 rejection.body_text()
             ),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::HomeWindow;
+    use hubhost_storage::counting::CountingStore;
+    use hubhost_storage::memory::MemoryStore;
+    use hubhost_storage::{Condition, Metadata};
+
+    async fn write_block(
+        store: &SharedStore,
+        start: DateTime<Utc>,
+        partition: &str,
+        homes: &[&str],
+    ) {
+        let mut block = WindowAggregate::new("sensors", partition, start, 60, "0");
+        for home in homes {
+            block.events += 1;
+            block.homes.insert(home.to_string(), HomeWindow::default());
+        }
+        let name = layout::window_block_blob("sensors", start, partition, "0");
+        let data = serde_json::to_vec(&block).unwrap();
+        store
+            .put(
+                "app",
+                &name,
+                data.into(),
+                &Metadata::new(),
+                &Condition::Always,
+            )
+            .await
+            .unwrap();
+    }
+
+    fn lists(store: &CountingStore) -> u64 {
+        store
+            .counts
+            .lists
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[tokio::test]
+    async fn the_fleet_view_lists_the_newest_windows_each_poll_and_older_ones_every_30_s() {
+        let memory: SharedStore = Arc::new(MemoryStore::default());
+        memory.ensure_container("app").await.unwrap();
+        let counting = Arc::new(CountingStore::new(memory.clone()));
+        let dashboard = Dashboard::new(
+            counting.clone(),
+            "app",
+            60,
+            DashboardSources::new("sensors"),
+        );
+        let now: DateTime<Utc> = "2026-11-25T12:00:30Z".parse().unwrap();
+        let minute = |ago: i64| window_start(now, 60) - Duration::minutes(ago);
+        write_block(&memory, minute(0), "0", &["h1", "h2"]).await;
+        write_block(&memory, minute(5), "1", &["h3"]).await;
+
+        let first = dashboard.fleet(now).await.unwrap();
+        // The first poll lists the hour: 61 windows (the current one and 60 before it).
+        assert_eq!(lists(&counting), 61);
+        assert_eq!(first.events_last_hour, 3);
+
+        // A late reading lands in the old window; the new one gains a home.
+        write_block(&memory, minute(5), "1", &["h3", "h4"]).await;
+        write_block(&memory, minute(0), "0", &["h1", "h2", "h5"]).await;
+        let soon = dashboard.fleet(now + Duration::seconds(10)).await.unwrap();
+        assert_eq!(
+            lists(&counting),
+            61 + 2,
+            "only the two newest windows are listed"
+        );
+        assert_eq!(
+            soon.events_last_hour,
+            3 + 1,
+            "the old window is not read again yet"
+        );
+        assert_eq!(soon.homes_reporting, 3);
+
+        let later = dashboard.fleet(now + Duration::seconds(31)).await.unwrap();
+        assert_eq!(
+            lists(&counting),
+            // The two newest, and every older one listed 30 s ago or more: all but 11:59,
+            // which the second poll listed as a fresh window 21 s ago.
+            61 + 2 + 60,
+            "30 s on, the older windows are listed again"
+        );
+        assert_eq!(later.events_last_hour, 5);
+        let old = later.minutes.iter().find(|m| m.start == minute(5)).unwrap();
+        assert_eq!(old.homes, 2);
     }
 }

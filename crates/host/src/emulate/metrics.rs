@@ -11,13 +11,14 @@ use tokio_util::sync::CancellationToken;
 use hubhost_functions::metrics::{self, Exposition, Kind};
 use hubhost_processor::Consumer;
 use hubhost_processor::eventhubs::EventHubTarget;
-use hubhost_storage::counting::OperationCounts;
+use hubhost_storage::counting::{self, OperationCounts, RequestCounts};
 
 /// What `GET /metrics` shows: the processors' counters and the checkpoint store traffic.
 #[derive(Clone)]
 pub(super) struct MetricsPage {
     pub(super) consumers: Vec<Arc<Consumer>>,
     pub(super) storage_operations: Arc<OperationCounts>,
+    pub(super) storage_requests: Arc<RequestCounts>,
     pub(super) last_enqueued: Arc<LastEnqueued>,
 }
 
@@ -74,6 +75,12 @@ impl MetricsPage {
                 ("delete", &ops.deletes),
             ]
             .map(|(op, n)| (vec![("operation", op)], n.load(Ordering::Relaxed) as f64)),
+        );
+        page.family(
+            counting::REQUESTS_METRIC,
+            Kind::Counter,
+            counting::REQUESTS_HELP,
+            self.storage_requests.samples(),
         );
         let last_enqueued = self.last_enqueued.by_hub.lock().expect("lag lock").clone();
         let mut lag = Vec::new();

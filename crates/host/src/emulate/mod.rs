@@ -246,8 +246,12 @@ pub async fn run(
 
     let storage =
         hubhost_storage::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;
-    let counting = CountingStore::new(storage.open()?);
+    let counting = CountingStore::with_kinds(
+        storage.open()?,
+        hubhost_processor::checkpoint::names::blob_kind,
+    );
     let storage_operations = counting.counts.clone();
+    let storage_requests = counting.requests.clone();
     let store = CheckpointStore::new(Arc::new(counting), DEFAULT_CONTAINER);
     store.ensure_container().await?;
     let identity = claim_identity(opts.instance_id.as_deref(), &functions, &store)?;
@@ -296,6 +300,7 @@ pub async fn run(
             let page = MetricsPage {
                 consumers: consumers.clone(),
                 storage_operations,
+                storage_requests,
                 last_enqueued,
             };
             Some(tokio::spawn(page.serve(listener, stop.child_token())))

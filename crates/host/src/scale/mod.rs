@@ -20,13 +20,15 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hubhost_functions::function_app::FunctionApp;
 use hubhost_processor::ProcessorOptions;
 use hubhost_processor::backlog::{SCALE_HISTORY_LENGTH, ScalePoint, total_unprocessed};
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
+use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER, names};
 use hubhost_processor::eventhubs::EventHubTarget;
+use hubhost_storage::counting::{CountingStore, RequestCounts};
 
 use crate::emulate::{AppSettings, EmulateError, resolve_trigger};
 use decide::{MonitorSample, TargetScaler, Vote};
@@ -79,7 +81,10 @@ struct Instance {
 
 /// The app's functions, their concurrency and the checkpoint store, resolved as the
 /// instances will resolve them.
-fn load(opts: &ScaleOptions) -> Result<(Vec<ScaledFunction>, CheckpointStore), EmulateError> {
+/// The functions to scale, the checkpoint store and the count of the requests made to it.
+type Loaded = (Vec<ScaledFunction>, CheckpointStore, Arc<RequestCounts>);
+
+fn load(opts: &ScaleOptions) -> Result<Loaded, EmulateError> {
     let app = FunctionApp::load(&opts.app)?;
     let settings = AppSettings::load(&opts.app)?;
     let options =
@@ -117,8 +122,10 @@ fn load(opts: &ScaleOptions) -> Result<(Vec<ScaledFunction>, CheckpointStore), E
     }
     let storage =
         hubhost_storage::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;
-    let store = CheckpointStore::new(storage.open()?, DEFAULT_CONTAINER);
-    Ok((functions, store))
+    let counting = CountingStore::with_kinds(storage.open()?, names::blob_kind);
+    let requests = counting.requests.clone();
+    let store = CheckpointStore::new(Arc::new(counting), DEFAULT_CONTAINER);
+    Ok((functions, store, requests))
 }
 
 /// Backlog and partition count of one function, read now.
@@ -136,7 +143,7 @@ pub async fn run(
     opts: ScaleOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), EmulateError> {
-    let (mut functions, store) = load(&opts)?;
+    let (mut functions, store, requests) = load(&opts)?;
     store.ensure_container().await?;
     std::fs::create_dir_all(&opts.logs).map_err(|e| EmulateError::Settings {
         path: opts.logs.clone(),
@@ -287,6 +294,11 @@ pub async fn run(
             let _ = instance.child.kill().await;
         }
     }
+    // What the controller itself asked of the store (`bench cost` reads these lines).
+    for (kind, class, n) in requests.snapshot() {
+        println!("scale: storage requests {kind} {} {n}", class.as_str());
+    }
+    println!("scale: ran {:.1} s", started.elapsed().as_secs_f64());
     println!("hubhost emulate --scale: stopped");
     Ok(())
 }

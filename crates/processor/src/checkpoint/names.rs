@@ -220,3 +220,17 @@ mod tests {
         assert_eq!(partition_of("ns/hub/$default/ownership/12"), "12");
     }
 }
+
+/// What a blob of the checkpoint store is, from its name (a label of the storage request
+/// counts): `ownership`, `checkpoint`, `scale history` or `other` (e.g. the legacy layouts).
+pub fn blob_kind(name: &str) -> &'static str {
+    if name.contains("/ownership/") || name.ends_with("/ownership") {
+        "ownership"
+    } else if name.contains("/checkpoint/") || name.ends_with("/checkpoint") {
+        "checkpoint"
+    } else if name.ends_with("hubhost-scale-history.json") {
+        "scale history"
+    } else {
+        "other"
+    }
+}
