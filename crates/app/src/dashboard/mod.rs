@@ -14,8 +14,10 @@
 //!   (`explorer.rs`).
 //!
 //! It reads only what the app wrote (window blocks, the home directory), the checkpoint store
-//! and the hub's partition properties. Window blocks are cached by ETag, so a poll re-reads
-//! only the blocks that changed since the last one. The page's assets are compiled in (no CDN)
+//! and the hub's partition properties. The fleet view keeps a summary of each window block by
+//! ETag, so a poll re-reads only the blocks that changed; it lists the two newest windows on
+//! every poll and the older ones every 30 s (a listing is billed like a write). The home view
+//! caches the blocks of the partition it shows. The page's assets are compiled in (no CDN)
 //! and it puts every value into the document as text, never as markup.
 
 pub mod explorer;
