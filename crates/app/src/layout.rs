@@ -107,9 +107,52 @@ pub fn deadletter_blob(hub: &str, consumer_group: &str, partition: &str, id: &st
     format!("deadletter/{hub}/{consumer_group}/p{partition}/{id}.json")
 }
 
+/// What an app blob is, from its name (a label of the storage request counts).
+pub fn blob_kind(name: &str) -> &'static str {
+    match name.split('/').next().unwrap_or_default() {
+        "windows" => "window block",
+        "homes" => "home directory",
+        "archive" => "archive",
+        "deadletter" => "dead letter",
+        _ => "other",
+    }
+}
+
+/// The same for what the web page reads, counted apart from what the functions do.
+pub fn page_blob_kind(name: &str) -> &'static str {
+    match blob_kind(name) {
+        "window block" => "page: window block",
+        "home directory" => "page: home directory",
+        _ => "page: other",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn app_blobs_are_counted_by_kind_and_the_page_s_apart() {
+        let t = "2026-11-25T12:00:00Z".parse().unwrap();
+        assert_eq!(
+            blob_kind(&window_block_blob("sensors", t, "3", "0")),
+            "window block"
+        );
+        assert_eq!(blob_kind(&window_prefix("sensors", t)), "window block");
+        assert_eq!(
+            blob_kind(&home_directory_blob("sensors", 7)),
+            "home directory"
+        );
+        assert_eq!(
+            blob_kind(&deadletter_blob("sensors", "$Default", "3", "9")),
+            "dead letter"
+        );
+        assert_eq!(blob_kind("elsewhere/x.json"), "other");
+        assert_eq!(
+            page_blob_kind(&window_prefix("sensors", t)),
+            "page: window block"
+        );
+    }
 
     #[test]
     fn names_from_requests_cannot_escape() {
@@ -135,25 +178,5 @@ mod tests {
             "archive/sensors/archive/2026-11-22/133000/p3/0000000012.json"
         );
         assert!(home_bucket("home-000001") < HOME_BUCKETS);
-    }
-}
-
-/// What an app blob is, from its name (a label of the storage request counts).
-pub fn blob_kind(name: &str) -> &'static str {
-    match name.split('/').next().unwrap_or_default() {
-        "windows" => "window block",
-        "homes" => "home directory",
-        "archive" => "archive",
-        "deadletter" => "dead letter",
-        _ => "other",
-    }
-}
-
-/// The same for what the web page reads, counted apart from what the functions do.
-pub fn page_blob_kind(name: &str) -> &'static str {
-    match blob_kind(name) {
-        "window block" => "page: window block",
-        "home directory" => "page: home directory",
-        _ => "page: other",
     }
 }

@@ -281,10 +281,10 @@ impl Dashboard {
         Ok(out)
     }
 
-    /// The fleet view. It lists the newest [`FRESH_WINDOWS`] windows on every poll and the
-    /// older ones every [`OLD_WINDOWS_RELISTED_EVERY`] (a listing is billed like a write, and an
-    /// hour has 60 windows), reads only the blocks whose ETag changed, and keeps each block's
-    /// summary rather than the block.
+    /// The fleet view. It lists the two newest windows on every poll and the older ones every
+    /// 30 s (`FRESH_WINDOWS`, `OLD_WINDOWS_RELISTED_EVERY`: a listing is billed like a write,
+    /// and an hour has 60 windows), reads only the blocks whose ETag changed, and keeps each
+    /// block's summary rather than the block.
     pub async fn fleet(&self, now: DateTime<Utc>) -> Result<views::FleetView, DashboardError> {
         let hub = self.hub();
         let step = Duration::seconds(i64::from(self.window_seconds));

@@ -166,12 +166,36 @@ pub fn partition_of(name: &str) -> &str {
     name.rsplit('/').next().unwrap_or(name)
 }
 
+/// What a blob of the checkpoint store is, from its name (a label of the storage request
+/// counts): `ownership`, `checkpoint`, `scale history` or `other` (e.g. the legacy layouts).
+pub fn blob_kind(name: &str) -> &'static str {
+    if name.contains("/ownership/") || name.ends_with("/ownership") {
+        "ownership"
+    } else if name.contains("/checkpoint/") || name.ends_with("/checkpoint") {
+        "checkpoint"
+    } else if name.ends_with("hubhost-scale-history.json") {
+        "scale history"
+    } else {
+        "other"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn key() -> ConsumerGroupKey {
         ConsumerGroupKey::new("MyNs.servicebus.windows.net", "Sensors", "$Default").unwrap()
+    }
+
+    #[test]
+    fn each_blob_of_the_store_has_its_kind() {
+        let k = key();
+        assert_eq!(blob_kind(&k.ownership_blob("3").unwrap()), "ownership");
+        assert_eq!(blob_kind(&k.ownership_prefix()), "ownership");
+        assert_eq!(blob_kind(&k.checkpoint_blob("3").unwrap()), "checkpoint");
+        assert_eq!(blob_kind(&k.scale_history_blob()), "scale history");
+        assert_eq!(blob_kind("myns/sensors/$Default/3"), "other");
     }
 
     #[test]
@@ -218,19 +242,5 @@ mod tests {
     #[test]
     fn partition_is_the_last_segment() {
         assert_eq!(partition_of("ns/hub/$default/ownership/12"), "12");
-    }
-}
-
-/// What a blob of the checkpoint store is, from its name (a label of the storage request
-/// counts): `ownership`, `checkpoint`, `scale history` or `other` (e.g. the legacy layouts).
-pub fn blob_kind(name: &str) -> &'static str {
-    if name.contains("/ownership/") || name.ends_with("/ownership") {
-        "ownership"
-    } else if name.contains("/checkpoint/") || name.ends_with("/checkpoint") {
-        "checkpoint"
-    } else if name.ends_with("hubhost-scale-history.json") {
-        "scale history"
-    } else {
-        "other"
     }
 }
