@@ -41,7 +41,16 @@ fn host_json_is_valid_and_configures_the_custom_handler() {
         host["customHandler"]["description"]["arguments"][0],
         "serve"
     );
-    assert!(host["extensions"]["eventHubs"]["maxEventBatchSize"].is_u64());
+    let event_hubs = &host["extensions"]["eventHubs"];
+    let (max, min) = (
+        event_hubs["maxEventBatchSize"].as_u64().unwrap(),
+        event_hubs["minEventBatchSize"].as_u64().unwrap(),
+    );
+    // The extension's rule: the minimum must be less than the maximum.
+    assert!(
+        min < max,
+        "minEventBatchSize {min}, maxEventBatchSize {max}"
+    );
     // The script root's host.json is the same file.
     assert_eq!(json(&repo().join("function_app/host.json")), host);
 }
