@@ -98,6 +98,76 @@ fn the_pool_benchmark_reports_the_scenarios() {
     assert_eq!(throughput.len(), 3);
     for t in throughput {
         assert!(t["events_per_s"].as_f64().unwrap() > 0.0, "{t}");
+        // Every part of the pipeline was seen spending CPU on the events, the baseline's
+        // consumer too, and the baseline had no handlers.
+        let run = &t["runs"][0];
+        for part in ["hub", "instances", "handlers"] {
+            assert!(run["cpu"][part].as_f64().unwrap() > 0.0, "{part}: {run}");
+        }
+        assert!(
+            run["baseline_cpu"]["instances"].as_f64().unwrap() > 0.0,
+            "{run}"
+        );
+        assert_eq!(
+            run["baseline_cpu"]["handlers"].as_f64().unwrap(),
+            0.0,
+            "{run}"
+        );
     }
     assert!(f["baseline_events_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_pool_repeats_only_the_throughput_phase_when_asked() {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+    command
+        .args([
+            "bench",
+            "pool",
+            "--events",
+            "4000",
+            "--homes",
+            "500",
+            "--throughput-only",
+            "--pools",
+            "1,2",
+            "--repeat",
+            "2",
+            "--json",
+        ])
+        .env_remove("HUBHOST_STORAGE")
+        .env_remove("AzureWebJobsStorage")
+        .env_remove("EventHubConnection");
+    let out = common::output_within(&mut command, std::time::Duration::from_secs(300));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench pool failed:\n{stderr}");
+    let f: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON figures ({e}):\n{stderr}"));
+    let throughput = f["throughput"].as_array().unwrap();
+    let pools: Vec<u64> = throughput
+        .iter()
+        .map(|t| t["instances"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pools, [1, 2], "{f}");
+    for t in throughput {
+        let runs = t["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{t}");
+        // Each repetition measured its own baseline.
+        for run in runs {
+            assert!(
+                run["baseline_events_per_s"].as_f64().unwrap() > 0.0,
+                "{run}"
+            );
+        }
+    }
+    // The fixed pools' drains, but none by the scale controller; no membership scenarios.
+    let drains: Vec<&str> = f["drain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["pool"].as_str().unwrap())
+        .collect();
+    assert_eq!(drains, ["1 instance", "2 instances"], "{f}");
+    assert!(f["scale_out"].as_array().unwrap().is_empty(), "{f}");
+    assert_eq!(f["handoff_seconds"].as_f64().unwrap(), 0.0, "{f}");
 }

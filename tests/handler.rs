@@ -85,6 +85,7 @@ async fn a_batch_is_aggregated_and_answered_in_the_host_format() {
     let bucket = hubhost::app::layout::home_directory_blob(
         "sensors",
         hubhost::app::layout::home_bucket(&home),
+        "1",
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let dir: Value = loop {

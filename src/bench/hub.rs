@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use azure_messaging_eventhubs::models::EventData;
 use azure_messaging_eventhubs::{
-    EnqueueEventOptions, EventDataBatchOptions, OpenReceiverOptions, StartLocation, StartPosition,
+    ConsumerClient, EnqueueEventOptions, EventDataBatchOptions, EventReceiver, OpenReceiverOptions,
+    StartLocation, StartPosition,
 };
 use bytes::Bytes;
 use futures::StreamExt;
@@ -189,6 +190,12 @@ impl HubProcess {
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(hub)
+    }
+}
+
+impl HubProcess {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
@@ -391,9 +398,32 @@ impl<'t> PartitionProducer<'t> {
 
 /// Phase 3: one receiver per partition from the earliest event until `expected[p]` events of
 /// partition `p` arrived.
+/// The bare SDK receiver every benchmark's baseline reads with: no owner level, no
+/// checkpoints, `prefetch` credit, from `start` on.
+pub(crate) async fn open_bare_receiver(
+    consumer: &ConsumerClient,
+    partition: u32,
+    start: StartPosition,
+    prefetch: u32,
+) -> Result<EventReceiver, azure_messaging_eventhubs::EventHubsError> {
+    consumer
+        .open_receiver_on_partition(
+            partition.to_string(),
+            Some(OpenReceiverOptions {
+                start_position: Some(start),
+                prefetch: Some(prefetch),
+                ..Default::default()
+            }),
+        )
+        .await
+}
+
+/// Reads `expected[p]` events of every partition `p` from the earliest, `prefetch` credit per
+/// receiver.
 pub(crate) async fn rust_consumer(
     target: &EventHubTarget,
     expected: &[u64],
+    prefetch: u32,
 ) -> Result<Figure, HubBenchError> {
     let partitions = expected.len() as u32;
     const PHASE: &str = "Rust ConsumerClient, a receiver per partition";
@@ -411,18 +441,11 @@ pub(crate) async fn rust_consumer(
         let bytes = bytes.clone();
         let per_partition = expected[p as usize];
         tasks.spawn(async move {
-            let receiver = consumer
-                .open_receiver_on_partition(
-                    p.to_string(),
-                    Some(OpenReceiverOptions {
-                        start_position: Some(StartPosition {
-                            location: StartLocation::Earliest,
-                            inclusive: true,
-                        }),
-                        prefetch: Some(PREFETCH),
-                        ..Default::default()
-                    }),
-                )
+            let earliest = StartPosition {
+                location: StartLocation::Earliest,
+                inclusive: true,
+            };
+            let receiver = open_bare_receiver(&consumer, p, earliest, prefetch)
                 .await
                 .map_err(client_error(PHASE))?;
             let mut got = 0u64;
@@ -581,7 +604,7 @@ pub async fn run(opts: HubBenchOptions) -> Result<Vec<Figure>, HubBenchError> {
     };
     print(&produced, &base);
     let expected = vec![per_partition; opts.partitions as usize];
-    let consumed = rust_consumer(&hub.target, &expected).await?;
+    let consumed = rust_consumer(&hub.target, &expected, PREFETCH).await?;
     print(&consumed, &base);
     drop(hub);
     figures.extend([produced, consumed]);

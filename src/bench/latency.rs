@@ -24,10 +24,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use azure_messaging_eventhubs::{OpenReceiverOptions, StartLocation, StartPosition};
+use azure_messaging_eventhubs::{StartLocation, StartPosition};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use super::hub::open_bare_receiver;
 use super::load::{
     AGGREGATOR, LoadError, LoadOptions, Pool, RunningLoad, Workload, fetch_text, print_runs,
 };
@@ -249,18 +250,12 @@ async fn baseline_consumer(
     for p in 0..partitions {
         let (consumer, ages, stop) = (consumer.clone(), ages.clone(), stop.clone());
         tasks.spawn(async move {
-            let receiver = consumer
-                .open_receiver_on_partition(
-                    p.to_string(),
-                    Some(OpenReceiverOptions {
-                        start_position: Some(StartPosition {
-                            location: StartLocation::Latest,
-                            inclusive: false,
-                        }),
-                        prefetch: Some(300),
-                        ..Default::default()
-                    }),
-                )
+            let latest = StartPosition {
+                location: StartLocation::Latest,
+                inclusive: false,
+            };
+            // The host's default prefetch, as the instances use.
+            let receiver = open_bare_receiver(&consumer, p, latest, 300)
                 .await
                 .map_err(|e| LatencyBenchError::Other(format!("baseline partition {p}: {e}")))?;
             let mut stream = Box::pin(receiver.stream_events());

@@ -20,6 +20,7 @@
 pub mod chaos;
 pub mod checkpoints;
 pub mod cost;
+pub mod cpu;
 pub mod emulate_pool;
 pub mod handler;
 pub mod hub;

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cpu::{self, CpuMeter};
 use super::emulate_pool::{AppFolder, EmulatePool, PoolError, live_owners};
 use super::hub::{HubBenchError, HubProcess, rust_consumer};
 use crate::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
@@ -61,6 +62,12 @@ pub struct PoolBenchOptions {
     pub prefetch: u32,
     /// `--scale-interval` of the scale controller in the drain phase.
     pub scale_interval: Duration,
+    /// Pool sizes of the throughput phase.
+    pub pools: Vec<usize>,
+    /// Repetitions of the throughput phase.
+    pub repeat: usize,
+    /// Only the throughput phase.
+    pub throughput_only: bool,
     pub work_dir: PathBuf,
 }
 
@@ -286,6 +293,16 @@ impl PoolApp {
         Ok(self.pool.start(name, &[("RUST_LOG", "warn".to_string())])?)
     }
 
+    /// Starts an instance of a pool of `instances` sharing this machine's cores, as the
+    /// scale controller starts them (see `child::worker_threads_per_instance`).
+    fn start_sharing(&mut self, name: &str, instances: usize) -> Result<(), PoolBenchError> {
+        let mut env = vec![("RUST_LOG", "warn".to_string())];
+        if let Some(threads) = crate::child::worker_threads_setting(instances) {
+            env.push((crate::child::WORKER_THREADS_ENV, threads));
+        }
+        Ok(self.pool.start(name, &env)?)
+    }
+
     /// SIGTERM, as the platform stops an instance; returns once it has exited.
     async fn stop(&mut self, name: &str) -> Result<(), PoolBenchError> {
         Ok(self.pool.stop(name).await?)
@@ -343,7 +360,9 @@ struct MetricTotals {
 /// The figures the command prints.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PoolFigures {
+    /// The median of the baseline's repetitions.
     pub baseline_events_per_s: f64,
+    /// One entry per pool size, in the order run.
     pub throughput: Vec<Throughput>,
     pub scale_out: Vec<ScaleOut>,
     pub steady_seconds: f64,
@@ -377,12 +396,67 @@ pub struct Drain {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Throughput {
     pub instances: usize,
+    /// The median of `runs`' rates.
+    pub events_per_s: f64,
+    /// One per repetition.
+    pub runs: Vec<ThroughputRun>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ThroughputRun {
     /// From the first checkpoint to the last event checkpointed.
     pub events_per_s: f64,
+    /// The bare SDK consumer's rate in the same repetition.
+    pub baseline_events_per_s: f64,
     /// From starting the processes to the first checkpoint.
     pub startup_seconds: f64,
     /// Events the handlers were given more than once (start-up rebalancing).
     pub duplicates: u64,
+    /// CPU per event over the same window as the rate.
+    pub cpu: PipelineCpu,
+    /// The baseline's CPU per event in the same repetition (`instances`: the SDK consumer;
+    /// no handlers).
+    pub baseline_cpu: PipelineCpu,
+}
+
+/// Microseconds of CPU per event spent by each part of the pipeline.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct PipelineCpu {
+    /// The `hubhost hub` process.
+    pub hub: f64,
+    /// The `hubhost emulate` processes (the Functions host's part), or the bare consumer.
+    pub instances: f64,
+    /// Their custom handlers (`hubhost serve`).
+    pub handlers: f64,
+}
+
+impl PipelineCpu {
+    pub fn total(&self) -> f64 {
+        self.hub + self.instances + self.handlers
+    }
+}
+
+impl ThroughputRun {
+    /// This run's rate as a fraction of the baseline's in the same repetition.
+    pub fn efficiency(&self) -> f64 {
+        self.events_per_s / self.baseline_events_per_s.max(1e-9)
+    }
+}
+
+/// The median and range of `values` (all zero when there are none).
+fn median_and_range(values: impl IntoIterator<Item = f64>) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    if v.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    let median = if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    };
+    (median, v[0], v[v.len() - 1])
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -399,17 +473,57 @@ fn note(line: impl AsRef<str>) {
     eprintln!("bench pool: {}", line.as_ref());
 }
 
+/// What one pool of phase 1 did.
+struct PoolRun {
+    events_per_s: f64,
+    startup_seconds: f64,
+    duplicates: u64,
+    /// From starting the processes to every event checkpointed.
+    drained_seconds: f64,
+    cpu: PipelineCpu,
+}
+
+/// CPU meters on the hub, the instances and their handlers.
+struct PipelineMeters {
+    hub: CpuMeter,
+    instances: CpuMeter,
+    handlers: CpuMeter,
+}
+
+impl PipelineMeters {
+    fn start(hub: &HubProcess, app: &PoolApp) -> Self {
+        let names = app.live();
+        PipelineMeters {
+            hub: CpuMeter::start([hub.pid()]),
+            instances: CpuMeter::start(names.iter().filter_map(|n| app.pool.pid(n))),
+            handlers: CpuMeter::start(
+                names
+                    .iter()
+                    .filter_map(|n| app.pool.handler_pid(n, "serve")),
+            ),
+        }
+    }
+
+    fn per_event(&self, events: u64) -> PipelineCpu {
+        PipelineCpu {
+            hub: cpu::micros_per_event(self.hub.spent(), events),
+            instances: cpu::micros_per_event(self.instances.spent(), events),
+            handlers: cpu::micros_per_event(self.handlers.spent(), events),
+        }
+    }
+}
+
 /// Phase 1 for `count` instances: how fast they read the prefilled hub end to end.
 async fn throughput(
     hub: &HubProcess,
     opts: &PoolBenchOptions,
     count: usize,
     total: u64,
-) -> Result<(f64, f64, u64, f64), PoolBenchError> {
+) -> Result<PoolRun, PoolBenchError> {
     let mut app = PoolApp::create(opts.work_dir.join(format!("throughput-{count}")), hub, opts)?;
     let started = Instant::now();
     for i in 1..=count {
-        app.start(&format!("t{i}"))?;
+        app.start_sharing(&format!("t{i}"), count)?;
     }
     app.wait_started().await?;
     let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -423,14 +537,19 @@ async fn throughput(
         })
     };
     let within = Duration::from_secs(60 + total / 2_000);
-    let mut first = None;
+    // Set at the first checkpoint: its time, the events checkpointed then, and the meters.
+    let mut first: Option<(Duration, u64, PipelineMeters)> = None;
     let mut polls = 0u64;
     loop {
         let snapshot = app.observer.snapshot().await?;
         let processed = snapshot.processed();
         progress.store(processed, std::sync::atomic::Ordering::Relaxed);
         if processed > 0 && first.is_none() {
-            first = Some(started.elapsed());
+            first = Some((
+                started.elapsed(),
+                processed,
+                PipelineMeters::start(hub, &app),
+            ));
         }
         if processed >= total {
             break;
@@ -450,17 +569,21 @@ async fn throughput(
         tokio::time::sleep(POLL).await;
     }
     let done = started.elapsed();
+    let cpu = first
+        .as_ref()
+        .map(|(_, at_first, meters)| meters.per_event(total.saturating_sub(*at_first)))
+        .unwrap_or_default();
     let events: f64 = app.scrape().await?.values().map(|m| m.events).sum();
     app.stop_all().await?;
-    let first = first.unwrap_or(done);
+    let first = first.map_or(done, |(at, _, _)| at);
     // The first checkpoint lands after the first batch; its events are not in the window.
-    let rate = total as f64 / (done - first).as_secs_f64().max(1e-3);
-    Ok((
-        rate,
-        first.as_secs_f64(),
-        (events as u64).saturating_sub(total),
-        done.as_secs_f64(),
-    ))
+    Ok(PoolRun {
+        events_per_s: total as f64 / (done - first).as_secs_f64().max(1e-3),
+        startup_seconds: first.as_secs_f64(),
+        duplicates: (events as u64).saturating_sub(total),
+        drained_seconds: done.as_secs_f64(),
+        cpu,
+    })
 }
 
 /// Phase 3: the scale controller drains the prefilled hub; returns the drain figures.
@@ -823,31 +946,73 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
         "{total} events in the hub ({} simulated minutes)",
         sent.minutes
     ));
-    let baseline = rust_consumer(&hub.target, &expected).await?;
-    figures.baseline_events_per_s = baseline.events_per_s();
-    note(format!(
-        "baseline: the SDK consumer alone reads {:.0} events/s",
-        figures.baseline_events_per_s
-    ));
-    for count in [1, 4, 16] {
-        let (rate, startup, duplicates, drained) = throughput(&hub, &opts, count, total).await?;
+    let mut baselines = Vec::new();
+    figures.throughput = opts
+        .pools
+        .iter()
+        .map(|&instances| Throughput {
+            instances,
+            events_per_s: 0.0,
+            runs: Vec::new(),
+        })
+        .collect();
+    for repetition in 1..=opts.repeat {
+        let meters = (CpuMeter::start([hub.pid()]), cpu::own_cpu());
+        let baseline = rust_consumer(&hub.target, &expected, opts.prefetch)
+            .await?
+            .events_per_s();
+        let baseline_cpu = PipelineCpu {
+            hub: cpu::micros_per_event(meters.0.spent(), total),
+            instances: cpu::micros_per_event(cpu::own_cpu().saturating_sub(meters.1), total),
+            handlers: 0.0,
+        };
+        baselines.push(baseline);
         note(format!(
-            "{count} instance(s): {rate:.0} events/s end to end ({startup:.1} s to the first checkpoint, {duplicates} duplicates)"
+            "repetition {repetition} of {}: baseline: the SDK consumer alone reads {baseline:.0} events/s",
+            opts.repeat
         ));
-        figures.throughput.push(Throughput {
-            instances: count,
-            events_per_s: rate,
-            startup_seconds: startup,
-            duplicates,
-        });
-        if count != 4 {
-            figures.drain.push(Drain {
-                pool: format!("{count} instance{}", if count == 1 { "" } else { "s" }),
-                seconds: drained,
-                instance_seconds: drained * count as f64,
-                max_instances: count,
+        for entry in &mut figures.throughput {
+            let count = entry.instances;
+            let run = throughput(&hub, &opts, count, total).await?;
+            let (rate, startup, duplicates) =
+                (run.events_per_s, run.startup_seconds, run.duplicates);
+            note(format!(
+                "{count} instance(s): {rate:.0} events/s end to end, {:.2}× the baseline ({startup:.1} s to the first checkpoint, {duplicates} duplicates)",
+                rate / baseline.max(1e-9)
+            ));
+            entry.runs.push(ThroughputRun {
+                events_per_s: rate,
+                baseline_events_per_s: baseline,
+                startup_seconds: startup,
+                duplicates,
+                cpu: run.cpu,
+                baseline_cpu,
             });
+            if repetition == 1 && count != 4 {
+                figures.drain.push(Drain {
+                    pool: format!("{count} instance{}", if count == 1 { "" } else { "s" }),
+                    seconds: run.drained_seconds,
+                    instance_seconds: run.drained_seconds * count as f64,
+                    max_instances: count,
+                });
+            }
         }
+    }
+    figures.baseline_events_per_s = median_and_range(baselines).0;
+    for entry in &mut figures.throughput {
+        entry.events_per_s = median_and_range(entry.runs.iter().map(|r| r.events_per_s)).0;
+    }
+    if opts.throughput_only {
+        drop(hub);
+        if opts.json {
+            println!(
+                "{}",
+                serde_json::to_string(&figures).expect("figures are JSON")
+            );
+        } else {
+            print_throughput(&figures, &opts);
+        }
+        return Ok(figures);
     }
     let drain = scale_drain(&hub, &opts, total).await?;
     note(format!(
@@ -869,6 +1034,66 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
         print(&figures, &opts);
     }
     Ok(figures)
+}
+
+/// The throughput rows: per pool, the median rate, and the median and range of its
+/// efficiency (its rate over the baseline's in the same repetition).
+fn print_throughput(f: &PoolFigures, opts: &PoolBenchOptions) {
+    println!(
+        "  {:<56} {:>12}  {:>24}",
+        format!("end to end ({} repetition(s))", opts.repeat),
+        "median ev/s",
+        "efficiency median (range)"
+    );
+    for t in &f.throughput {
+        let (median, low, high) = median_and_range(t.runs.iter().map(ThroughputRun::efficiency));
+        let startup = median_and_range(t.runs.iter().map(|r| r.startup_seconds)).0;
+        let duplicates = median_and_range(t.runs.iter().map(|r| r.duplicates as f64)).0;
+        println!(
+            "  {:<56} {:>12.0}  {:>24}",
+            format!(
+                "{} instance(s) (start-up {startup:.1} s, {duplicates:.0} dups)",
+                t.instances
+            ),
+            t.events_per_s,
+            format!("{median:.2}× ({low:.2}–{high:.2})")
+        );
+    }
+    let (median, low, high) = median_and_range(
+        f.throughput
+            .first()
+            .into_iter()
+            .flat_map(|t| t.runs.iter().map(|r| r.baseline_events_per_s)),
+    );
+    println!(
+        "  {:<56} {:>12.0}  {:>24}",
+        "baseline: the SDK consumer alone, no handler",
+        median,
+        format!("1.00× ({low:.0}–{high:.0} ev/s)")
+    );
+    println!();
+    println!(
+        "  {:<56} {:>8} {:>10} {:>9} {:>7}",
+        "CPU µs per event (medians)", "hub", "instances", "handlers", "total"
+    );
+    let cpu_row = |what: String, runs: &[PipelineCpu]| {
+        let median = |f: fn(&PipelineCpu) -> f64| median_and_range(runs.iter().map(f)).0;
+        println!(
+            "  {what:<56} {:>8.1} {:>10.1} {:>9.1} {:>7.1}",
+            median(|c| c.hub),
+            median(|c| c.instances),
+            median(|c| c.handlers),
+            median(PipelineCpu::total)
+        );
+    };
+    for t in &f.throughput {
+        let runs: Vec<PipelineCpu> = t.runs.iter().map(|r| r.cpu).collect();
+        cpu_row(format!("{} instance(s)", t.instances), &runs);
+    }
+    if let Some(t) = f.throughput.first() {
+        let runs: Vec<PipelineCpu> = t.runs.iter().map(|r| r.baseline_cpu).collect();
+        cpu_row("baseline (instances: the SDK consumer)".into(), &runs);
+    }
 }
 
 fn print(f: &PoolFigures, opts: &PoolBenchOptions) {
@@ -933,31 +1158,7 @@ fn print(f: &PoolFigures, opts: &PoolBenchOptions) {
         "0",
         "",
     );
-    for Throughput {
-        instances: count,
-        events_per_s: rate,
-        startup_seconds: startup,
-        duplicates,
-    } in &f.throughput
-    {
-        row(
-            &format!(
-                "end to end, {count} instance(s) (start-up {startup:.1} s, {duplicates} dups)"
-            ),
-            format!(
-                "{rate:.0} ev/s ({:.2}×)",
-                rate / f.baseline_events_per_s.max(1e-9)
-            ),
-            "≥ 50,000",
-            "",
-        );
-    }
-    row(
-        "baseline: the SDK consumer alone, no handler",
-        format!("{:.0} ev/s (1.00×)", f.baseline_events_per_s),
-        "",
-        "",
-    );
+    print_throughput(f, opts);
     row(
         "checkpoint store operations / min / instance",
         format!(

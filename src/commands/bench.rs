@@ -35,6 +35,16 @@ pub enum BenchCommand {
         /// Seconds between the scale controller's decisions in the drain phase.
         #[arg(long, default_value = "5", value_parser = super::positive_seconds)]
         scale_interval: std::time::Duration,
+        /// Pool sizes of the throughput phase, one after the other.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+        pools: Vec<usize>,
+        /// Repetitions of the throughput phase (baseline and every pool each time); the
+        /// table shows the median and range.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Run only the throughput phase (no drain by the scale controller, no membership).
+        #[arg(long)]
+        throughput_only: bool,
         /// Print the figures as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -318,8 +328,16 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
             max_batch,
             prefetch,
             scale_interval,
+            pools,
+            repeat,
+            throughput_only,
             json,
         } => {
+            if pools.contains(&0) || repeat == 0 {
+                return Err(
+                    "--pools must name at least 1 instance each, --repeat at least 1".into(),
+                );
+            }
             if partitions == 0 || max_batch == 0 || events < u64::from(partitions) {
                 return Err(
                         "--partitions and --max-batch must be at least 1, --events at least --partitions"
@@ -336,6 +354,9 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
                     max_batch,
                     prefetch,
                     scale_interval,
+                    pools,
+                    repeat,
+                    throughput_only,
                     json,
                     work_dir,
                 })

@@ -1,5 +1,10 @@
 //! The home directory: which partition each home's events arrive on, so that a page showing one
-//! home knows where to look. Stored in [`layout::HOME_BUCKETS`] buckets by a hash of the home id.
+//! home knows where to look. Stored in [`layout::HOME_BUCKETS`] buckets by a hash of the home id,
+//! each bucket one blob per partition: the entries of a partition are written by its owner only.
+//! With one blob per bucket, every instance rewrote every bucket while a fleet was new (each
+//! instance sees homes of every bucket), and their conditional writes raced: `bench pool`
+//! measured the handlers of four instances spending 23 µs of CPU per event against 13 µs with
+//! the directory left out, and four instances slower than one.
 //!
 //! The directory is an index, not data: every reading is in its window block before the batch is
 //! answered, and a home's entry can always be learnt again from its next report. So entries are
@@ -17,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::versioned::VersionedDocs;
 use super::{AppError, layout};
-use hubhost_storage::SharedStore;
+use hubhost_storage::{SharedStore, StoreError};
 
 pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// Bucket writes of one flush that may run at once.
@@ -30,6 +35,9 @@ const MAX_KNOWN_HOMES: usize = 1_000_000;
 pub struct HomeDirectory {
     pub homes: BTreeMap<String, String>,
 }
+
+/// A part of the directory: (bucket, partition).
+type PartKey = (u64, String);
 
 /// Home → partition entries waiting to be written, and those known to be stored.
 #[derive(Default)]
@@ -90,18 +98,18 @@ impl Directory {
         };
         let mut first_error = None;
         for (hub, pending) in taken {
-            let mut by_bucket: BTreeMap<u64, Vec<(String, String)>> = BTreeMap::new();
+            let mut by_part: BTreeMap<PartKey, Vec<(String, String)>> = BTreeMap::new();
             for (home, partition) in pending {
-                by_bucket
-                    .entry(layout::home_bucket(&home))
+                by_part
+                    .entry((layout::home_bucket(&home), partition.clone()))
                     .or_default()
                     .push((home, partition));
             }
-            let buckets: Vec<(u64, Vec<(String, String)>)> = by_bucket.into_iter().collect();
-            for chunk in buckets.chunks(WRITE_CONCURRENCY) {
-                let writes = chunk
-                    .iter()
-                    .map(|(bucket, homes)| self.write_bucket(&hub, *bucket, homes));
+            let parts: Vec<(PartKey, Vec<(String, String)>)> = by_part.into_iter().collect();
+            for chunk in parts.chunks(WRITE_CONCURRENCY) {
+                let writes = chunk.iter().map(|((bucket, partition), homes)| {
+                    self.write_part(&hub, *bucket, partition, homes)
+                });
                 let results = futures::future::join_all(writes).await;
                 for ((_, homes), result) in chunk.iter().zip(results) {
                     self.settle(&hub, homes, result.is_ok());
@@ -114,13 +122,15 @@ impl Directory {
         first_error.map_or(Ok(()), Err)
     }
 
-    async fn write_bucket(
+    /// Writes `homes` (all reporting on `partition`) into their bucket's part for `partition`.
+    async fn write_part(
         &self,
         hub: &str,
         bucket: u64,
+        partition: &str,
         homes: &[(String, String)],
     ) -> Result<(), AppError> {
-        let name = layout::home_directory_blob(hub, bucket);
+        let name = layout::home_directory_blob(hub, bucket, partition);
         self.hub_buckets
             .update(&name, HomeDirectory::default, |dir| {
                 let mut changed = false;
@@ -156,6 +166,36 @@ impl Directory {
     }
 }
 
+/// The partition `home` reports on, as the directory in `store` has it: its bucket is listed and
+/// every partition's part read. A home in two parts (it moved: the hub's partition count
+/// changed) is where the newer part says.
+pub async fn lookup(
+    store: &SharedStore,
+    container: &str,
+    hub: &str,
+    home: &str,
+) -> Result<Option<String>, StoreError> {
+    let prefix = layout::home_bucket_prefix(hub, layout::home_bucket(home));
+    let mut found: Option<(chrono::DateTime<chrono::Utc>, String)> = None;
+    for part in store.list(container, &prefix).await? {
+        let Some(blob) = store.get(container, &part.name).await? else {
+            continue;
+        };
+        // A part the app cannot have written is no evidence either way.
+        let Ok(part) = serde_json::from_slice::<HomeDirectory>(&blob.data) else {
+            continue;
+        };
+        if let Some(partition) = part.homes.get(home)
+            && found
+                .as_ref()
+                .is_none_or(|(at, _)| *at < blob.properties.last_modified)
+        {
+            found = Some((blob.properties.last_modified, partition.clone()));
+        }
+    }
+    Ok(found.map(|(_, partition)| partition))
+}
+
 async fn flush_periodically(directory: Weak<Directory>) {
     let mut tick = tokio::time::interval(FLUSH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -176,10 +216,52 @@ mod tests {
     use hubhost_storage::memory::MemoryStore;
 
     async fn stored(store: &SharedStore, home: &str) -> Option<String> {
-        let name = layout::home_directory_blob("sensors", layout::home_bucket(home));
-        let blob = store.get("app", &name).await.unwrap()?;
-        let dir: HomeDirectory = serde_json::from_slice(&blob.data).unwrap();
-        dir.homes.get(home).cloned()
+        lookup(store, "app", "sensors", home).await.unwrap()
+    }
+
+    /// Homes of `bucket`: `count` ids that hash into it.
+    fn homes_in_bucket(bucket: u64, count: usize) -> Vec<String> {
+        (0..)
+            .map(|i| format!("home-{i}"))
+            .filter(|h| layout::home_bucket(h) == bucket)
+            .take(count)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn each_partition_s_entries_go_to_a_part_of_their_own() {
+        let store: SharedStore = Arc::new(MemoryStore::default());
+        store.ensure_container("app").await.unwrap();
+        // Two instances, each owning one partition, with homes of the same bucket.
+        let homes = homes_in_bucket(5, 2);
+        let (one, two) = (
+            Directory::new(store.clone(), "app"),
+            Directory::new(store.clone(), "app"),
+        );
+        one.note("sensors", "0", [homes[0].as_str()]);
+        two.note("sensors", "1", [homes[1].as_str()]);
+        one.flush().await.unwrap();
+        let first = store
+            .get("app", &layout::home_directory_blob("sensors", 5, "0"))
+            .await
+            .unwrap()
+            .unwrap();
+        two.flush().await.unwrap();
+        // The second instance did not rewrite the first one's part.
+        let after = store
+            .get("app", &layout::home_directory_blob("sensors", 5, "0"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.properties.etag, after.properties.etag);
+        let listed = store
+            .list("app", &layout::home_bucket_prefix("sensors", 5))
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert_eq!(stored(&store, &homes[0]).await.as_deref(), Some("0"));
+        assert_eq!(stored(&store, &homes[1]).await.as_deref(), Some("1"));
+        assert_eq!(stored(&store, &homes_in_bucket(5, 3)[2]).await, None);
     }
 
     #[tokio::test]
@@ -203,6 +285,8 @@ mod tests {
             .map(|e| e.pending.len())
             .sum();
         assert_eq!(pending, 1);
+        // The newer part wins (last-modified times are to the clock's resolution).
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         directory.flush().await.unwrap();
         assert_eq!(stored(&store, "home-2").await.as_deref(), Some("5"));
     }

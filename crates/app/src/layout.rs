@@ -6,10 +6,11 @@
 //!   per partition, window and block of 1,000 sequence numbers (`unsequenced` for readings
 //!   without one): a batch rewrites the one or two blocks its readings fall in, and a reader
 //!   merges the blocks under `windows/{hub}/{date}/{hhmmss}/` (see `aggregate.rs` for why).
-//! - `homes/{hub}/{bucket}.json` — the home directory: which partition a home's events arrive on,
-//!   in 256 buckets by a hash of the home id; written behind the batches (an index, rebuilt by a
-//!   home's next report if lost). A page showing one home reads one bucket, then that
-//!   partition's blocks.
+//! - `homes/{hub}/{bucket}/p{partition}.json` — the home directory: which partition a home's
+//!   events arrive on, in 16 buckets by a hash of the home id, each split by partition, so only a
+//!   partition's owner writes its part and instances never race on a bucket; written behind the
+//!   batches (an index, rebuilt by a home's next report if lost). A page showing one home lists
+//!   its bucket and reads the parts (one per partition), then that partition's blocks.
 //! - `archive/{hub}/{consumergroup}/{yyyy-mm-dd}/{hhmmss}/p{partition}/{block}.json` — raw events
 //!   by enqueued-time window, in blocks of 1,000 sequence numbers.
 //! - `deadletter/{hub}/{consumergroup}/p{partition}/{sequence}.json` — poison events with their
@@ -20,7 +21,8 @@
 use chrono::{DateTime, Utc};
 
 pub const DEFAULT_CONTAINER: &str = "hubhost";
-pub const HOME_BUCKETS: u64 = 256;
+/// Buckets of the home directory (each split into one blob per partition).
+pub const HOME_BUCKETS: u64 = 16;
 
 /// Why a name from a request cannot become part of a blob name.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -86,8 +88,14 @@ pub fn home_bucket(home_id: &str) -> u64 {
     fnv1a(home_id) % HOME_BUCKETS
 }
 
-pub fn home_directory_blob(hub: &str, bucket: u64) -> String {
-    format!("homes/{hub}/{bucket:03}.json")
+/// The part of home directory bucket `bucket` that holds the homes reporting on `partition`.
+pub fn home_directory_blob(hub: &str, bucket: u64, partition: &str) -> String {
+    format!("{}p{partition}.json", home_bucket_prefix(hub, bucket))
+}
+
+/// The prefix under which every partition's part of bucket `bucket` lies.
+pub fn home_bucket_prefix(hub: &str, bucket: u64) -> String {
+    format!("homes/{hub}/{bucket:02}/")
 }
 
 pub fn archive_blob(
@@ -140,7 +148,7 @@ mod tests {
         );
         assert_eq!(blob_kind(&window_prefix("sensors", t)), "window block");
         assert_eq!(
-            blob_kind(&home_directory_blob("sensors", 7)),
+            blob_kind(&home_directory_blob("sensors", 7, "3")),
             "home directory"
         );
         assert_eq!(
@@ -172,7 +180,13 @@ mod tests {
             window_block_blob("sensors", t, "3", "0000000012"),
             "windows/sensors/2026-11-22/133000/p3/0000000012.json"
         );
-        assert_eq!(home_directory_blob("sensors", 7), "homes/sensors/007.json");
+        assert_eq!(
+            home_directory_blob("sensors", 7, "3"),
+            "homes/sensors/07/p3.json"
+        );
+        assert!(
+            home_directory_blob("sensors", 7, "3").starts_with(&home_bucket_prefix("sensors", 7))
+        );
         assert_eq!(
             archive_blob("sensors", "archive", t, "3", "0000000012"),
             "archive/sensors/archive/2026-11-22/133000/p3/0000000012.json"

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use azure_core_amqp::message::AmqpMessageBody;
 use azure_messaging_eventhubs::error::ErrorKind;
 use azure_messaging_eventhubs::models::{AmqpSimpleValue, ReceivedEventData};
 use azure_messaging_eventhubs::{
@@ -587,19 +588,30 @@ fn sdk_position(position: &StartPosition) -> SdkStartPosition {
 }
 
 /// The SDK's event as the trigger's record.
+///
+/// Read from the received AMQP message itself: the SDK's `event_data()` would first copy the
+/// body and the properties into an `EventData` of its own, only for this to copy them again
+/// (a tenth of an instance's CPU at full speed went there). The body is what `event_data()`
+/// gives: the one binary section, else nothing.
 pub fn to_record(event: &ReceivedEventData) -> EventRecord {
-    let data = event.event_data();
-    let properties: Map<String, Value> = data
-        .properties()
+    let message = event.raw_amqp_message();
+    let body: &[u8] = match &message.body {
+        AmqpMessageBody::Binary(sections) if sections.len() == 1 => &sections[0],
+        _ => &[],
+    };
+    let properties: Map<String, Value> = message
+        .application_properties
+        .as_ref()
         .map(|props| {
             props
+                .0
                 .iter()
                 .map(|(k, v)| (k.clone(), simple_value_json(v)))
                 .collect()
         })
         .unwrap_or_default();
     EventRecord {
-        body: bytes::Bytes::copy_from_slice(data.body().unwrap_or_default()),
+        body: bytes::Bytes::copy_from_slice(body),
         sequence_number: event.sequence_number(),
         offset: event.offset().clone(),
         enqueued_time: event.enqueued_time().map(chrono::DateTime::from),

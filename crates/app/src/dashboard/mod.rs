@@ -34,7 +34,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 
 use crate::aggregate::{WindowAggregate, window_start};
-use crate::directory::HomeDirectory;
+use crate::directory;
 use crate::layout;
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
 use hubhost_processor::eventhubs::{EventHubTarget, PartitionEnd};
@@ -52,6 +52,10 @@ const PARTITION_ENDS_EVERY: StdDuration = StdDuration::from_secs(1);
 pub const DEFAULT_HUB_ADMIN: &str = "http://127.0.0.1:5380";
 /// The longest home id the app accepts (see `app::sensor`).
 const MAX_HOME_ID: usize = 64;
+/// How long the home view trusts the partition the directory gave for a home.
+const HOME_PARTITION_KEPT: StdDuration = StdDuration::from_secs(60);
+/// Homes whose partition the page remembers (then it forgets them all and asks again).
+const HOME_PARTITIONS_KEPT_AT_MOST: usize = 10_000;
 
 /// What the page reads besides the app's blobs.
 #[derive(Clone)]
@@ -185,6 +189,8 @@ pub struct Dashboard {
     sources: DashboardSources,
     /// Window blocks the home view read, by blob name, with the ETag they were read at.
     blocks: Mutex<HashMap<String, (ETag, Arc<WindowAggregate>)>>,
+    /// Home → the partition the directory said, and when.
+    home_partitions: Mutex<HashMap<String, (String, std::time::Instant)>>,
     fleet_cache: Mutex<FleetCache>,
     previous: tokio::sync::Mutex<Previous>,
     explorer: explorer::Explorer,
@@ -212,6 +218,7 @@ impl Dashboard {
             explorer: explorer::Explorer::new(sources.explorer.clone()),
             sources,
             blocks: Mutex::new(HashMap::new()),
+            home_partitions: Mutex::new(HashMap::new()),
             fleet_cache: Mutex::new(FleetCache::default()),
             previous: tokio::sync::Mutex::new(Previous::default()),
         }
@@ -223,9 +230,34 @@ impl Dashboard {
 
     /// Every window block of the last hour (of one partition, when given), re-reading only
     /// those whose ETag changed.
+    /// The partition `home` reports on: from the directory, then remembered for
+    /// [`HOME_PARTITION_KEPT`] (a home page polls every second; a home changes partition only
+    /// when its hub's partition count changes).
+    async fn partition_of(&self, home: &str) -> Result<Option<String>, DashboardError> {
+        let now = std::time::Instant::now();
+        if let Some((partition, at)) = self
+            .home_partitions
+            .lock()
+            .expect("home partitions")
+            .get(home)
+            && now.duration_since(*at) < HOME_PARTITION_KEPT
+        {
+            return Ok(Some(partition.clone()));
+        }
+        let found = directory::lookup(&self.store, &self.container, &self.hub(), home).await?;
+        if let Some(partition) = &found {
+            let mut kept = self.home_partitions.lock().expect("home partitions");
+            if kept.len() >= HOME_PARTITIONS_KEPT_AT_MOST {
+                kept.clear();
+            }
+            kept.insert(home.to_string(), (partition.clone(), now));
+        }
+        Ok(found)
+    }
+
     async fn recent_blocks(
         &self,
-        partition: Option<&str>,
+        partition: &str,
         now: DateTime<Utc>,
     ) -> Result<Vec<Arc<WindowAggregate>>, DashboardError> {
         let hub = self.hub();
@@ -237,10 +269,7 @@ impl Dashboard {
         let mut out = Vec::new();
         let mut start = window_start(now, self.window_seconds);
         while start >= oldest {
-            let mut prefix = layout::window_prefix(&hub, start);
-            if let Some(p) = partition {
-                prefix.push_str(&format!("p{p}/"));
-            }
+            let prefix = format!("{}p{partition}/", layout::window_prefix(&hub, start));
             for listed in self.store.list(&self.container, &prefix).await? {
                 let cached = {
                     let blocks = self.blocks.lock().expect("block cache");
@@ -380,15 +409,9 @@ impl Dashboard {
         home: &str,
         now: DateTime<Utc>,
     ) -> Result<views::HomeView, DashboardError> {
-        let bucket = layout::home_directory_blob(&self.hub(), layout::home_bucket(home));
-        let partition = match self.store.get(&self.container, &bucket).await? {
-            Some(blob) => serde_json::from_slice::<HomeDirectory>(&blob.data)
-                .ok()
-                .and_then(|d| d.homes.get(home).cloned()),
-            None => None,
-        };
+        let partition = self.partition_of(home).await?;
         let blocks = match &partition {
-            Some(p) => self.recent_blocks(Some(p), now).await?,
+            Some(p) => self.recent_blocks(p, now).await?,
             None => Vec::new(),
         };
         Ok(views::home_view(home, partition.as_deref(), &blocks, now))

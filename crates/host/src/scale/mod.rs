@@ -305,7 +305,12 @@ pub async fn run(
 
 fn start_instance(opts: &ScaleOptions, number: u64) -> std::io::Result<Instance> {
     let log = std::fs::File::create(opts.logs.join(format!("instance-{number}.log")))?;
-    let child = crate::child::command(&opts.instance.program)
+    let mut command = crate::child::command(&opts.instance.program);
+    // Up to `max_instances` instances share this machine's cores.
+    if let Some(threads) = crate::child::worker_threads_setting(opts.max_instances as usize) {
+        command.env(crate::child::WORKER_THREADS_ENV, threads);
+    }
+    let child = command
         .args(&opts.instance.args)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
