@@ -9,13 +9,27 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[test]
-fn the_pool_benchmark_reports_the_scenarios() {
+/// Runs `hubhost bench pool --json` with `args` on the embedded defaults; its figures.
+fn bench_pool(args: &[&str], within_seconds: u64) -> Value {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
     command
-        .args([
-            "bench",
-            "pool",
+        .args(["bench", "pool", "--json"])
+        .args(args)
+        .env_remove("HUBHOST_STORAGE")
+        .env_remove("AzureWebJobsStorage")
+        .env_remove("EventHubConnection");
+    let out = common::output_within(&mut command, std::time::Duration::from_secs(within_seconds));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench pool failed:\n{stderr}");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON figures ({e}):\n{stderr}"))
+}
+
+#[test]
+fn the_pool_benchmark_reports_the_scenarios() {
+    // It takes about a minute here; ten mean something hangs.
+    let f = bench_pool(
+        &[
             "--events",
             "20000",
             "--homes",
@@ -26,17 +40,9 @@ fn the_pool_benchmark_reports_the_scenarios() {
             "8",
             "--scale-interval",
             "1",
-            "--json",
-        ])
-        .env_remove("HUBHOST_STORAGE")
-        .env_remove("AzureWebJobsStorage")
-        .env_remove("EventHubConnection");
-    // It takes about a minute here; ten mean something hangs.
-    let out = common::output_within(&mut command, std::time::Duration::from_secs(600));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench pool failed:\n{stderr}");
-    let f: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON figures ({e}):\n{stderr}"));
+        ],
+        600,
+    );
     eprintln!("{f:#}");
 
     let takeover = f["takeover_seconds"].as_f64().unwrap();
@@ -119,11 +125,8 @@ fn the_pool_benchmark_reports_the_scenarios() {
 
 #[test]
 fn bench_pool_repeats_only_the_throughput_phase_when_asked() {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
-    command
-        .args([
-            "bench",
-            "pool",
+    let f = bench_pool(
+        &[
             "--events",
             "4000",
             "--homes",
@@ -133,16 +136,9 @@ fn bench_pool_repeats_only_the_throughput_phase_when_asked() {
             "1,2",
             "--repeat",
             "2",
-            "--json",
-        ])
-        .env_remove("HUBHOST_STORAGE")
-        .env_remove("AzureWebJobsStorage")
-        .env_remove("EventHubConnection");
-    let out = common::output_within(&mut command, std::time::Duration::from_secs(300));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench pool failed:\n{stderr}");
-    let f: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON figures ({e}):\n{stderr}"));
+        ],
+        300,
+    );
     let throughput = f["throughput"].as_array().unwrap();
     let pools: Vec<u64> = throughput
         .iter()

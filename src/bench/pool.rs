@@ -1002,34 +1002,26 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
     for entry in &mut figures.throughput {
         entry.events_per_s = median_and_range(entry.runs.iter().map(|r| r.events_per_s)).0;
     }
-    if opts.throughput_only {
-        drop(hub);
-        if opts.json {
-            println!(
-                "{}",
-                serde_json::to_string(&figures).expect("figures are JSON")
-            );
-        } else {
-            print_throughput(&figures, &opts);
-        }
-        return Ok(figures);
+    if !opts.throughput_only {
+        let drain = scale_drain(&hub, &opts, total).await?;
+        note(format!(
+            "--scale: drained {total} events in {:.1} s, {:.0} instance-seconds, at most {} instances",
+            drain.seconds, drain.instance_seconds, drain.max_instances
+        ));
+        figures.drain.push(drain);
     }
-    let drain = scale_drain(&hub, &opts, total).await?;
-    note(format!(
-        "--scale: drained {total} events in {:.1} s, {:.0} instance-seconds, at most {} instances",
-        drain.seconds, drain.instance_seconds, drain.max_instances
-    ));
-    figures.drain.push(drain);
     drop(hub);
-
-    let hub = HubProcess::start(&opts.work_dir.join("hub-membership"), opts.partitions)?;
-    membership(&hub, &opts, &mut figures).await?;
-    drop(hub);
+    if !opts.throughput_only {
+        let hub = HubProcess::start(&opts.work_dir.join("hub-membership"), opts.partitions)?;
+        membership(&hub, &opts, &mut figures).await?;
+    }
     if opts.json {
         println!(
             "{}",
             serde_json::to_string(&figures).expect("figures are JSON")
         );
+    } else if opts.throughput_only {
+        print_throughput(&figures, &opts);
     } else {
         print(&figures, &opts);
     }

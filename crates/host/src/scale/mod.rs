@@ -246,6 +246,13 @@ pub async fn run(
         }
         let targets: Vec<u32> = decisions.iter().map(|(_, p)| p.target).collect();
         let next = decide::platform_step(current, &targets, opts.max_instances);
+        // The most instances there can be: an Event Hubs target never exceeds the partitions.
+        let most_instances = decisions
+            .iter()
+            .map(|(_, p)| p.partitions)
+            .max()
+            .unwrap_or(1)
+            .clamp(1, opts.max_instances);
         for (index, mut point) in decisions {
             let f = &mut functions[index];
             point.instances = next;
@@ -262,7 +269,7 @@ pub async fn run(
             }
         }
         while (running.len() as u32) < next {
-            match start_instance(&opts, next_number) {
+            match start_instance(&opts, next_number, most_instances) {
                 Ok(instance) => running.push(instance),
                 Err(e) => {
                     tracing::error!(error = %e, "an instance could not be started");
@@ -303,11 +310,15 @@ pub async fn run(
     Ok(())
 }
 
-fn start_instance(opts: &ScaleOptions, number: u64) -> std::io::Result<Instance> {
+/// Starts instance `number`, one of up to `most_instances` sharing this machine's cores.
+fn start_instance(
+    opts: &ScaleOptions,
+    number: u64,
+    most_instances: u32,
+) -> std::io::Result<Instance> {
     let log = std::fs::File::create(opts.logs.join(format!("instance-{number}.log")))?;
     let mut command = crate::child::command(&opts.instance.program);
-    // Up to `max_instances` instances share this machine's cores.
-    if let Some(threads) = crate::child::worker_threads_setting(opts.max_instances as usize) {
+    if let Some(threads) = crate::child::worker_threads_setting(most_instances as usize) {
         command.env(crate::child::WORKER_THREADS_ENV, threads);
     }
     let child = command
