@@ -16,7 +16,8 @@
 //!   The price: a reader that opened the blob just before a write may find its file becoming
 //!   the spare and rewritten under it, so each file's header carries its content's length
 //!   and CRC-32, and a read counts only if they match and the path still names the file read
-//!   (otherwise it reads again);
+//!   (otherwise it reads again; a read that loses five times in a row to a blob rewritten back
+//!   to back is done once more holding the blob's lock);
 //! - conditional writes hold an exclusive OS file lock (one of 4,096 lock files per container,
 //!   chosen by a hash of the blob name) between checking the ETag and renaming. A writer waits
 //!   for that lock at most `LOCK_WAIT` (2 s), then fails as `Unavailable`: a process stopped
@@ -294,9 +295,39 @@ impl Inner {
         })
     }
 
-    fn read(&self, container: &str, name: &str) -> Result<Option<Blob>, StoreError> {
+    /// [`Self::read_file`] for a caller that does not hold the blob's lock: a read that lost
+    /// to rewrites [`READ_ATTEMPTS`] times in a row (a writer rewriting one blob back to back)
+    /// is done once more holding the lock, which no writer races, so every read ends. A file
+    /// that is still unreadable then is corrupt.
+    fn read_file_unlocked(
+        &self,
+        container: &str,
+        name: &str,
+        path: &Path,
+        with_data: bool,
+    ) -> Result<Option<(Header, Bytes, u64)>, StoreError> {
+        match self.read_file(container, name, path, with_data) {
+            Err(StoreError::Corrupt { .. }) => self.locked(container, name, || {
+                self.read_file(container, name, path, with_data)
+            }),
+            other => other,
+        }
+    }
+
+    /// Reads a blob; `holding_lock` says whether the caller holds its lock already.
+    fn read(
+        &self,
+        container: &str,
+        name: &str,
+        holding_lock: bool,
+    ) -> Result<Option<Blob>, StoreError> {
         let path = self.blob_path(container, name)?;
-        let Some((header, data, size)) = self.read_file(container, name, &path, true)? else {
+        let read = if holding_lock {
+            self.read_file(container, name, &path, true)?
+        } else {
+            self.read_file_unlocked(container, name, &path, true)?
+        };
+        let Some((header, data, size)) = read else {
             return Ok(None);
         };
         Ok(Some(Blob {
@@ -453,7 +484,8 @@ impl Inner {
                     self.list_dir(container, base, &path, prefix, out)?;
                 }
             } else if rel.starts_with(prefix)
-                && let Some((header, _, size)) = self.read_file(container, &rel, &path, false)?
+                && let Some((header, _, size)) =
+                    self.read_file_unlocked(container, &rel, &path, false)?
             {
                 out.push(BlobProperties {
                     name: rel,
@@ -578,7 +610,8 @@ impl BlobStore for LocalDirStore {
 
     async fn get(&self, container: &str, name: &str) -> Result<Option<Blob>, StoreError> {
         let (container, name) = (container.to_string(), name.to_string());
-        self.blocking(move |s| s.read(&container, &name)).await
+        self.blocking(move |s| s.read(&container, &name, false))
+            .await
     }
 
     async fn put(
@@ -625,7 +658,7 @@ impl BlobStore for LocalDirStore {
         self.blocking(move |s| {
             let path = s.blob_path(&container, &name)?;
             s.locked(&container, &name, || {
-                let Some(blob) = s.read(&container, &name)? else {
+                let Some(blob) = s.read(&container, &name, true)? else {
                     return Err(StoreError::NotFound {
                         container: container.clone(),
                         name: name.clone(),
