@@ -19,25 +19,21 @@ use azure_messaging_eventhubs::models::EventData;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use crate::app::aggregate::WindowAggregate;
-use crate::app::layout::DEFAULT_CONTAINER;
-use crate::app::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION};
-use crate::batch::{EventRecord, PartitionContext};
-use crate::checkpoint::{CheckpointStore, ConsumerGroupKey};
-use crate::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
-use crate::dashboard::DashboardSources;
-use crate::emulate::{self, AppSettings};
-use crate::eventhubs::{EventHubTarget, on_sending_thread};
-use crate::function_app::EventHubTrigger;
-use crate::handler::{self, ALARMS_HUB, HandlerConfig, builtin_functions};
-use crate::hub::{HubConfig, HubSpec};
-use crate::invoker::Invoker;
-use crate::processor::{Consumer, EventProcessor, ProcessorOptions};
-use crate::progress::Progress;
-use crate::simulate::{self, Pace, SimulateOptions, StopAfter};
-use crate::storage::{SharedStore, StorageLocation};
+use hubhost_app::aggregate::WindowAggregate;
+use hubhost_app::dashboard::DashboardSources;
+use hubhost_app::handler::{self, ALARMS_HUB, HandlerConfig, builtin_functions};
+use hubhost_app::layout::DEFAULT_CONTAINER;
+use hubhost_app::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION};
+use hubhost_host::emulate::{self, AppSettings};
+use hubhost_host::invoker::Invoker;
+use hubhost_host::progress::Progress;
+use hubhost_hub::{HubConfig, HubSpec};
+use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
+use hubhost_processor::eventhubs::{EventHubTarget, on_sending_thread};
+use hubhost_processor::{Consumer, EventProcessor, ProcessorOptions};
+use hubhost_simulate::{self as simulate, Pace, SimulateOptions, StopAfter};
+use hubhost_storage::{SharedStore, StorageLocation};
 
-pub const DEMO_NAMESPACE: &str = "hubhost.localhost";
 pub const DEMO_HUB: &str = "sensors";
 
 #[derive(Debug, Clone)]
@@ -59,17 +55,17 @@ pub enum DemoError {
     #[error(transparent)]
     Serve(#[from] handler::ServeError),
     #[error(transparent)]
-    Hub(#[from] crate::hub::HubError),
+    Hub(#[from] hubhost_hub::HubError),
     #[error(transparent)]
-    Invoke(#[from] crate::invoker::InvokeError),
+    Invoke(#[from] hubhost_host::invoker::InvokeError),
     #[error(transparent)]
-    Store(#[from] crate::storage::StoreError),
+    Store(#[from] hubhost_storage::StoreError),
     #[error(transparent)]
-    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    Checkpoint(#[from] hubhost_processor::checkpoint::CheckpointError),
     #[error(transparent)]
     Emulate(#[from] emulate::EmulateError),
     #[error(transparent)]
-    EventHub(#[from] crate::eventhubs::EventHubsError),
+    EventHub(#[from] hubhost_processor::eventhubs::EventHubsError),
     #[error(transparent)]
     Simulate(#[from] simulate::SimulateError),
     #[error("sending the poison events failed: {0}")]
@@ -78,37 +74,6 @@ pub enum DemoError {
     Stopped(&'static str),
     #[error("{0} panicked (its message is above)")]
     Panicked(&'static str),
-}
-
-/// The partition context the host would send for a demo partition.
-pub fn partition_context(partition: u32, consumer_group: &str) -> PartitionContext {
-    PartitionContext {
-        fully_qualified_namespace: Some(DEMO_NAMESPACE.into()),
-        event_hub_name: Some(DEMO_HUB.into()),
-        consumer_group: Some(consumer_group.into()),
-        partition_id: partition.to_string(),
-        is_checkpointing_after_invocation: Some(true),
-    }
-}
-
-/// The request the host sends for `events` of `partition` to the function with `trigger`.
-pub fn host_request(
-    function: &str,
-    trigger: &EventHubTrigger,
-    partition: u32,
-    events: &[EventRecord],
-) -> Vec<u8> {
-    let context = partition_context(partition, &trigger.consumer_group);
-    encode_request(&HostInvocation {
-        function,
-        trigger,
-        partition: &context,
-        events,
-        retry: None,
-        flavor: MetadataFlavor::Current,
-        now: Utc::now(),
-    })
-    .expect("the demo's events are JSON")
 }
 
 /// Two poison events the demo sends beside the fleet, so the dead-letter path shows too.
@@ -142,7 +107,7 @@ pub async fn run(
     let (hub_tx, hub_rx) = tokio::sync::oneshot::channel();
     // The hub outlives the pool: the alarms the pool forwarded are counted after it stopped.
     let hub_stop = CancellationToken::new();
-    let mut hub = tokio::spawn(crate::hub::serve(
+    let mut hub = tokio::spawn(hubhost_hub::serve(
         hub_config,
         move |_, _, listening| {
             let _ = hub_tx.send(listening);
@@ -170,7 +135,10 @@ pub async fn run(
             sources.event_hub = Some(EventHubTarget::parse(&connection, Some(DEMO_HUB))?);
             let key = ConsumerGroupKey::new("localhost", DEMO_HUB, &sources.consumer_group)?;
             sources.checkpoints = Some((
-                CheckpointStore::new(opts.storage.open()?, crate::checkpoint::DEFAULT_CONTAINER),
+                CheckpointStore::new(
+                    opts.storage.open()?,
+                    hubhost_processor::checkpoint::DEFAULT_CONTAINER,
+                ),
                 key,
             ));
             // The page is the demo's own, on loopback: its explorer may send.
@@ -198,7 +166,10 @@ pub async fn run(
         &settings,
         &emulate::EventSender::start(),
     )?;
-    let store = CheckpointStore::new(opts.storage.open()?, crate::checkpoint::DEFAULT_CONTAINER);
+    let store = CheckpointStore::new(
+        opts.storage.open()?,
+        hubhost_processor::checkpoint::DEFAULT_CONTAINER,
+    );
     store.ensure_container().await?;
     let options = ProcessorOptions::default();
     let mut pool = Vec::new();
@@ -229,7 +200,7 @@ pub async fn run(
         opts.instances,
         functions.len(),
         opts.homes,
-        crate::fleet::SENSORS.len(),
+        hubhost_app::fleet::SENSORS.len(),
         opts.speed_up
     );
     println!("web page:");
@@ -389,7 +360,7 @@ async fn send_poison(target: &EventHubTarget) -> Result<(), DemoError> {
             .await
             .map_err(|e| DemoError::Send(e.to_string()))?;
     }
-    crate::eventhubs::close_quietly("producer", producer.close()).await;
+    hubhost_processor::eventhubs::close_quietly("producer", producer.close()).await;
     Ok(())
 }
 

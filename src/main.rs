@@ -2,7 +2,9 @@
 //! hands over to the library module that does the work.
 
 mod commands;
+mod demo;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -36,7 +38,8 @@ enum LogFormat {
 /// The commands; each one's flags and documentation live in its module under `commands/`.
 #[derive(Subcommand)]
 enum Command {
-    Serve(commands::serve::Args),
+    /// Run the reference app's custom handler (what `hubhost-app`, the deployed executable, runs).
+    Serve(hubhost_app::serve::Args),
     Demo(commands::demo::Args),
     Emulate(commands::emulate::Args),
     /// Inspect, reset and migrate checkpoints and ownership (the Functions host's blob format).
@@ -46,18 +49,7 @@ enum Command {
     },
     Hub(commands::hub::Args),
     Simulate(commands::simulate::Args),
-    /// Benchmarks.
-    Bench {
-        #[command(subcommand)]
-        which: commands::bench::BenchCommand,
-    },
-    /// The trivial function `bench handler` compares the reference app with (the framework's
-    /// own cost).
-    #[command(hide = true)]
-    BenchTrivialHandler {
-        #[arg(long)]
-        port: u16,
-    },
+    Bench(commands::bench::Args),
     New(commands::new::Args),
     Package(commands::package::Args),
 }
@@ -67,7 +59,9 @@ fn init_logging(format: LogFormat, default_level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour only on a terminal: `hubhost demo > out.txt` gets plain text.
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -83,11 +77,15 @@ fn main() -> ExitCode {
             "info,azure_messaging_eventhubs=warn,azure_core_amqp=error,fe2o3_amqp=error"
         }
         // The SDK warns about connection recovery it then completes; failed sends are reported.
-        Command::Simulate { .. } | Command::Bench { .. } | Command::Demo { .. } => {
+        Command::Simulate { .. } | Command::Demo { .. } => {
             "warn,azure_messaging_eventhubs=error,azure_core_amqp=error"
         }
         _ => "warn",
     };
+    // `bench` hands the whole command line to hubhost-bench, which sets up its own logging.
+    if let Command::Bench(args) = cli.command {
+        return commands::bench::forward(args);
+    }
     init_logging(cli.log_format, default_level);
     // `simulate` sends through the SDK, whose sends can hang on a multi-threaded runtime
     // (see `eventhubs::on_sending_thread`); one thread is also all it needs.
@@ -100,16 +98,13 @@ fn main() -> ExitCode {
     .expect("tokio runtime");
     let result: Result<(), String> = runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => commands::serve::run(args).await,
+            Command::Serve(args) => hubhost_app::serve::run(args).await,
             Command::Demo(args) => commands::demo::run(args).await,
             Command::Emulate(args) => commands::emulate::run(args).await,
             Command::Checkpoints { action } => commands::checkpoints::run(action).await,
             Command::Hub(args) => commands::hub::run(args).await,
             Command::Simulate(args) => commands::simulate::run(args).await,
-            Command::Bench { which } => commands::bench::run(which).await,
-            Command::BenchTrivialHandler { port } => hubhost::bench::handler::serve_trivial(port)
-                .await
-                .map_err(|e| e.to_string()),
+            Command::Bench(_) => unreachable!("forwarded above"),
             Command::New(args) => commands::new::run(args).await,
             Command::Package(args) => commands::package::run(args).await,
         }

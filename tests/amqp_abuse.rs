@@ -10,7 +10,7 @@
 //! waited long for an acknowledgement, every event it sent can be read back, and the hub's
 //! memory stayed bounded.
 
-mod common;
+use hubhost_testkit as common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -417,12 +417,12 @@ fn data_section(body: &[u8]) -> Vec<u8> {
 
 fn token(hub: &Hub, resource_path: &str) -> (String, String) {
     let resource = format!("sb://localhost:{}/{resource_path}", hub.port);
-    let key = hubhost::hub::sas::SharedAccessKey {
+    let key = hubhost_hub::sas::SharedAccessKey {
         name: "RootManageSharedAccessKey".into(),
         key: KEY.into(),
     };
     let expires = chrono::Utc::now().timestamp() + 3600;
-    (hubhost::hub::sas::sign(&resource, &key, expires), resource)
+    (hubhost_hub::sas::sign(&resource, &key, expires), resource)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,12 +2,15 @@
 //! on one Azurite container: each reads exactly what the other wrote, and a claim with a stale
 //! ETag loses whichever side makes it.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::collections::BTreeMap;
 
-use hubhost::checkpoint::{Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim};
-use hubhost::storage::{ETag, StorageLocation};
+use hubhost_processor::checkpoint::{
+    Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim,
+};
+use hubhost_storage::{ETag, StorageLocation};
 use serde_json::Value;
 
 const CONTAINER: &str = "azure-webjobs-eventhub";
@@ -38,6 +41,7 @@ fn unquoted(v: &Value) -> String {
 
 #[tokio::test]
 async fn python_and_hubhost_read_each_others_ownership_and_checkpoints() {
+    common::require!(Tool::Azurite, Tool::PythonSdk);
     let azurite = common::Azurite::start();
     let conn = azurite.connection_string();
     let blobs = StorageLocation::parse(&conn).unwrap().open().unwrap();
@@ -219,13 +223,14 @@ async fn python_and_hubhost_read_each_others_ownership_and_checkpoints() {
 
 #[tokio::test]
 async fn the_rust_sdks_case_preserving_names_are_not_what_the_host_reads() {
+    common::require!(Tool::Azurite, Tool::PythonSdk);
     // The reference finding in one assertion: a store that does not lowercase writes
     // `…/$Default/…`, which Python (and the Functions host) never list. Ours does lowercase.
     let azurite = common::Azurite::start();
     let conn = azurite.connection_string();
     let blobs = StorageLocation::parse(&conn).unwrap().open().unwrap();
     blobs.ensure_container(CONTAINER).await.unwrap();
-    let mut meta = hubhost::storage::Metadata::new();
+    let mut meta = hubhost_storage::Metadata::new();
     meta.insert("offset".into(), "1".into());
     meta.insert("sequencenumber".into(), "1".into());
     blobs
@@ -234,7 +239,7 @@ async fn the_rust_sdks_case_preserving_names_are_not_what_the_host_reads() {
             "Interop.servicebus.windows.net/Sensors/$Default/checkpoint/9",
             bytes::Bytes::new(),
             &meta,
-            &hubhost::storage::Condition::Always,
+            &hubhost_storage::Condition::Always,
         )
         .await
         .unwrap();

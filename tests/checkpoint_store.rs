@@ -3,7 +3,8 @@
 //! state and bad names — then racing claims from several OS processes (`kill -9`-safe local
 //! directory, Azurite) with exactly one winner per round.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,12 +12,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::Utc;
-use hubhost::checkpoint::admin;
-use hubhost::checkpoint::{
+use hubhost_processor::checkpoint::admin;
+use hubhost_processor::checkpoint::{
     Checkpoint, CheckpointAdvance, CheckpointError, CheckpointStore, ConsumerGroupKey,
     InitialPosition, OwnershipClaim, PositionSource, Start, StartPosition,
 };
-use hubhost::storage::{Condition, Metadata, SharedStore, StorageLocation};
+use hubhost_storage::{Condition, Metadata, SharedStore, StorageLocation};
 
 const CONTAINER: &str = "azure-webjobs-eventhub";
 const LEGACY_SAMPLE: &str = include_str!(
@@ -27,7 +28,7 @@ fn key() -> ConsumerGroupKey {
     ConsumerGroupKey::new("MyNs.servicebus.windows.net", "Sensors", "$Default").unwrap()
 }
 
-fn claim(p: &str, owner: &str, etag: Option<&hubhost::storage::ETag>) -> OwnershipClaim {
+fn claim(p: &str, owner: &str, etag: Option<&hubhost_storage::ETag>) -> OwnershipClaim {
     OwnershipClaim {
         partition_id: p.into(),
         owner_id: owner.into(),
@@ -506,6 +507,7 @@ async fn local_directory_backend_conforms() {
 
 #[tokio::test]
 async fn azure_backend_conforms_against_azurite() {
+    common::require!(Tool::Azurite);
     let azurite = common::Azurite::start();
     conformance(
         StorageLocation::parse(&azurite.connection_string())
@@ -591,6 +593,7 @@ fn racing_processes_on_a_local_directory_have_one_winner_per_round() {
 
 #[test]
 fn racing_processes_on_azurite_have_one_winner_per_round() {
+    common::require!(Tool::Azurite);
     let azurite = common::Azurite::start();
     racing_processes(&azurite.connection_string());
 }
@@ -622,7 +625,7 @@ fn kill_9_during_writes_leaves_no_torn_state() {
         child.wait().unwrap();
     }
     let blobs: SharedStore =
-        Arc::new(hubhost::storage::local::LocalDirStore::open(dir.path()).unwrap());
+        Arc::new(hubhost_storage::local::LocalDirStore::open(dir.path()).unwrap());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let listed = blobs.list(CONTAINER, "").await.unwrap();
@@ -639,7 +642,7 @@ fn kill_9_during_writes_leaves_no_torn_state() {
         }
         // And the store is usable at once: a claim presenting the listed ETag wins.
         let store = CheckpointStore::new(blobs.clone(), CONTAINER);
-        let key = hubhost::bench::checkpoint_bench_key();
+        let key = hubhost_bench::checkpoint_bench_key();
         let owned = store.list_ownership(&key).await.unwrap();
         assert!(!owned.is_empty());
         let o = &owned[0];

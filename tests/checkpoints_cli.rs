@@ -1,15 +1,18 @@
 //! `hubhost checkpoints list|reset|migrate` as a user runs them: on a local directory and on
 //! Azurite, with bad state, bad names, confirmation, and storage that is down or throttling.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use hubhost::checkpoint::{Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim};
-use hubhost::storage::{Condition, Metadata, SharedStore, StorageLocation};
+use hubhost_processor::checkpoint::{
+    Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim,
+};
+use hubhost_storage::{Condition, Metadata, SharedStore, StorageLocation};
 use serde_json::Value;
 
 const CONTAINER: &str = "azure-webjobs-eventhub";
@@ -335,6 +338,7 @@ fn the_namespace_comes_from_the_eventhub_connection_setting() {
 
 #[tokio::test]
 async fn the_cli_works_on_azurite_and_never_prints_the_key() {
+    common::require!(Tool::Azurite);
     let azurite = common::Azurite::start();
     let conn = azurite.connection_string();
     let blobs = StorageLocation::parse(&conn).unwrap().open().unwrap();
@@ -348,7 +352,7 @@ async fn the_cli_works_on_azurite_and_never_prints_the_key() {
     assert_eq!(code, 0, "{err}");
     let rows = list_json(&conn);
     assert_eq!(row(&rows, "0")["offset"], "-1");
-    let key_text = hubhost::storage::connection::DEV_KEY;
+    let key_text = hubhost_storage::connection::DEV_KEY;
     assert!(!out.contains(key_text) && !err.contains(key_text));
 }
 
@@ -394,7 +398,7 @@ fn misbehaving_storage(status: u16, failures: usize) -> (u16, Arc<AtomicUsize>) 
 fn conn_to(port: u16) -> String {
     format!(
         "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;",
-        hubhost::storage::connection::DEV_KEY
+        hubhost_storage::connection::DEV_KEY
     )
 }
 
@@ -420,7 +424,7 @@ fn storage_that_stays_down_gets_a_clear_error_after_retries() {
         "{err}"
     );
     assert_eq!(seen.load(Ordering::SeqCst), 4, "one try and three retries");
-    let key_text = hubhost::storage::connection::DEV_KEY;
+    let key_text = hubhost_storage::connection::DEV_KEY;
     assert!(!out.contains(key_text) && !err.contains(key_text));
 
     // Nobody listening at all.

@@ -7,7 +7,8 @@
 //! events from the Python and Rust SDKs in it, peeked and sent through the page (as JSON and in
 //! Chromium, tests/browser/explorer.cjs), and a real event hub's read-only view.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -167,6 +168,7 @@ fn send(demo: &Demo, home: &str) {
 
 #[test]
 fn the_dashboard_shows_what_was_sent_live() {
+    common::require!(Tool::PythonSdk, Tool::Browser);
     let storage = tempfile::tempdir().unwrap();
     let demo = Demo::start(storage.path());
     let home = "test-home-dashboard";
@@ -301,6 +303,7 @@ fn hub_action(admin: &str, args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn the_explorer_shows_the_hub_peeks_and_sends() {
+    common::require!(Tool::PythonSdk, Tool::Browser);
     let storage = tempfile::tempdir().unwrap();
     let demo = Demo::start(storage.path());
 
@@ -389,6 +392,10 @@ fn the_explorer_shows_the_hub_peeks_and_sends() {
     );
     assert_eq!(view["canPeek"], true);
     assert_eq!(view["canSend"], true);
+    assert_eq!(
+        view["opensOn"], "sensors",
+        "the hub the functions are triggered by"
+    );
     let hub = |name: &str| -> Value {
         view["hubs"]
             .as_array()

@@ -4,7 +4,7 @@
 //! the same directory must resume from the checkpoints instead of reading everything again.
 //! Alarms go out to the `alarms` hub through the aggregator's `eventHub` output.
 
-mod common;
+use hubhost_testkit as common;
 
 use std::process::Command;
 

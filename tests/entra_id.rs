@@ -13,7 +13,8 @@
 //! `__clientId`, `__tenantId`, `__clientSecret` settings, else the default chain. Wrong
 //! identities get the identity service's reason, and no secret is ever echoed.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -272,6 +273,7 @@ fn with(base: &[(String, String)], more: &[(&str, &str)]) -> Vec<(String, String
 
 #[test]
 fn checkpoints_live_in_blob_storage_signed_in_with_entra_id() {
+    common::require!(Tool::Azurite, Tool::PythonSdk, Tool::SystemTools);
     let dir = tempfile::tempdir().unwrap();
     let pki = pki(dir.path());
     let port = common::free_port();
@@ -532,7 +534,8 @@ fn simulate(namespace: &str, events: u32, env: &[(String, String)]) -> (i32, Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_based_event_hubs_connections_reach_the_local_hub() {
-    use hubhost::bench::emulate_pool::{AppFolder, EmulatePool};
+    common::require!(Tool::SystemTools);
+    use hubhost_testkit::pool::{AppFolder, EmulatePool};
 
     let dir = tempfile::tempdir().unwrap();
     let pki = pki(dir.path());
@@ -725,6 +728,7 @@ async fn identity_based_event_hubs_connections_reach_the_local_hub() {
 /// a hub and `hubhost simulate` inside it.
 #[test]
 fn managed_identity_on_a_vm_comes_from_the_metadata_endpoint() {
+    common::require!(Tool::PythonSdk, Tool::SystemTools);
     let dir = tempfile::tempdir().unwrap();
     let pki = pki(dir.path());
     let log = dir.path().join("imds.log");

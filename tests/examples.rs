@@ -4,7 +4,8 @@
 //! `blob` and `eventHub` outputs carried out by the emulated host, and bindings the emulated
 //! host cannot carry out refused at start-up.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,8 +14,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use common::{Hub, KEY};
-use hubhost::bench::emulate_pool::EmulatePool;
-use hubhost::storage::StorageLocation;
+use hubhost_storage::StorageLocation;
+use hubhost_testkit::pool::EmulatePool;
 
 /// Builds the examples (a no-op after `cargo test --workspace --all-targets`) and returns the
 /// directory their binaries are in: beside this build of `hubhost`.
@@ -99,7 +100,7 @@ impl Emulate {
     /// `hubhost_events_processed_total` of `function`, from the instance's `/metrics`.
     fn events_processed(&mut self, function: &str) -> Option<f64> {
         let (_, samples) = self.runtime.block_on(self.pool.metrics(Self::NAME)).ok()?;
-        Some(hubhost::metrics::sum(
+        Some(hubhost_functions::metrics::sum(
             &samples,
             "hubhost_events_processed_total",
             &[("function", function)],
@@ -139,6 +140,7 @@ fn send(hub: &Hub, key: &str, bodies: &[String]) {
 
 #[test]
 fn count_readings_counts_every_reading_into_blobs_under_emulate() {
+    common::require!(Tool::PythonSdk);
     let bin_dir = build_examples();
     let dir = tempfile::tempdir().unwrap();
     let app = app_copy("count-readings", dir.path(), &bin_dir);
@@ -184,6 +186,7 @@ fn count_readings_counts_every_reading_into_blobs_under_emulate() {
 
 #[test]
 fn forward_alarms_sends_each_alarm_to_the_alarms_hub() {
+    common::require!(Tool::PythonSdk);
     let bin_dir = build_examples();
     let dir = tempfile::tempdir().unwrap();
     let app = app_copy("forward-alarms", dir.path(), &bin_dir);

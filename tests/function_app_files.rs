@@ -1,12 +1,12 @@
 //! The function app as `func start` and Azure load it: host.json and every function.json are
-//! valid against the official schemas (SchemaStore, kept in schemas/), the host's discovery finds
+//! valid against the official schemas (SchemaStore, kept in crates/project/schemas/), the host's discovery finds
 //! the functions, and `hubhost serve --app function_app` serves exactly them.
 
-mod common;
+use hubhost_testkit as common;
 
 use std::path::{Path, PathBuf};
 
-use hubhost::function_app::{Cardinality, DataType, FunctionApp};
+use hubhost_functions::function_app::{Cardinality, DataType, FunctionApp};
 use serde_json::Value;
 
 fn repo() -> PathBuf {
@@ -21,8 +21,10 @@ fn json(path: &Path) -> Value {
 /// The schema's findings for `instance` (`hubhost package` validates with the same code).
 fn errors(schema: &str, instance: &Value) -> Vec<String> {
     match schema {
-        "host.schema.json" => hubhost::package::schema::host_json_problems(instance),
-        "function.schema.json" => hubhost::package::schema::function_json_problems(instance),
+        "host.schema.json" => hubhost_project::package::schema::host_json_problems(instance),
+        "function.schema.json" => {
+            hubhost_project::package::schema::function_json_problems(instance)
+        }
         other => panic!("no schema {other}"),
     }
 }
@@ -34,12 +36,12 @@ fn host_json_is_valid_and_configures_the_custom_handler() {
     assert_eq!(host["version"], "2.0");
     assert_eq!(host["extensionBundle"]["version"], "[4.*, 5.0.0)");
     assert_eq!(
-        host["customHandler"]["description"]["defaultExecutablePath"],
-        "hubhost"
+        host["customHandler"]["description"]["defaultExecutablePath"], "hubhost-app",
+        "the reference app's own executable, the handler and nothing else"
     );
     assert_eq!(
-        host["customHandler"]["description"]["arguments"][0],
-        "serve"
+        host["customHandler"]["description"]["arguments"],
+        Value::Null
     );
     let event_hubs = &host["extensions"]["eventHubs"];
     let (max, min) = (
@@ -91,7 +93,7 @@ fn the_host_discovers_the_functions_and_their_triggers() {
     let dashboard = app.function("Dashboard").unwrap();
     assert!(matches!(
         dashboard.trigger,
-        hubhost::function_app::Trigger::Http { .. }
+        hubhost_functions::function_app::Trigger::Http { .. }
     ));
     let host = json(&repo().join("host.json"));
     assert_eq!(host["customHandler"]["enableForwardingHttpRequest"], true);

@@ -1,16 +1,17 @@
 //! `hubhost serve` as the Functions host sees it: real processes, real HTTP, real storage.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::path::Path;
 
 use common::{Azurite, Server};
-use hubhost::app::aggregate::WindowAggregate;
-use hubhost::batch::EventRecord;
-use hubhost::demo::host_request;
-use hubhost::fleet::{Fleet, PartitionFeed};
-use hubhost::handler::builtin_functions;
-use hubhost::storage::{BlobStore, StorageLocation};
+use hubhost_app::aggregate::WindowAggregate;
+use hubhost_app::fleet::{Fleet, PartitionFeed};
+use hubhost_app::handler::builtin_functions;
+use hubhost_functions::batch::EventRecord;
+use hubhost_storage::{BlobStore, StorageLocation};
+use hubhost_testkit::host_request;
 use serde_json::{Value, json};
 
 const AGGREGATOR: &str = "SensorAggregator";
@@ -82,9 +83,9 @@ async fn a_batch_is_aggregated_and_answered_in_the_host_format() {
     let home = serde_json::from_slice::<EventBody>(&events[0].body)
         .unwrap()
         .home_id;
-    let bucket = hubhost::app::layout::home_directory_blob(
+    let bucket = hubhost_app::layout::home_directory_blob(
         "sensors",
-        hubhost::app::layout::home_bucket(&home),
+        hubhost_app::layout::home_bucket(&home),
         "1",
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -330,6 +331,7 @@ async fn a_panic_fails_the_invocation_not_the_process() {
 /// Also: the connection string's key never reaches the log.
 #[tokio::test]
 async fn a_storage_outage_answers_500_and_the_retry_loses_nothing() {
+    common::require!(Tool::Azurite);
     let mut azurite = Azurite::start();
     let connection = azurite.connection_string();
     let mut server = Server::start(&[], &[("HUBHOST_STORAGE", connection.as_str())]);
@@ -362,7 +364,7 @@ async fn a_storage_outage_answers_500_and_the_retry_loses_nothing() {
     let log = server.stderr();
     assert!(log.contains("storage"), "the outage is logged: {log}");
     assert!(
-        !log.contains(hubhost::storage::connection::DEV_KEY),
+        !log.contains(hubhost_storage::connection::DEV_KEY),
         "the account key leaked into the log"
     );
     assert!(
@@ -376,7 +378,7 @@ async fn a_storage_outage_answers_500_and_the_retry_loses_nothing() {
 /// request that reached the function.
 #[tokio::test]
 async fn metrics_count_what_the_handler_processed() {
-    use hubhost::metrics::{self, sum};
+    use hubhost_functions::metrics::{self, sum};
     let data = tempfile::tempdir().unwrap();
     let server = Server::start(&["--storage", data.path().to_str().unwrap()], &[]);
     let mut feed = PartitionFeed::new(&fleet(), 1, start_minute());

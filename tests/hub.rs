@@ -2,7 +2,8 @@
 //! package (producer, consumer, checkpointed consumer, owner levels, wrong key) and the Rust
 //! `azure_messaging_eventhubs` client, plus a `kill -9` of the hub between send and receive.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use common::{Hub, KEY};
 
@@ -61,6 +62,7 @@ fn assert_partitions_contiguous(events: &[Value]) {
 
 #[test]
 fn python_producer_and_consumers_get_every_event_once_per_consumer_group() {
+    common::require!(Tool::PythonSdk);
     let hub = Hub::start(None);
     let props = hub.python("props", &[]);
     assert_eq!(props["partition_ids"].as_array().unwrap().len(), 16);
@@ -107,6 +109,7 @@ fn python_producer_and_consumers_get_every_event_once_per_consumer_group() {
 
 #[test]
 fn a_wrong_key_is_refused_with_401() {
+    common::require!(Tool::PythonSdk);
     let hub = Hub::start(None);
     let cs = hub.connection_string("not-the-key");
     let out = common::python_output("eventhub_peer.py", &[&cs, "sensors", "props"]);
@@ -124,8 +127,9 @@ fn a_wrong_key_is_refused_with_401() {
 /// expired is refused at `$cbs` with 401 and the reason; the same token still valid works.
 #[test]
 fn an_expired_token_is_refused_and_a_valid_one_accepted() {
+    common::require!(Tool::PythonSdk);
     let hub = Hub::start(None);
-    let key = hubhost::hub::sas::SharedAccessKey {
+    let key = hubhost_hub::sas::SharedAccessKey {
         name: "RootManageSharedAccessKey".into(),
         key: KEY.into(),
     };
@@ -135,7 +139,7 @@ fn an_expired_token_is_refused_and_a_valid_one_accepted() {
         .as_secs() as i64;
     let run = |expires_at: i64| {
         let resource = format!("sb://localhost:{}/sensors", hub.port);
-        let token = hubhost::hub::sas::sign(&resource, &key, expires_at);
+        let token = hubhost_hub::sas::sign(&resource, &key, expires_at);
         let cs = format!(
             "Endpoint=sb://localhost:{};SharedAccessSignature={token};EntityPath=sensors;UseDevelopmentEmulator=true;",
             hub.port
@@ -159,6 +163,7 @@ fn an_expired_token_is_refused_and_a_valid_one_accepted() {
 
 #[test]
 fn a_higher_owner_level_steals_the_partition() {
+    common::require!(Tool::PythonSdk);
     let hub = Hub::start(None);
     hub.python("send-to", &["0", "3", "steal"]);
     let out = hub.python("steal", &["0", "3"]);
@@ -177,6 +182,7 @@ fn a_higher_owner_level_steals_the_partition() {
 
 #[test]
 fn acknowledged_events_survive_kill_9_of_the_hub() {
+    common::require!(Tool::PythonSdk);
     let dir = tempfile::tempdir().unwrap();
     let mut hub = Hub::start(Some(dir.path()));
     assert_eq!(hub.python("send", &["500", "20", "durable"])["sent"], 500);
@@ -194,6 +200,7 @@ fn acknowledged_events_survive_kill_9_of_the_hub() {
 
 #[test]
 fn hubs_and_consumer_groups_added_while_the_hub_runs_survive_a_restart() {
+    common::require!(Tool::PythonSdk);
     let dir = tempfile::tempdir().unwrap();
     let admin_port = common::free_port().to_string();
     let admin = format!("http://127.0.0.1:{admin_port}");
@@ -280,6 +287,7 @@ async fn rust_consumer(hub: &Hub) -> ConsumerClient {
 
 #[tokio::test]
 async fn the_rust_client_sends_and_receives_through_its_custom_endpoint() {
+    common::require!(Tool::PythonSdk);
     let hub = Hub::start(None);
     let producer = rust_producer(&hub).await;
     let properties = producer.get_eventhub_properties().await.unwrap();
@@ -344,6 +352,7 @@ async fn the_rust_client_sends_and_receives_through_its_custom_endpoint() {
 /// a larger one is refused and the hub carries on.
 #[tokio::test]
 async fn events_up_to_one_megabyte_arrive_whole_and_larger_ones_are_refused() {
+    common::require!(Tool::PythonSdk);
     let hub = Hub::start(None);
     let producer = rust_producer(&hub).await;
     // Bodies of distinct bytes, so that a lost, doubled or misplaced frame shows.
@@ -434,13 +443,14 @@ async fn events_up_to_one_megabyte_arrive_whole_and_larger_ones_are_refused() {
 
 #[test]
 fn python_checkpointed_consumption_resumes_after_its_checkpoints() {
+    common::require!(Tool::Azurite, Tool::PythonSdk);
     let hub = Hub::start(None);
     let azurite = common::Azurite::start();
     let storage = azurite.connection_string();
     // The container must exist for the Python store; creating it through hubhost's own client.
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let location = hubhost::storage::StorageLocation::parse(&storage).unwrap();
+        let location = hubhost_storage::StorageLocation::parse(&storage).unwrap();
         let store = location.open().unwrap();
         store.ensure_container("checkpoints").await.unwrap();
     });
@@ -477,7 +487,8 @@ fn simulate(hub: &Hub, args: &[&str]) -> Value {
 
 #[test]
 fn simulate_sends_the_fleet_keyed_by_home_and_a_consumer_gets_exactly_those_readings() {
-    use hubhost::fleet::{Fleet, SENSORS};
+    common::require!(Tool::PythonSdk);
+    use hubhost_app::fleet::{Fleet, SENSORS};
     let hub = Hub::start(None);
     let (homes, minutes, start) = (40u32, 2u32, "2026-11-22T10:00:00Z");
     let summary = simulate(
@@ -538,7 +549,7 @@ fn simulate_sends_the_fleet_keyed_by_home_and_a_consumer_gets_exactly_those_read
             let partition: usize = e["partition"].as_str().unwrap().parse().unwrap();
             assert_eq!(
                 partition,
-                hubhost::hub::partition_key::partition_for_key(key, 16),
+                hubhost_hub::partition_key::partition_for_key(key, 16),
                 "the service's hash places {key}"
             );
             (key.to_string(), e["body"].as_str().unwrap().to_string())
@@ -565,6 +576,7 @@ fn simulate_paces_the_fleet_by_its_speed_up() {
 
 #[test]
 fn checkpoints_reset_to_end_and_to_a_time_use_the_hubs_own_positions() {
+    common::require!(Tool::PythonSdk);
     let hub = Hub::start(None);
     let store = tempfile::tempdir().unwrap();
     hub.python("send-to", &["0", "5", "old"]);

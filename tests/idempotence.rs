@@ -1,20 +1,21 @@
 //! At-least-once delivery must not double count: replays and overlapping deliveries to two
 //! handler processes leave exactly the aggregates of every event applied once.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::collections::BTreeMap;
 
 use common::{Azurite, Server};
-use hubhost::app::aggregate::{AppliedRanges, WindowAggregate, window_start};
-use hubhost::app::archive::ArchiveChunk;
-use hubhost::app::layout;
-use hubhost::app::sensor::parse_reading;
-use hubhost::batch::EventRecord;
-use hubhost::demo::host_request;
-use hubhost::fleet::{Fleet, PartitionFeed};
-use hubhost::handler::builtin_functions;
-use hubhost::storage::{SharedStore, StorageLocation};
+use hubhost_app::aggregate::{AppliedRanges, WindowAggregate, window_start};
+use hubhost_app::archive::ArchiveChunk;
+use hubhost_app::fleet::{Fleet, PartitionFeed};
+use hubhost_app::handler::builtin_functions;
+use hubhost_app::layout;
+use hubhost_app::sensor::parse_reading;
+use hubhost_functions::batch::EventRecord;
+use hubhost_storage::{SharedStore, StorageLocation};
+use hubhost_testkit::host_request;
 
 const PARTITION: u32 = 2;
 
@@ -240,6 +241,7 @@ async fn overlapping_batches_to_two_handler_processes_on_a_local_directory() {
 
 #[tokio::test]
 async fn overlapping_batches_to_two_handler_processes_on_azurite() {
+    common::require!(Tool::Azurite);
     let azurite = Azurite::start();
     overlapping_deliveries(&azurite.connection_string()).await;
 }

@@ -2,7 +2,7 @@
 //! `hubhost-functions`, is formatted, and its own test passes — the function under `hubhost
 //! emulate` on a `hubhost hub`, every event processed — for both trigger cardinalities.
 
-mod common;
+use hubhost_testkit as common;
 
 use std::path::Path;
 use std::process::Command;

@@ -8,7 +8,8 @@
 //!
 //! cargo-zigbuild and Zig come from the registries into .tools/ (scripts/test.sh installs them).
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -85,13 +86,14 @@ fn write_zip(path: &Path, files: &[ZipFile]) {
 
 #[test]
 fn the_reference_app_is_packaged_for_the_functions_linux_images() {
+    common::require!(Tool::Zigbuild);
     let dir = tempfile::tempdir().unwrap();
     let zip = dir.path().join("app.zip");
     let zip_arg = zip.display().to_string();
     let (ok, out, err) = package(&["--out", &zip_arg, "--json"]);
     assert!(ok, "{err}");
     let report: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(report["executable"], "hubhost");
+    assert_eq!(report["executable"], "hubhost-app");
     let functions: Vec<&str> = report["functions"]
         .as_array()
         .unwrap()
@@ -109,13 +111,13 @@ fn the_reference_app_is_packaged_for_the_functions_linux_images() {
             "Dashboard/function.json",
             "RawArchive/function.json",
             "SensorAggregator/function.json",
-            "hubhost"
+            "hubhost-app"
         ]
     );
-    let (_, binary, mode) = entries.iter().find(|(n, _, _)| n == "hubhost").unwrap();
+    let (_, binary, mode) = entries.iter().find(|(n, _, _)| n == "hubhost-app").unwrap();
     assert_eq!(mode.unwrap() & 0o777, 0o755);
     // Read independently of the command: nothing newer than GLIBC_2.28, only the C runtime.
-    let needs = hubhost::package::elf::needs(binary).unwrap();
+    let needs = hubhost_project::package::elf::needs(binary).unwrap();
     assert!(needs.x86_64);
     assert!(needs.newest_glibc().unwrap() <= (2, 28), "{needs:?}");
     assert_eq!(report["newest_glibc"], {
@@ -140,14 +142,15 @@ fn the_reference_app_is_packaged_for_the_functions_linux_images() {
     let host: Value = serde_json::from_slice(&entries[0].1).unwrap();
     assert_eq!(
         host["customHandler"]["description"]["defaultExecutablePath"],
-        "hubhost"
+        "hubhost-app"
     );
     assert_eq!(
-        host["customHandler"]["description"]["arguments"][0],
-        "serve"
+        host["customHandler"]["description"]["arguments"],
+        Value::Null
     );
-    // The packaged executable runs (this machine's glibc is newer than 2.28).
-    let exe = dir.path().join("hubhost");
+    // The packaged executable runs (this machine's glibc is newer than 2.28), and it is the
+    // handler alone: none of the local tools' commands.
+    let exe = dir.path().join("hubhost-app");
     std::fs::write(&exe, binary).unwrap();
     std::fs::set_permissions(
         &exe,
@@ -156,7 +159,15 @@ fn the_reference_app_is_packaged_for_the_functions_linux_images() {
     .unwrap();
     let version = Command::new(&exe).arg("--version").output().unwrap();
     assert!(version.status.success());
-    assert!(String::from_utf8_lossy(&version.stdout).starts_with("hubhost "));
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("hubhost-app "));
+    let help = Command::new(&exe).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for tool in ["emulate", "hub ", "bench", "simulate"] {
+        assert!(
+            !help.contains(tool),
+            "the deployed handler offers {tool:?}: {help}"
+        );
+    }
     // --check agrees with what was written.
     let (ok, out, err) = package(&["--check", "--out", &zip_arg, "--json"]);
     assert!(ok, "{err}");
@@ -182,7 +193,7 @@ fn the_reference_app_is_packaged_for_the_functions_linux_images() {
                 ("host.json", &host_json, 0o644),
                 ("Dashboard/function.json", function, 0o644),
                 ("local.settings.json", b"{}", 0o644),
-                ("hubhost", binary, 0o755),
+                ("hubhost-app", binary, 0o755),
             ],
             "local secrets",
         ),
@@ -191,7 +202,7 @@ fn the_reference_app_is_packaged_for_the_functions_linux_images() {
             vec![
                 ("host.json", &host_json, 0o644),
                 ("Dashboard/function.json", function, 0o644),
-                ("hubhost", binary, 0o644),
+                ("hubhost-app", binary, 0o644),
             ],
             "not marked executable",
         ),

@@ -6,7 +6,8 @@
 //! instances, and at the end the handlers' own records hold every sequence number the hub
 //! stored, with duplicates only where a partition changed hands.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -15,10 +16,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::Hub;
-use hubhost::bench::emulate_pool::{AppFolder, EmulatePool, live_owners};
-use hubhost::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
-use hubhost::eventhubs::EventHubTarget;
-use hubhost::storage::StorageLocation;
+use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
+use hubhost_processor::eventhubs::EventHubTarget;
+use hubhost_storage::StorageLocation;
+use hubhost_testkit::pool::{AppFolder, EmulatePool, live_owners};
 use serde_json::{Value, json};
 
 /// The pool tests each start a hub, a producer and up to five processes with their handlers;
@@ -187,7 +188,7 @@ impl Pool {
     }
 
     /// An instance's `/metrics`, parsed as Prometheus text.
-    fn metrics(&mut self, name: &str) -> Vec<hubhost::metrics::Sample> {
+    fn metrics(&mut self, name: &str) -> Vec<hubhost_functions::metrics::Sample> {
         let (content_type, samples) = self
             .runtime
             .block_on(self.emulate.metrics(name))
@@ -205,22 +206,23 @@ impl Pool {
         let owners = self.owners();
         for name in &self.emulate.live() {
             let samples = self.metrics(name);
-            let owned = hubhost::metrics::sum(&samples, "hubhost_owned_partitions", &[]);
+            let owned = hubhost_functions::metrics::sum(&samples, "hubhost_owned_partitions", &[]);
             let in_store = owners.values().filter(|o| *o == name).count();
             assert_eq!(
                 owned as usize, in_store,
                 "{name}: gauge {owned}, store {owners:?}"
             );
-            let events = hubhost::metrics::sum(
+            let events = hubhost_functions::metrics::sum(
                 &samples,
                 "hubhost_events_processed_total",
                 &[("function", "Recorder"), ("consumer_group", "$Default")],
             );
             assert!(events > 0.0, "{name} processed no events by its metrics");
-            let ops = hubhost::metrics::sum(&samples, "hubhost_storage_operations_total", &[]);
+            let ops =
+                hubhost_functions::metrics::sum(&samples, "hubhost_storage_operations_total", &[]);
             assert!(ops > 0.0, "{name} counted no store operations");
             // Lag per partition it reads: only partitions the store says it owns, never negative.
-            let lag: Vec<&hubhost::metrics::Sample> = samples
+            let lag: Vec<&hubhost_functions::metrics::Sample> = samples
                 .iter()
                 .filter(|s| s.name == "hubhost_partition_lag")
                 .collect();
@@ -325,7 +327,7 @@ impl Pool {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pool_member.py");
         let mut cmd = Command::new(common::python());
         cmd.arg(script)
-            .arg(hubhost::eventhubs::EMULATOR_CONNECTION)
+            .arg(hubhost_processor::eventhubs::EMULATOR_CONNECTION)
             .arg("sensors")
             .arg(&self.storage)
             .arg(self.path(&format!("records/{name}.jsonl")))
@@ -502,6 +504,7 @@ impl Drop for Pool {
 
 #[test]
 fn the_pool_grows_and_shrinks_gracefully_without_losing_events() {
+    common::require!(Tool::PythonSdk);
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut pool = Pool::new();
     pool.produce(600);
@@ -530,6 +533,7 @@ fn the_pool_grows_and_shrinks_gracefully_without_losing_events() {
 
 #[test]
 fn a_killed_instance_is_replaced_from_its_checkpoints() {
+    common::require!(Tool::PythonSdk);
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut pool = Pool::new();
     pool.produce(600);
@@ -585,6 +589,7 @@ fn a_killed_instance_is_replaced_from_its_checkpoints() {
 /// never takes them; nothing is lost. A process asking for an id in use is refused.
 #[test]
 fn a_restarted_instance_reclaims_its_partitions_at_once() {
+    common::require!(Tool::PythonSdk);
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let expiry = Duration::from_secs(40);
     let dir = tempfile::tempdir().unwrap();
@@ -685,6 +690,7 @@ fn a_restarted_instance_reclaims_its_partitions_at_once() {
 /// (`bench chaos` found it: 48..=440 delivered twice, a checkpoint from 440 to 77).
 #[test]
 fn a_restarted_hub_delivers_nothing_twice_and_moves_no_checkpoint_back() {
+    common::require!(Tool::PythonSdk);
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("hub-data");
@@ -739,6 +745,7 @@ fn a_restarted_hub_delivers_nothing_twice_and_moves_no_checkpoint_back() {
 /// was checkpointed, neither while it was restarting nor when the instance gave up.
 #[test]
 fn a_handler_that_keeps_dying_loses_no_event() {
+    common::require!(Tool::PythonSdk);
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut pool = Pool::new();
     pool.produce(600);
@@ -781,6 +788,7 @@ fn a_handler_that_keeps_dying_loses_no_event() {
 /// expiry (minutes), not hubhost's. Between them the members process every event.
 #[test]
 fn hubhost_shares_a_consumer_group_with_sdk_processors_at_their_default_timings() {
+    common::require!(Tool::Azurite, Tool::PythonSdk);
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let azurite = common::Azurite::start();
     let dir = tempfile::tempdir().unwrap();

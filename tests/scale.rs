@@ -5,17 +5,18 @@
 //! scale-up, then stops them all. The handlers' records hold every event, and the decisions
 //! are in the checkpoint store for the operations view.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hubhost::bench::emulate_pool::AppFolder;
-use hubhost::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
-use hubhost::eventhubs::EventHubTarget;
-use hubhost::storage::StorageLocation;
+use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
+use hubhost_processor::eventhubs::EventHubTarget;
+use hubhost_storage::StorageLocation;
+use hubhost_testkit::pool::AppFolder;
 use serde_json::{Value, json};
 
 const BACKLOG: u64 = 40_000;
@@ -89,6 +90,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn the_scale_controller_drains_a_backlog_and_scales_to_zero() {
+    common::require!(Tool::PythonSdk);
     let dir = tempfile::tempdir().unwrap();
     let hub = common::Hub::start_serving_hubs(&["sensors:8"]);
     let connection = hub.connection_string(common::KEY);

@@ -1,12 +1,13 @@
 //! One conformance suite, three backends: memory, a local directory, and Azure Blob Storage
 //! (a real Azurite). They must agree on ETags, conditional writes, metadata and listings.
 
-mod common;
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hubhost::storage::{Condition, ETag, Metadata, SharedStore, StorageLocation, StoreError};
+use hubhost_storage::{Condition, ETag, Metadata, SharedStore, StorageLocation, StoreError};
 
 const C: &str = "conformance";
 
@@ -247,7 +248,7 @@ async fn racing_writers(store: SharedStore) {
 
 #[tokio::test]
 async fn memory_store_conforms() {
-    let store: SharedStore = Arc::new(hubhost::storage::memory::MemoryStore::default());
+    let store: SharedStore = Arc::new(hubhost_storage::memory::MemoryStore::default());
     conformance(store.clone()).await;
     racing_writers(store).await;
 }
@@ -271,6 +272,7 @@ async fn local_directory_store_conforms() {
 
 #[tokio::test]
 async fn azure_store_conforms_against_azurite() {
+    common::require!(Tool::Azurite);
     let azurite = common::Azurite::start();
     let store = StorageLocation::parse(&azurite.connection_string())
         .unwrap()
@@ -284,9 +286,10 @@ async fn azure_store_conforms_against_azurite() {
 /// clear, permanent error (not retried as if storage were down).
 #[tokio::test]
 async fn azure_auth_failures_are_permanent_errors() {
+    common::require!(Tool::Azurite);
     let azurite = common::Azurite::start();
     let wrong = azurite.connection_string().replace(
-        hubhost::storage::connection::DEV_KEY,
+        hubhost_storage::connection::DEV_KEY,
         "d3Jvbmcga2V5IHdyb25nIGtleSB3cm9uZyBrZXkgd3Jvbmcga2V5IHdyb25nIGtleQ==",
     );
     let store = StorageLocation::parse(&wrong).unwrap().open().unwrap();

@@ -1,9 +1,9 @@
 //! `hubhost checkpoints`: list, reset and migrate checkpoints and ownership in the host's blob
-//! format (the work is `hubhost::checkpoint::admin`; this is the flags, the questions and the
+//! format (the work is `hubhost_processor::checkpoint::admin`; this is the flags, the questions and the
 //! printing).
 
 use super::EventHubConnectionArgs;
-use hubhost::checkpoint;
+use hubhost_processor::checkpoint;
 
 use clap::Subcommand;
 
@@ -15,7 +15,7 @@ pub struct ScopeArgs {
     #[arg(long, env = "HUBHOST_STORAGE", hide_env_values = true)]
     pub storage: Option<String>,
     /// Blob container of the checkpoint store.
-    #[arg(long, default_value = hubhost::checkpoint::DEFAULT_CONTAINER)]
+    #[arg(long, default_value = hubhost_processor::checkpoint::DEFAULT_CONTAINER)]
     pub container: String,
     /// Fully qualified Event Hubs namespace, e.g. myns.servicebus.windows.net
     /// [default: the Endpoint of the EventHubConnection setting].
@@ -89,12 +89,12 @@ fn open_scope(
     scope: &ScopeArgs,
 ) -> Result<(checkpoint::CheckpointStore, checkpoint::ConsumerGroupKey), String> {
     let env = |k: &str| std::env::var(k).ok();
-    let location = hubhost::storage::settings::resolve_storage(scope.storage.as_deref(), env)
+    let location = hubhost_storage::settings::resolve_storage(scope.storage.as_deref(), env)
         .map_err(|e| e.to_string())?;
     let blobs = location.open().map_err(|e| e.to_string())?;
     let namespace = match &scope.namespace {
         Some(ns) => ns.clone(),
-        None => hubhost::eventhubs::eventhub_namespace(env).ok_or(
+        None => hubhost_processor::eventhubs::eventhub_namespace(env).ok_or(
             "name the Event Hubs namespace with --namespace (e.g. myns.servicebus.windows.net), \
              or set EventHubConnection (or EventHubConnection__fullyQualifiedNamespace)",
         )?,
@@ -202,7 +202,7 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
                 &ownerships,
                 &ids,
                 chrono::Utc::now(),
-                hubhost::processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
+                hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
             );
             if !active.is_empty() {
                 eprintln!(
@@ -315,7 +315,7 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
             let claim = checkpoint::OwnershipClaim {
                 partition_id: partition,
                 owner_id: owner,
-                etag: etag.map(hubhost::storage::ETag::new),
+                etag: etag.map(hubhost_storage::ETag::new),
                 vouched_expiry: None,
             };
             let won = store

@@ -1,6 +1,6 @@
 //! `hubhost demo`: the main job on the embedded default (see `hubhost::demo`).
 
-use hubhost::demo;
+use crate::demo;
 
 use super::shutdown_signal;
 
@@ -46,7 +46,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         port,
         duration,
     } = args;
-    let storage = hubhost::storage::StorageLocation::parse(&storage).map_err(|e| e.to_string())?;
+    let storage = hubhost_storage::StorageLocation::parse(&storage).map_err(|e| e.to_string())?;
     if !(speed_up.is_finite() && speed_up > 0.0) {
         return Err("--speed-up must be a positive number".into());
     }

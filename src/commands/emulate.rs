@@ -1,4 +1,4 @@
-//! `hubhost emulate`: the Functions host's Event Hubs trigger, locally (see `hubhost::emulate`).
+//! `hubhost emulate`: the Functions host's Event Hubs trigger, locally (see `hubhost_host::emulate`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -78,8 +78,8 @@ pub async fn run(args: Args) -> Result<(), String> {
         metrics_bind,
         ..
     } = args;
-    hubhost::emulate::run(
-        hubhost::emulate::EmulateOptions {
+    hubhost_host::emulate::run(
+        hubhost_host::emulate::EmulateOptions {
             app,
             storage,
             checkpoint_on_success,
@@ -123,11 +123,11 @@ async fn scale(args: Args) -> Result<(), String> {
         Some(dir) => dir,
         None => std::env::temp_dir().join(format!("hubhost-scale-{}", std::process::id())),
     };
-    hubhost::scale::run(
-        hubhost::scale::ScaleOptions {
+    hubhost_host::scale::run(
+        hubhost_host::scale::ScaleOptions {
             app: args.app,
             storage: args.storage,
-            instance: hubhost::scale::InstanceCommand {
+            instance: hubhost_host::scale::InstanceCommand {
                 program,
                 args: instance,
             },

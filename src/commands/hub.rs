@@ -1,9 +1,9 @@
-//! `hubhost hub`: a local Event Hubs namespace (see `hubhost::hub`).
+//! `hubhost hub`: a local Event Hubs namespace (see `hubhost_hub`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use hubhost::hub::ClientLimits;
+use hubhost_hub::ClientLimits;
 
 /// The admin endpoint's port when the hub listens on the official emulator's port.
 pub const DEFAULT_ADMIN_PORT: u16 = 5380;
@@ -191,7 +191,7 @@ fn describe(hub: &serde_json::Value) -> String {
 async fn act(action: HubAction) -> Result<(), String> {
     match action {
         HubAction::AddHub { hub, admin } => {
-            let spec = hubhost::hub::HubSpec::parse_flag(&hub).map_err(|e| e.to_string())?;
+            let spec = hubhost_hub::HubSpec::parse_flag(&hub).map_err(|e| e.to_string())?;
             let groups: Vec<&String> = spec.consumer_groups.iter().skip(1).collect();
             let added = admin_request(
                 &admin,
@@ -259,16 +259,16 @@ pub async fn run(args: Args) -> Result<(), String> {
         return act(action).await;
     }
     let specs = match (&config, hubs.is_empty()) {
-        (Some(path), _) => hubhost::hub::config::hubs_from_file(path).map_err(|e| e.to_string())?,
-        (None, true) => hubhost::hub::HubSpec::reference(),
+        (Some(path), _) => hubhost_hub::config::hubs_from_file(path).map_err(|e| e.to_string())?,
+        (None, true) => hubhost_hub::HubSpec::reference(),
         (None, false) => hubs
             .iter()
-            .map(|h| hubhost::hub::HubSpec::parse_flag(h))
+            .map(|h| hubhost_hub::HubSpec::parse_flag(h))
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?,
     };
     let data_dir = (!in_memory).then_some(data_dir);
-    let mut config = hubhost::hub::HubConfig::new((bind, port).into(), specs, data_dir);
+    let mut config = hubhost_hub::HubConfig::new((bind, port).into(), specs, data_dir);
     config.admin_port = admin_port.or((port == 5672).then_some(DEFAULT_ADMIN_PORT));
     if retention_hours.is_nan() || retention_hours <= 0.0 {
         return Err("--retention-hours must be positive".into());
@@ -282,7 +282,7 @@ pub async fn run(args: Args) -> Result<(), String> {
             .map(|k| {
                 k.split_once('=')
                     .filter(|(n, v)| !n.is_empty() && !v.is_empty())
-                    .map(|(n, v)| hubhost::hub::sas::SharedAccessKey {
+                    .map(|(n, v)| hubhost_hub::sas::SharedAccessKey {
                         name: n.into(),
                         key: v.into(),
                     })
@@ -294,9 +294,9 @@ pub async fn run(args: Args) -> Result<(), String> {
         let text = std::fs::read_to_string(&jwks)
             .map_err(|e| format!("--entra-jwks {}: {e}", jwks.display()))?;
         config.trusted_issuer = Some(
-            hubhost::hub::entra::TrustedIssuer::from_jwks(&issuer, &text)
+            hubhost_hub::entra::TrustedIssuer::from_jwks(&issuer, &text)
                 .map_err(|e| format!("--entra-jwks {}: {e}", jwks.display()))?,
         );
     }
-    hubhost::hub::run(config).await.map_err(|e| e.to_string())
+    hubhost_hub::run(config).await.map_err(|e| e.to_string())
 }

@@ -8,7 +8,6 @@ pub mod emulate;
 pub mod hub;
 pub mod new;
 pub mod package;
-pub mod serve;
 pub mod simulate;
 
 /// How a command reaches an event hub: a connection string, or an identity-based connection,
@@ -38,10 +37,13 @@ impl EventHubConnectionArgs {
 
     /// The event hub `hub` through the connection given, read the way the host reads the
     /// EventHubConnection settings.
-    pub fn target(&self, hub: &str) -> Result<hubhost::eventhubs::EventHubTarget, String> {
-        let setting = hubhost::eventhubs::EVENTHUB_CONNECTION_SETTING;
+    pub fn target(
+        &self,
+        hub: &str,
+    ) -> Result<hubhost_processor::eventhubs::EventHubTarget, String> {
+        let setting = hubhost_processor::eventhubs::EVENTHUB_CONNECTION_SETTING;
         let namespace_setting = format!("{setting}__fullyQualifiedNamespace");
-        hubhost::eventhubs::EventHubTarget::from_settings(setting, hub, |name| {
+        hubhost_processor::eventhubs::EventHubTarget::from_settings(setting, hub, |name| {
             if name == setting {
                 self.connection.clone()
             } else if name == namespace_setting {
@@ -64,18 +66,4 @@ pub fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
 }
 
 /// Ctrl-C or SIGTERM (what the host and `func` send on stop).
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutting down");
-}
+pub use hubhost_functions::server::shutdown_signal;

@@ -1,4 +1,4 @@
-//! `hubhost new`: a new Rust function app (see `hubhost::scaffold`).
+//! `hubhost new`: a new Rust function app (see `hubhost_project::scaffold`).
 
 use std::path::PathBuf;
 
@@ -19,10 +19,10 @@ pub struct Args {
     pub consumer_group: String,
     /// The trigger's cardinality: a batch (`many`) or one event per invocation.
     #[arg(long, value_enum, default_value = "many")]
-    pub cardinality: hubhost::scaffold::Cardinality,
+    pub cardinality: hubhost_project::scaffold::Cardinality,
     /// The trigger's dataType: how the host encodes event bodies.
     #[arg(long, value_enum, default_value = "string")]
-    pub data_type: hubhost::scaffold::DataType,
+    pub data_type: hubhost_project::scaffold::DataType,
     /// Where hubhost-functions comes from: a folder (e.g. a checkout's crates/functions) or a
     /// version [default: this build's checkout, if present, else its version].
     #[arg(long)]
@@ -39,22 +39,33 @@ pub async fn run(args: Args) -> Result<(), String> {
         data_type,
         framework,
     } = args;
-    let mut scaffold = hubhost::scaffold::Scaffold::for_dir(&dir);
+    let mut scaffold = hubhost_project::scaffold::Scaffold::for_dir(&dir);
     scaffold.function = function;
     scaffold.event_hub = event_hub;
     scaffold.consumer_group = consumer_group;
     scaffold.cardinality = cardinality;
     scaffold.data_type = data_type;
     if let Some(f) = framework {
-        scaffold.framework = hubhost::scaffold::Framework::parse(&f);
+        scaffold.framework = hubhost_project::scaffold::Framework::parse(&f);
     }
+    let framework = scaffold.framework.clone();
     let files = scaffold.write(&dir).map_err(|e| e.to_string())?;
     println!("created {} ({} files):", dir.display(), files.len());
     for f in files {
         println!("  {}", f.display());
     }
+    match framework {
+        hubhost_project::scaffold::Framework::Version(v) => println!(
+            "hubhost-functions: version {v:?} from crates.io; to build against a local checkout instead, \
+             pass --framework PATH/TO/hubhost/crates/functions (or set hubhost-functions = {{ path = \"…\" }} in Cargo.toml)"
+        ),
+        hubhost_project::scaffold::Framework::Path(p) => println!(
+            "hubhost-functions: the checkout at {} (--framework VERSION depends on a published release instead)",
+            p.display()
+        ),
+    }
     println!(
-        "next: cd {} && cargo build && hubhost emulate --app function_app   (with `hubhost hub` running)",
+        "next: cd {} && cargo test, then cargo build && hubhost emulate --app function_app   (with `hubhost hub` running)",
         dir.display()
     );
     Ok(())

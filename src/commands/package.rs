@@ -1,4 +1,4 @@
-//! `hubhost package`: the deployment zip (see `hubhost::package`).
+//! `hubhost package`: the deployment zip (see `hubhost_project::package`).
 
 use std::path::PathBuf;
 
@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "binary")]
     pub manifest_path: Option<PathBuf>,
     /// The Rust target to build for (zigbuild's glibc suffix sets the glibc).
-    #[arg(long, default_value = hubhost::package::DEFAULT_TARGET, conflicts_with = "binary")]
+    #[arg(long, default_value = hubhost_project::package::DEFAULT_TARGET, conflicts_with = "binary")]
     pub target: String,
     /// Only check an existing zip (the one --out names).
     #[arg(long, conflicts_with_all = ["binary", "manifest_path"])]
@@ -42,9 +42,9 @@ pub async fn run(args: Args) -> Result<(), String> {
         json,
     } = args;
     let report = if check {
-        hubhost::package::check_zip(&out)
+        hubhost_project::package::check_zip(&out)
     } else {
-        hubhost::package::package(&hubhost::package::PackageOptions {
+        hubhost_project::package::package(&hubhost_project::package::PackageOptions {
             app,
             out,
             binary,

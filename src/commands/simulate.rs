@@ -1,6 +1,6 @@
 //! `hubhost simulate`: the home-security fleet as an Event Hubs producer.
 
-use hubhost::simulate;
+use hubhost_simulate as simulate;
 
 use super::{EventHubConnectionArgs, shutdown_signal};
 
@@ -65,12 +65,12 @@ pub async fn run(args: Args) -> Result<(), String> {
                 (!connection.to_ascii_lowercase().contains("entitypath="))
                     .then(|| "sensors".to_string())
             });
-            hubhost::eventhubs::EventHubTarget::parse(connection, hub.as_deref())
+            hubhost_processor::eventhubs::EventHubTarget::parse(connection, hub.as_deref())
                 .map_err(|e| e.to_string())?
         }
         (None, true) => event_hub.target(hub.as_deref().unwrap_or("sensors"))?,
-        (None, false) => hubhost::eventhubs::EventHubTarget::parse(
-            hubhost::eventhubs::EMULATOR_CONNECTION,
+        (None, false) => hubhost_processor::eventhubs::EventHubTarget::parse(
+            hubhost_processor::eventhubs::EMULATOR_CONNECTION,
             Some(hub.as_deref().unwrap_or("sensors")),
         )
         .map_err(|e| e.to_string())?,
@@ -78,7 +78,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     let pace = match (unthrottled, rate) {
         (true, _) => simulate::Pace::Unthrottled,
         (false, Some(rate)) => simulate::Pace::SpeedUp(
-            rate * 60.0 / (f64::from(homes.max(1)) * hubhost::fleet::SENSORS.len() as f64),
+            rate * 60.0 / (f64::from(homes.max(1)) * hubhost_app::fleet::SENSORS.len() as f64),
         ),
         (false, None) => simulate::Pace::SpeedUp(speed_up),
     };

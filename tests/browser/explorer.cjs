@@ -34,6 +34,9 @@ function check(condition, message) {
     await page.waitForFunction(() => document.querySelectorAll("#ex-hub option").length >= 3, null, { timeout: 30000 });
     const hubs = await page.$$eval("#ex-hub option", (os) => os.map((o) => o.value));
     check(hubs.includes("sensors") && hubs.includes(hub), `hubs: ${JSON.stringify(hubs)}`);
+    // It opens on the hub the functions are triggered by, not the first by name (alarms).
+    const opened = await page.$eval("#ex-hub", (s) => s.value);
+    check(opened === "sensors", `the explorer opened on ${opened}, not the triggered hub sensors`);
     await page.selectOption("#ex-hub", "sensors");
     await page.waitForFunction(() => {
       const rows = document.querySelectorAll("#ex-partitions tbody tr");

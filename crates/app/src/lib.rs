@@ -20,6 +20,7 @@ pub mod fleet;
 pub mod handler;
 pub mod layout;
 pub mod sensor;
+pub mod serve;
 pub(crate) mod versioned;
 
 use serde::Serialize;

@@ -69,6 +69,8 @@ pub struct ExplorerSources {
     pub allow_send: bool,
     /// How long a foreign owner's ownership counts without renewal.
     pub foreign_ownership_expiry: Duration,
+    /// The hub the app's functions are triggered by: the one the page opens on.
+    pub triggered_hub: Option<String>,
 }
 
 /// One partition's span, as the admin endpoint or `$management` reports it.
@@ -118,6 +120,8 @@ pub struct ExplorerView {
     pub can_peek: bool,
     pub can_send: bool,
     pub hubs: Vec<HubShown>,
+    /// The hub to show first: the one the functions are triggered by, when it is listed.
+    pub opens_on: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -470,6 +474,11 @@ impl Explorer {
             source,
             can_peek: self.sources.hub_admin.is_some(),
             can_send: self.sources.allow_send && self.sources.event_hub.is_some(),
+            opens_on: self
+                .sources
+                .triggered_hub
+                .clone()
+                .filter(|hub| shown.iter().any(|h| &h.name == hub)),
             hubs: shown,
         })
     }

@@ -102,6 +102,7 @@ impl DashboardSources {
             checkpoints: self.checkpoints.as_ref().map(|(store, _)| store.clone()),
             allow_send,
             foreign_ownership_expiry: self.foreign_ownership_expiry,
+            triggered_hub: Some(self.hub.clone()),
         };
         self
     }

@@ -69,6 +69,10 @@ pub enum EmulateError {
     HandlerStart { command: String, problem: String },
     #[error("the custom handler exited {0} times; giving up as the Functions host does")]
     HandlerCrashed(u32),
+    /// A bug in hubhost, not in the app: the message and a log with RUST_BACKTRACE=1 belong in
+    /// an issue.
+    #[error("a partition processor panicked (a hubhost bug; please report it): {0}")]
+    ProcessorPanicked(String),
     #[error(transparent)]
     Storage(#[from] hubhost_storage::settings::SettingsError),
     #[error(transparent)]
@@ -342,7 +346,7 @@ pub async fn run(
                 match ended {
                     Ok(Err(e)) => break Err(e.into()),
                     Ok(Ok(())) => continue,
-                    Err(e) => break Err(EmulateError::HostJson(format!("a processor panicked: {e}"))),
+                    Err(e) => break Err(EmulateError::ProcessorPanicked(e.to_string())),
                 }
             }
             status = child.wait() => {

@@ -57,10 +57,16 @@ impl ConsumerGroupKey {
         format!("{}checkpoint/", self.prefix())
     }
 
-    /// hubhost's scale controller's recent decisions: beside the SDKs' folders, never in them,
-    /// so their listings do not see it.
+    /// hubhost's scale controller's recent decisions, under a folder of hubhost's own
+    /// ([`HUBHOST_RECORDS`]), outside every layout the host and the SDKs read: beside the
+    /// current format's folders it sat where the legacy layout keeps a partition's checkpoint
+    /// (`{namespace}/{hub}/{group}/{partition}`), and readers of that layout took it for one.
     pub fn scale_history_blob(&self) -> String {
-        format!("{}hubhost-scale-history.json", self.prefix())
+        format!(
+            "{HUBHOST_RECORDS}scale-history/{}/{}/{}.json",
+            self.namespace, self.event_hub, self.consumer_group
+        )
+        .to_lowercase()
     }
 
     /// The partition id is not lowercased: the SDKs lowercase the whole name, but partition
@@ -161,6 +167,11 @@ pub fn escape_blob_path(path: &str) -> String {
     out
 }
 
+/// The folder of the checkpoint container that holds hubhost's own records. Names there start
+/// with no namespace (a namespace has a dot or is `localhost`), so no SDK or host layout
+/// lists them.
+pub const HUBHOST_RECORDS: &str = "hubhost/";
+
 /// The partition id of a blob name: the text after the last `/`, as every SDK does.
 pub fn partition_of(name: &str) -> &str {
     name.rsplit('/').next().unwrap_or(name)
@@ -173,7 +184,7 @@ pub fn blob_kind(name: &str) -> &'static str {
         "ownership"
     } else if name.contains("/checkpoint/") || name.ends_with("/checkpoint") {
         "checkpoint"
-    } else if name.ends_with("hubhost-scale-history.json") {
+    } else if name.starts_with(HUBHOST_RECORDS) && name.contains("/scale-history/") {
         "scale history"
     } else {
         "other"
@@ -196,6 +207,19 @@ mod tests {
         assert_eq!(blob_kind(&k.checkpoint_blob("3").unwrap()), "checkpoint");
         assert_eq!(blob_kind(&k.scale_history_blob()), "scale history");
         assert_eq!(blob_kind("myns/sensors/$Default/3"), "other");
+    }
+
+    #[test]
+    fn hubhosts_own_records_are_outside_the_sdk_and_legacy_layouts() {
+        let k = key();
+        let history = k.scale_history_blob();
+        for layout in [k.prefix(), k.legacy_prefix()] {
+            assert!(
+                !history.to_lowercase().starts_with(&layout.to_lowercase()),
+                "{history} is under {layout}"
+            );
+        }
+        assert!(history.starts_with(HUBHOST_RECORDS), "{history}");
     }
 
     #[test]

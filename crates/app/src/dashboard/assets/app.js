@@ -251,7 +251,8 @@ function showExplorer(v) {
       if (g.checkpointed) remember(ex.lags, `${hub.name}/${g.name}`, { t: now, v: g.lag });
     }
   }
-  ex.hub = options("ex-hub", v.hubs.map((h) => h.name), ex.hub);
+  // Until the user picks one, the hub the functions are triggered by, not the first by name.
+  ex.hub = options("ex-hub", v.hubs.map((h) => h.name), ex.hub ?? v.opensOn);
   const hub = v.hubs.find((h) => h.name === ex.hub);
   if (!hub) return;
   $("ex-hub-title").textContent = `${hub.name}: ${hub.partitions.length} partitions`;

@@ -1,0 +1,419 @@
+//! `hubhost bench handler`: the custom handler's throughput over loopback HTTP, with baselines.
+//!
+//! For each batch size, fresh handler processes are driven the way the host drives them: one
+//! batch in flight per partition, all partitions in parallel, cardinality many, dataType
+//! string, ~250-byte sensor readings; requests are built before the clock starts. Two handlers,
+//! alternating, `repetitions` times each: the reference app (`hubhost serve`, own storage
+//! directory: decode → aggregate → blob writes → answer) and a trivial function on the same
+//! framework that only counts the events (`hubhost-bench trivial-handler`: the framework's own
+//! cost — HTTP, body limit, decoding, task, answer). Reported per handler: median events/s with
+//! the range over repetitions, MB/s, p50/p99 batch latency; and, on the same requests, decoding
+//! against a plain `serde_json` parse of the same bytes.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use hubhost_app::aggregate::window_start;
+use hubhost_app::fleet::{Fleet, PartitionFeed};
+use hubhost_app::handler::builtin_functions;
+use hubhost_functions::contract::decode::decode_request;
+use hubhost_functions::prelude::*;
+use hubhost_host::invoker::Invoker;
+use hubhost_testkit::host_request;
+
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub batch_sizes: Vec<usize>,
+    pub events: usize,
+    pub partitions: u32,
+    pub homes: u32,
+    /// Runs of each handler per batch size (median and range reported).
+    pub repetitions: usize,
+    /// Storage for the handler under test: a directory (default: a fresh temporary one per run)
+    /// or a connection string.
+    pub storage: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("cannot start the handler: {0}")]
+    Spawn(std::io::Error),
+    #[error(transparent)]
+    Invoke(#[from] hubhost_host::invoker::InvokeError),
+    #[error("the handler answered HTTP {0} during the benchmark: {1}")]
+    Failed(u16, String),
+}
+
+/// Which handler a run drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandlerKind {
+    /// The reference app's `SensorAggregator` (`hubhost serve`).
+    ReferenceApp,
+    /// A function that only counts its events, on the same framework.
+    Trivial,
+}
+
+impl HandlerKind {
+    fn label(self) -> &'static str {
+        match self {
+            HandlerKind::ReferenceApp => "reference app",
+            HandlerKind::Trivial => "trivial function",
+        }
+    }
+}
+
+/// One timed run of one handler.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub seconds: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// Every run of one batch size.
+pub struct RunFigures {
+    pub batch_size: usize,
+    pub events: usize,
+    pub bytes: usize,
+    pub decode_us: f64,
+    pub plain_parse_us: f64,
+    pub reference: Vec<Run>,
+    pub trivial: Vec<Run>,
+}
+
+impl RunFigures {
+    /// Median and range of events/s over the runs.
+    pub fn events_per_second(&self, kind: HandlerKind) -> (f64, f64, f64) {
+        let runs = match kind {
+            HandlerKind::ReferenceApp => &self.reference,
+            HandlerKind::Trivial => &self.trivial,
+        };
+        let mut rates: Vec<f64> = runs
+            .iter()
+            .map(|r| self.events as f64 / r.seconds)
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        (
+            percentile(&rates, 0.5),
+            rates.first().copied().unwrap_or(0.0),
+            rates.last().copied().unwrap_or(0.0),
+        )
+    }
+}
+
+/// The trivial function: counts the events and answers.
+struct CountOnly;
+
+#[async_trait]
+impl EventHubFunction for CountOnly {
+    async fn run(
+        &self,
+        batch: TriggerBatch,
+        _: &Counters,
+    ) -> Result<FunctionOutput, FunctionError> {
+        Ok(FunctionOutput {
+            return_value: batch.events.len().into(),
+            ..Default::default()
+        })
+    }
+}
+
+/// `hubhost-bench trivial-handler`: the trivial function under the reference app's function
+/// name, on `port`, until SIGTERM.
+pub async fn serve_trivial(port: u16) -> Result<(), ServeError> {
+    let spec = builtin_functions().remove(0);
+    FunctionServer::builder()
+        .event_hub_function(spec, CountOnly)
+        .build(None)?
+        .serve(
+            ([127, 0, 0, 1], port).into(),
+            |_| {},
+            hubhost_functions::server::shutdown_signal(),
+        )
+        .await
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(17071)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    percentile(&v, 0.5)
+}
+
+pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
+    let mut all = Vec::new();
+    println!(
+        "handler benchmark: {} partitions, {} homes, {} events per run, {} repetitions of each handler, loopback HTTP",
+        opts.partitions, opts.homes, opts.events, opts.repetitions
+    );
+    for &batch_size in &opts.batch_sizes {
+        let prepared = prepare(&opts, batch_size);
+        let mut figures = RunFigures {
+            batch_size,
+            events: prepared.events,
+            bytes: prepared.bytes,
+            decode_us: prepared.decode_us,
+            plain_parse_us: prepared.plain_parse_us,
+            reference: Vec::new(),
+            trivial: Vec::new(),
+        };
+        // Alternating, so that drift of a noisy machine spreads over both.
+        for _ in 0..opts.repetitions.max(1) {
+            figures
+                .reference
+                .push(measure(&opts, &prepared, HandlerKind::ReferenceApp).await?);
+            figures
+                .trivial
+                .push(measure(&opts, &prepared, HandlerKind::Trivial).await?);
+        }
+        print_figures(&figures);
+        all.push(figures);
+    }
+    println!(
+        "decode = hubhost's request decoding (contract → typed batch), best of 3 on 40 requests; parse = serde_json::from_slice::<Value> of the same bytes"
+    );
+    Ok(all)
+}
+
+fn print_figures(f: &RunFigures) {
+    println!(
+        "batch {}: {} events, {:.1} MB per run; decode {:.0} µs vs plain parse {:.0} µs per request = {:.2}×",
+        f.batch_size,
+        f.events,
+        f.bytes as f64 / 1e6,
+        f.decode_us,
+        f.plain_parse_us,
+        f.decode_us / f.plain_parse_us
+    );
+    println!(
+        "  {:<17} {:>10} {:>21} {:>7} {:>8} {:>8}",
+        "handler", "events/s", "range", "MB/s", "p50 ms", "p99 ms"
+    );
+    for (kind, runs) in [
+        (HandlerKind::ReferenceApp, &f.reference),
+        (HandlerKind::Trivial, &f.trivial),
+    ] {
+        let (mid, lo, hi) = f.events_per_second(kind);
+        println!(
+            "  {:<17} {:>10.0} {:>21} {:>7.1} {:>8.2} {:>8.2}",
+            kind.label(),
+            mid,
+            format!("{lo:.0}–{hi:.0}"),
+            mid * f.bytes as f64 / f.events as f64 / 1e6,
+            median(runs.iter().map(|r| r.p50_ms)),
+            median(runs.iter().map(|r| r.p99_ms)),
+        );
+    }
+}
+
+/// A batch size's requests, built once, with the decoding baseline.
+struct Prepared {
+    batch_size: usize,
+    fleet: Fleet,
+    start: chrono::DateTime<Utc>,
+    requests: Vec<(u32, Vec<Vec<u8>>)>,
+    events: usize,
+    bytes: usize,
+    decode_us: f64,
+    plain_parse_us: f64,
+}
+
+fn prepare(opts: &BenchOptions, batch_size: usize) -> Prepared {
+    let spec = builtin_functions().remove(0);
+    let trigger = spec.event_hub_trigger().expect("event hub trigger").clone();
+    let fleet = Fleet {
+        homes: opts.homes,
+        partitions: opts.partitions,
+        seed: 99,
+    };
+    let start = window_start(Utc::now(), 60);
+    let per_partition = opts.events / opts.partitions as usize;
+    let requests: Vec<(u32, Vec<Vec<u8>>)> = (0..opts.partitions)
+        .map(|p| {
+            let mut feed = PartitionFeed::new(&fleet, p, start);
+            let mut left = per_partition;
+            let mut batches = Vec::new();
+            while left > 0 {
+                let events = feed.next_batch(batch_size.min(left));
+                if events.is_empty() {
+                    break;
+                }
+                left -= events.len();
+                batches.push(host_request(&spec.name, &trigger, p, &events));
+            }
+            (p, batches)
+        })
+        .collect();
+    let events: usize = per_partition * opts.partitions as usize;
+    let bytes: usize = requests.iter().flat_map(|(_, b)| b).map(Vec::len).sum();
+
+    // Baseline, same bytes: decoding vs a plain parse, on a sample, best of 3.
+    let sample: Vec<&Vec<u8>> = requests.iter().flat_map(|(_, b)| b).take(40).collect();
+    let time = |f: &dyn Fn(&[u8])| {
+        (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                for r in &sample {
+                    f(r);
+                }
+                t.elapsed().as_secs_f64() * 1e6 / sample.len() as f64
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let plain_parse_us = time(&|r| {
+        std::hint::black_box(serde_json::from_slice::<serde_json::Value>(r).expect("valid JSON"));
+    });
+    let decode_us = time(&|r| {
+        std::hint::black_box(decode_request(&spec.name, &trigger, r).expect("decodes"));
+    });
+
+    Prepared {
+        batch_size,
+        fleet,
+        start,
+        requests,
+        events,
+        bytes,
+        decode_us,
+        plain_parse_us,
+    }
+}
+
+/// One timed run of a fresh handler process of `kind` on the prepared requests.
+async fn measure(
+    opts: &BenchOptions,
+    prepared: &Prepared,
+    kind: HandlerKind,
+) -> Result<Run, BenchError> {
+    let Prepared {
+        batch_size,
+        fleet,
+        start,
+        ..
+    } = prepared;
+    let (batch_size, start) = (*batch_size, *start);
+    let spec = builtin_functions().remove(0);
+    let trigger = spec.event_hub_trigger().expect("event hub trigger").clone();
+    // The handler under test, in its own process (the reference app with its own storage).
+    let scratch = tempdir_path(batch_size);
+    let storage = opts
+        .storage
+        .clone()
+        .unwrap_or_else(|| scratch.display().to_string());
+    let port = free_port();
+    let exe = match kind {
+        HandlerKind::ReferenceApp => crate::hubhost_exe(),
+        HandlerKind::Trivial => std::env::current_exe(),
+    };
+    let mut command = hubhost_host::child::command(exe.map_err(BenchError::Spawn)?);
+    match kind {
+        HandlerKind::ReferenceApp => command
+            .args(["serve", "--port", &port.to_string()])
+            .env("HUBHOST_STORAGE", &storage),
+        HandlerKind::Trivial => command.args(["trivial-handler", "--port", &port.to_string()]),
+    };
+    let mut child = command
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(BenchError::Spawn)?;
+    let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
+    invoker.wait_ready(Duration::from_secs(30)).await?;
+
+    if kind == HandlerKind::ReferenceApp {
+        // Warm-up, untimed: one reading of every home in the minute before, so that the home
+        // directory knows every home — the steady state of a running fleet, where a batch writes
+        // its window aggregate and nothing else.
+        let mut warm = tokio::task::JoinSet::new();
+        for p in 0..opts.partitions {
+            let homes = fleet.homes_in(p);
+            let minute = start - chrono::Duration::minutes(1);
+            let bodies: Vec<Vec<u8>> = homes
+                .chunks(batch_size.max(1))
+                .enumerate()
+                .map(|(i, chunk)| {
+                    let events: Vec<_> = chunk
+                        .iter()
+                        .enumerate()
+                        .map(|(j, home)| hubhost_functions::batch::EventRecord {
+                            body: bytes::Bytes::from(fleet.reading(home, 0, minute)),
+                            sequence_number: Some((i * batch_size + j) as i64),
+                            offset: None,
+                            enqueued_time: Some(minute),
+                            partition_key: Some(home.clone()),
+                            properties: Default::default(),
+                        })
+                        .collect();
+                    host_request(&spec.name, &trigger, p, &events)
+                })
+                .collect();
+            let (invoker, name) = (invoker.clone(), spec.name.clone());
+            warm.spawn(async move {
+                for body in bodies {
+                    let answer = invoker.invoke(&name, body).await?;
+                    if !answer.succeeded() {
+                        return Err(BenchError::Failed(answer.status, answer.body.to_string()));
+                    }
+                }
+                Ok(())
+            });
+        }
+        while let Some(result) = warm.join_next().await {
+            result.expect("warm-up task")?;
+        }
+    }
+
+    // Copied before the clock starts: each run sends its own copy of the requests.
+    let requests = prepared.requests.clone();
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (_, batches) in requests {
+        let (invoker, name) = (invoker.clone(), spec.name.clone());
+        tasks.spawn(async move {
+            let mut latencies = Vec::with_capacity(batches.len());
+            for body in batches {
+                let t = Instant::now();
+                let answer = invoker.invoke(&name, body).await?;
+                if !answer.succeeded() {
+                    return Err(BenchError::Failed(answer.status, answer.body.to_string()));
+                }
+                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok(latencies)
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        latencies.extend(result.expect("bench task")?);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    latencies.sort_by(f64::total_cmp);
+    Ok(Run {
+        seconds,
+        p50_ms: percentile(&latencies, 0.50),
+        p99_ms: percentile(&latencies, 0.99),
+    })
+}
+
+fn tempdir_path(tag: usize) -> PathBuf {
+    std::env::temp_dir().join(format!("hubhost-bench-{}-{tag}", std::process::id()))
+}

@@ -1,0 +1,70 @@
+//! `hubhost-bench`: the benchmarks and the chaos rig, a binary of their own so that none of it
+//! is linked into what Azure runs. `hubhost bench …` forwards here. It drives the `hubhost`
+//! executable found beside it (or on PATH) as child processes: hubs, emulated hosts, handlers.
+
+mod cli;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// As in `hubhost`: the pipeline measured runs on mimalloc, and so does what measures it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "hubhost-bench",
+    version,
+    about = "hubhost's benchmarks and chaos rig, each printing a baseline measured in the same run"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Bench(cli::BenchCommand),
+    /// The trivial function `bench handler` compares the reference app with (the framework's
+    /// own cost).
+    #[command(hide = true)]
+    TrivialHandler {
+        #[arg(long)]
+        port: u16,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The benchmarks print their own progress; the SDK warns about connection recovery it
+    // then completes, and failed sends are reported.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "warn,azure_messaging_eventhubs=error,azure_core_amqp=error",
+        )
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Bench(which) => cli::run(which).await,
+            Command::TrivialHandler { port } => hubhost_bench::handler::serve_trivial(port)
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("hubhost-bench: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! The test kit: what hubhost's own tests, benchmarks and chaos rig use to run the real parts
+//! on one machine, and what a team testing *its* functions can use the same way.
+//!
+//! - [`process`]: run a command within a time limit, free loopback ports, wait for a port, find
+//!   the hubhost executables;
+//! - [`Hub`], [`Server`], [`Azurite`]: a `hubhost hub`, a `hubhost serve` handler and an Azurite
+//!   blob service as child processes on free ports, killed on drop;
+//! - [`pool`]: a pool of `hubhost emulate` instances on one function app folder, and what they
+//!   say of themselves (metrics, ownership);
+//! - [`tools`]: the tools a test may need beyond Rust (Azurite, the Python SDK, Chromium,
+//!   cargo-zigbuild) and [`require!`], which skips a test, saying what it needs, where they are
+//!   missing — or fails it under the full suite (`HUBHOST_REQUIRE_TOOLS=1`, set by
+//!   `scripts/test.sh`);
+//! - [`requests`]: a host request built as the Functions host builds it;
+//! - [`stats`]: median and range of repeated measurements.
+
+pub mod azurite;
+pub mod hub;
+pub mod pool;
+pub mod process;
+pub mod python;
+pub mod requests;
+pub mod serve;
+pub mod stats;
+pub mod tools;
+
+pub use azurite::Azurite;
+pub use hub::{Hub, KEY};
+pub use process::{
+    COMMAND_LIMIT, binary, copy_dir, free_port, hubhost, output_within, try_free_port,
+    wait_for_port, wait_within,
+};
+pub use python::{python_json, python_output};
+pub use requests::{host_request, partition_context};
+pub use serve::Server;
+pub use tools::{Tool, azurite_bin, node_modules, python};
+
+/// The repository the test kit is built in: where `scripts/test.sh` installs the tools
+/// (`.tools/`) and where the Python peers live (`tests/python/`).
+pub fn repository() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}

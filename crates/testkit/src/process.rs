@@ -1,0 +1,161 @@
+//! Child processes for tests: bounded in time, on free loopback ports, and the hubhost
+//! executables found beside the test that runs them.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a command run by a test may take before it counts as hung.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(300);
+
+/// Runs `command` to completion (stdin closed, stdout and stderr captured) within `limit`. A
+/// command still running then is killed and the test fails with what it printed, so a hang
+/// is a failure with its evidence instead of a CI run that never ends.
+pub fn output_within(command: &mut Command, limit: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?} does not start: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    let Some(status) = status else {
+        panic!(
+            "{command:?} did not finish within {limit:?} and was killed.\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+    };
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// Waits for `child` to exit within `limit`; one still running then is killed and the test
+/// fails, naming `what`.
+pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {limit:?} and was killed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A loopback port nobody listens on now (the OS's choice of an ephemeral port).
+pub fn try_free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// [`try_free_port`], for tests.
+pub fn free_port() -> u16 {
+    try_free_port().expect("a free loopback port")
+}
+
+/// Waits up to 30 s until something listens on loopback `port`; the test fails otherwise.
+pub fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not start listening on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// The executable `name` of this workspace (`hubhost`, `hubhost-app`, `hubhost-bench`): in
+/// `HUBHOST_BIN_DIR` if set, else in the Cargo target folder the running test or program was
+/// built in (a test runs from `target/<profile>/deps/`, the executables sit one level up), else
+/// on `PATH`. A test that needs one that is not built fails saying how to build it.
+pub fn binary(name: &str) -> PathBuf {
+    find_binary(name).unwrap_or_else(|| {
+        panic!(
+            "the {name} executable is not built: run `cargo build --workspace` (or set HUBHOST_BIN_DIR to the folder that holds it)"
+        )
+    })
+}
+
+/// [`binary`], or `None` where it is nowhere to be found.
+pub fn find_binary(name: &str) -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("HUBHOST_BIN_DIR") {
+        let path = Path::new(&dir).join(name);
+        return path.is_file().then_some(path);
+    }
+    if let Ok(me) = std::env::current_exe() {
+        for dir in me.ancestors().skip(1).take(2) {
+            let path = dir.join(name);
+            if path.is_file() {
+                return Some(path);
+            }
+        }
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    })
+}
+
+/// Runs the `hubhost` command line to completion; returns (exit code, stdout, stderr).
+pub fn hubhost(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = output_within(
+        Command::new(binary("hubhost"))
+            .args(args)
+            .envs(env.iter().copied())
+            .env_remove("HUBHOST_STORAGE")
+            .env_remove("AzureWebJobsStorage"),
+        COMMAND_LIMIT,
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Copies a folder tree of files and folders.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

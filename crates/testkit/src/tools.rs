@@ -1,0 +1,153 @@
+//! The tools a test may need beyond Rust, where the test command (`scripts/test.sh`) installs
+//! them, and what a test does where one is missing.
+//!
+//! `cargo test --workspace` on a machine with nothing but Rust skips the tests that need
+//! Azurite, the Python SDK, Chromium or cargo-zigbuild, each saying in one line what it needs;
+//! `scripts/test.sh` installs them all and sets `HUBHOST_REQUIRE_TOOLS=1`, under which a missing
+//! tool fails the test instead, so the full suite never passes by skipping.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use crate::repository;
+
+/// A tool beyond Rust that some tests need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// Azurite's blob service (npm), the local Azure Storage.
+    Azurite,
+    /// A Python with the official `azure-eventhub` and `azure-eventhub-checkpointstoreblob`.
+    PythonSdk,
+    /// Debian's Chromium driven by `playwright-core` (npm).
+    Browser,
+    /// `cargo-zigbuild` and Zig, to build for glibc 2.28.
+    Zigbuild,
+    /// `openssl`, `unshare` and `ip`: certificates, keys and network namespaces.
+    SystemTools,
+}
+
+impl Tool {
+    /// What it is, for the line a skipped test prints.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Tool::Azurite => "Azurite",
+            Tool::PythonSdk => "the official Python Event Hubs SDK",
+            Tool::Browser => "Chromium and playwright-core",
+            Tool::Zigbuild => "cargo-zigbuild and Zig",
+            Tool::SystemTools => "openssl, unshare and ip",
+        }
+    }
+
+    /// Whether it is installed where the tests look for it.
+    pub fn is_installed(self) -> bool {
+        match self {
+            Tool::Azurite => azurite_path().exists(),
+            Tool::PythonSdk => python_path().exists(),
+            Tool::Browser => {
+                node_modules_path().join("playwright-core").exists() && on_path("chromium")
+            }
+            Tool::Zigbuild => {
+                let tools = repository().join(".tools");
+                tools.join("cargo/bin/cargo-zigbuild").exists()
+                    && tools.join("zig-venv/bin/python").exists()
+            }
+            Tool::SystemTools => ["openssl", "unshare", "ip"].into_iter().all(on_path),
+        }
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// Whether every tool in `needs` is installed; where one is not, prints
+/// `skipped TEST: needs …` on the terminal (past the test harness's capture) and returns
+/// false, or fails the test under `HUBHOST_REQUIRE_TOOLS=1`. Use it through [`require!`](crate::require).
+pub fn available(test: &str, needs: &[Tool]) -> bool {
+    let missing: Vec<&str> = needs
+        .iter()
+        .filter(|tool| !tool.is_installed())
+        .map(|tool| tool.describe())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let test = test.replace("::{{closure}}", "");
+    let line = format!(
+        "skipped {test}: needs {} — run scripts/test.sh, which installs them",
+        missing.join(", ")
+    );
+    if std::env::var_os("HUBHOST_REQUIRE_TOOLS").is_some_and(|v| v != "0") {
+        panic!("{line} (HUBHOST_REQUIRE_TOOLS is set: the full suite runs every test)");
+    }
+    let _ = writeln!(std::io::stderr(), "{line}");
+    false
+}
+
+/// Skips the rest of the test (returns) unless every tool named is installed:
+/// `hubhost_testkit::require!(Tool::Azurite, Tool::PythonSdk);`. See [`available`].
+#[macro_export]
+macro_rules! require {
+    ($($tool:expr),+ $(,)?) => {
+        if !$crate::tools::available(
+            {
+                fn here() {}
+                let name = ::std::any::type_name_of_val(&here);
+                name.strip_suffix("::here").unwrap_or(name)
+            },
+            &[$($tool),+],
+        ) {
+            return;
+        }
+    };
+}
+
+fn tool_path(override_var: &str, relative: &str) -> PathBuf {
+    match std::env::var_os(override_var) {
+        Some(path) => PathBuf::from(path),
+        None => repository().join(relative),
+    }
+}
+
+fn azurite_path() -> PathBuf {
+    tool_path(
+        "HUBHOST_AZURITE_BIN",
+        ".tools/node_modules/.bin/azurite-blob",
+    )
+}
+
+fn python_path() -> PathBuf {
+    tool_path("HUBHOST_PYTHON", ".tools/venv/bin/python")
+}
+
+fn node_modules_path() -> PathBuf {
+    tool_path("HUBHOST_NODE_MODULES", ".tools/node_modules")
+}
+
+fn installed(tool: Tool, path: PathBuf) -> PathBuf {
+    assert!(
+        tool.is_installed(),
+        "{} is not installed at {}: run scripts/test.sh (it installs it); a test that needs it starts with require!({tool:?})",
+        tool.describe(),
+        path.display()
+    );
+    path
+}
+
+/// Azurite's `azurite-blob` (HUBHOST_AZURITE_BIN, else where `scripts/test.sh` installs it).
+pub fn azurite_bin() -> PathBuf {
+    installed(Tool::Azurite, azurite_path())
+}
+
+/// The `node_modules` that holds `playwright-core` (HUBHOST_NODE_MODULES, else where
+/// `scripts/test.sh` installs it).
+pub fn node_modules() -> PathBuf {
+    installed(Tool::Browser, node_modules_path())
+}
+
+/// The Python that has the official Azure SDK packages (HUBHOST_PYTHON, else the virtualenv
+/// `scripts/test.sh` makes).
+pub fn python() -> PathBuf {
+    installed(Tool::PythonSdk, python_path())
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs what the tests use beyond Rust, under .tools/ (nothing global but Debian packages):
+# Node's npm (Debian) for Azurite and playwright-core; Debian's chromium; openssl, unshare and ip;
+# a Python virtualenv with the official Azure Event Hubs SDK packages; cargo-zigbuild and Zig for
+# `hubhost package`. Each step is skipped when its tool is already there. scripts/test.sh runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+AZURITE_VERSION=3.35.0   # the last version that runs on Node 20 (3.36+ need Node 21/22)
+
+if ! command -v npm >/dev/null 2>&1; then
+  echo "== installing Node.js and npm (Debian packages)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
+PLAYWRIGHT_VERSION=1.65.1  # playwright-core only: it drives Debian's chromium, downloads no browser
+if [ ! -x .tools/node_modules/.bin/azurite-blob ] || [ ! -d .tools/node_modules/playwright-core ]; then
+  echo "== installing azurite@${AZURITE_VERSION} and playwright-core@${PLAYWRIGHT_VERSION} into .tools/"
+  mkdir -p .tools
+  npm install --prefix .tools --no-audit --no-fund --loglevel=error \
+    "azurite@${AZURITE_VERSION}" "playwright-core@${PLAYWRIGHT_VERSION}" >/dev/null
+fi
+
+# Headless Chromium for the dashboard's browser test (Debian's package).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "== installing chromium (Debian package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+# openssl makes the tests' certificates and signing keys; unshare and ip give the IMDS test a
+# network namespace of its own (Debian's util-linux and iproute2).
+for tool in openssl:openssl unshare:util-linux ip:iproute2; do
+  if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
+    echo "== installing ${tool#*:} (Debian package)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool#*:}" >/dev/null
+  fi
+done
+
+# The official Python SDK packages, as independent peers in the interop tests.
+PY_PACKAGES=("azure-eventhub==5.15.1" "azure-eventhub-checkpointstoreblob==1.2.0")
+if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.eventhub.extensions.checkpointstoreblob" 2>/dev/null; then
+  echo "== installing ${PY_PACKAGES[*]} into .tools/venv"
+  if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv --help >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+  fi
+  rm -rf .tools/venv
+  python3 -m venv .tools/venv
+  .tools/venv/bin/pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+fi
+
+# cargo-zigbuild and Zig, for `hubhost package` (the deployable build against glibc 2.28).
+ZIGBUILD_VERSION=0.24.1
+ZIG_VERSION=0.15.2
+if [ ! -x .tools/cargo/bin/cargo-zigbuild ]; then
+  echo "== installing cargo-zigbuild ${ZIGBUILD_VERSION} into .tools/cargo"
+  cargo install --quiet --locked --root .tools/cargo cargo-zigbuild --version "${ZIGBUILD_VERSION}"
+fi
+if [ ! -x .tools/zig-venv/bin/python ] || ! .tools/zig-venv/bin/python -m ziglang version >/dev/null 2>&1; then
+  echo "== installing ziglang ${ZIG_VERSION} into .tools/zig-venv"
+  rm -rf .tools/zig-venv
+  python3 -m venv .tools/zig-venv
+  .tools/zig-venv/bin/pip install -q --disable-pip-version-check "ziglang==${ZIG_VERSION}"
+fi
