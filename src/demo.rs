@@ -24,12 +24,12 @@ use hubhost_app::dashboard::DashboardSources;
 use hubhost_app::handler::{self, ALARMS_HUB, HandlerConfig, builtin_functions};
 use hubhost_app::layout::DEFAULT_CONTAINER;
 use hubhost_app::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION};
+use hubhost_eventhubs::{EventHubTarget, on_sending_thread};
 use hubhost_host::emulate::{self, AppSettings};
 use hubhost_host::invoker::Invoker;
 use hubhost_host::progress::Progress;
 use hubhost_hub::{HubConfig, HubSpec};
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
-use hubhost_processor::eventhubs::{EventHubTarget, on_sending_thread};
 use hubhost_processor::{Consumer, EventProcessor, ProcessorOptions};
 use hubhost_simulate::{self as simulate, Pace, SimulateOptions, StopAfter};
 use hubhost_storage::{SharedStore, StorageLocation};
@@ -65,7 +65,7 @@ pub enum DemoError {
     #[error(transparent)]
     Emulate(#[from] emulate::EmulateError),
     #[error(transparent)]
-    EventHub(#[from] hubhost_processor::eventhubs::EventHubsError),
+    EventHub(#[from] hubhost_eventhubs::EventHubsError),
     #[error(transparent)]
     Simulate(#[from] simulate::SimulateError),
     #[error("sending the poison events failed: {0}")]
@@ -360,7 +360,7 @@ async fn send_poison(target: &EventHubTarget) -> Result<(), DemoError> {
             .await
             .map_err(|e| DemoError::Send(e.to_string()))?;
     }
-    hubhost_processor::eventhubs::close_quietly("producer", producer.close()).await;
+    hubhost_eventhubs::close_quietly("producer", producer.close()).await;
     Ok(())
 }
 

@@ -534,7 +534,7 @@ fn simulate(namespace: &str, events: u32, env: &[(String, String)]) -> (i32, Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_based_event_hubs_connections_reach_the_local_hub() {
-    common::require!(Tool::SystemTools);
+    common::require!(Tool::PythonSdk, Tool::SystemTools);
     use hubhost_testkit::pool::{AppFolder, EmulatePool};
 
     let dir = tempfile::tempdir().unwrap();

@@ -16,8 +16,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::Hub;
+use hubhost_eventhubs::EventHubTarget;
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
-use hubhost_processor::eventhubs::EventHubTarget;
 use hubhost_storage::StorageLocation;
 use hubhost_testkit::pool::{AppFolder, EmulatePool, live_owners};
 use serde_json::{Value, json};
@@ -327,7 +327,7 @@ impl Pool {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pool_member.py");
         let mut cmd = Command::new(common::python());
         cmd.arg(script)
-            .arg(hubhost_processor::eventhubs::EMULATOR_CONNECTION)
+            .arg(hubhost_eventhubs::EMULATOR_CONNECTION)
             .arg("sensors")
             .arg(&self.storage)
             .arg(self.path(&format!("records/{name}.jsonl")))

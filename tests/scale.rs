@@ -13,8 +13,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hubhost_eventhubs::EventHubTarget;
+use hubhost_host::scale::ScalePoint;
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
-use hubhost_processor::eventhubs::EventHubTarget;
 use hubhost_storage::StorageLocation;
 use hubhost_testkit::pool::AppFolder;
 use serde_json::{Value, json};
@@ -238,7 +239,7 @@ fn the_scale_controller_drains_a_backlog_and_scales_to_zero() {
         .unwrap();
     let store = CheckpointStore::new(blobs, DEFAULT_CONTAINER);
     let key = ConsumerGroupKey::new("localhost", "sensors", "$Default").unwrap();
-    let history = runtime.block_on(store.scale_history(&key)).unwrap();
+    let history: Vec<ScalePoint> = runtime.block_on(store.scale_history(&key)).unwrap();
     assert!(history.len() >= changes.len().min(120));
     assert_eq!(
         history.first().map(|p| (p.target, p.instances)),

@@ -94,7 +94,7 @@ fn open_scope(
     let blobs = location.open().map_err(|e| e.to_string())?;
     let namespace = match &scope.namespace {
         Some(ns) => ns.clone(),
-        None => hubhost_processor::eventhubs::eventhub_namespace(env).ok_or(
+        None => hubhost_eventhubs::eventhub_namespace(env).ok_or(
             "name the Event Hubs namespace with --namespace (e.g. myns.servicebus.windows.net), \
              or set EventHubConnection (or EventHubConnection__fullyQualifiedNamespace)",
         )?,
@@ -232,10 +232,11 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
                             .then_some((end.last_sequence_number, end.last_offset.as_str()));
                         checkpoints.push(match admin::reset_step(id, last, target_position) {
                             admin::ResetStep::Write(checkpoint) => checkpoint,
-                            admin::ResetStep::FindBefore(t) => target
-                                .checkpoint_before(&key.consumer_group, end, t)
-                                .await
-                                .map_err(|e| e.to_string())?,
+                            admin::ResetStep::FindBefore(t) => {
+                                admin::checkpoint_before(&target, &key.consumer_group, end, t)
+                                    .await
+                                    .map_err(|e| e.to_string())?
+                            }
                         });
                     }
                     admin::write_checkpoints(&store, &key, &checkpoints)

@@ -37,13 +37,10 @@ impl EventHubConnectionArgs {
 
     /// The event hub `hub` through the connection given, read the way the host reads the
     /// EventHubConnection settings.
-    pub fn target(
-        &self,
-        hub: &str,
-    ) -> Result<hubhost_processor::eventhubs::EventHubTarget, String> {
-        let setting = hubhost_processor::eventhubs::EVENTHUB_CONNECTION_SETTING;
+    pub fn target(&self, hub: &str) -> Result<hubhost_eventhubs::EventHubTarget, String> {
+        let setting = hubhost_eventhubs::EVENTHUB_CONNECTION_SETTING;
         let namespace_setting = format!("{setting}__fullyQualifiedNamespace");
-        hubhost_processor::eventhubs::EventHubTarget::from_settings(setting, hub, |name| {
+        hubhost_eventhubs::EventHubTarget::from_settings(setting, hub, |name| {
             if name == setting {
                 self.connection.clone()
             } else if name == namespace_setting {

@@ -65,12 +65,12 @@ pub async fn run(args: Args) -> Result<(), String> {
                 (!connection.to_ascii_lowercase().contains("entitypath="))
                     .then(|| "sensors".to_string())
             });
-            hubhost_processor::eventhubs::EventHubTarget::parse(connection, hub.as_deref())
+            hubhost_eventhubs::EventHubTarget::parse(connection, hub.as_deref())
                 .map_err(|e| e.to_string())?
         }
         (None, true) => event_hub.target(hub.as_deref().unwrap_or("sensors"))?,
-        (None, false) => hubhost_processor::eventhubs::EventHubTarget::parse(
-            hubhost_processor::eventhubs::EMULATOR_CONNECTION,
+        (None, false) => hubhost_eventhubs::EventHubTarget::parse(
+            hubhost_eventhubs::EMULATOR_CONNECTION,
             Some(hub.as_deref().unwrap_or("sensors")),
         )
         .map_err(|e| e.to_string())?,

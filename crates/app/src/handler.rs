@@ -20,14 +20,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use hubhost_functions::batch::TriggerBatch;
+use hubhost_functions::function::{
+    CounterFamily, Counters, EventHubFunction, FunctionError, HistogramFamily,
+};
 use hubhost_functions::function_app::{
     BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
 };
 use hubhost_functions::metrics::Kind;
-use hubhost_functions::server::{
-    CounterFamily, Counters, EventHubFunction, FunctionError, FunctionOutput, FunctionServer,
-    HistogramFamily,
-};
+use hubhost_functions::output::FunctionOutput;
+use hubhost_functions::server::FunctionServer;
 use hubhost_storage::counting::{self, CountingStore};
 use hubhost_storage::{SharedStore, StorageLocation, StoreError};
 

@@ -25,8 +25,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use hubhost_app::fleet::{Fleet, SENSORS};
+use hubhost_eventhubs::{EventHubTarget, SendOutcomes, on_sending_thread};
 use hubhost_hub::log::{LogOptions, PartitionLog};
-use hubhost_processor::eventhubs::{EventHubTarget, SendOutcomes, on_sending_thread};
 
 const PYTHON_PRODUCER: &str = include_str!("python_producer.py");
 const HUB: &str = "sensors";
@@ -92,7 +92,7 @@ pub enum HubBenchError {
     #[error("segment files: {0}")]
     Log(#[from] hubhost_hub::log::LogError),
     #[error(transparent)]
-    Connect(#[from] hubhost_processor::eventhubs::EventHubsError),
+    Connect(#[from] hubhost_eventhubs::EventHubsError),
     #[error("{phase}: {source}")]
     Client {
         phase: &'static str,
@@ -392,7 +392,7 @@ impl<'t> PartitionProducer<'t> {
     }
 
     async fn close(self) {
-        hubhost_processor::eventhubs::close_quietly("producer", self.client.close()).await;
+        hubhost_eventhubs::close_quietly("producer", self.client.close()).await;
     }
 }
 
@@ -500,7 +500,7 @@ async fn rust_buffered_keyed(
     }
     producer.flush().await.map_err(client_error(PHASE))?;
     let seconds = started.elapsed().as_secs_f64();
-    hubhost_processor::eventhubs::close_quietly("producer", producer.close()).await;
+    hubhost_eventhubs::close_quietly("producer", producer.close()).await;
     if let Some(message) = outcomes.first_error() {
         return Err(HubBenchError::Phase {
             phase: PHASE,

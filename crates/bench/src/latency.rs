@@ -32,8 +32,8 @@ use super::hub::open_bare_receiver;
 use super::load::{
     AGGREGATOR, LoadError, LoadOptions, Pool, RunningLoad, Workload, fetch_text, print_runs,
 };
+use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::metrics::{self, Buckets, Histogram};
-use hubhost_processor::eventhubs::EventHubTarget;
 
 /// The consumer group the baseline reads (the hub `bench` starts has it).
 pub(crate) const BASELINE_GROUP: &str = "bench";
@@ -60,7 +60,7 @@ pub enum LatencyBenchError {
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error(transparent)]
-    EventHub(#[from] hubhost_processor::eventhubs::EventHubsError),
+    EventHub(#[from] hubhost_eventhubs::EventHubsError),
     #[error("{0}")]
     Other(String),
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::hub::{HubBenchError, HubProcess};
-use hubhost_processor::eventhubs::EventHubTarget;
+use hubhost_eventhubs::EventHubTarget;
 use hubhost_simulate::{self as simulate, Pace, SimulateOptions, SimulateSummary, StopAfter};
 use hubhost_testkit::pool::{AppFolder, EmulatePool, NOT_INHERITED, PoolError};
 
@@ -32,7 +32,7 @@ pub enum LoadError {
     #[error(transparent)]
     Instance(#[from] PoolError),
     #[error(transparent)]
-    EventHub(#[from] hubhost_processor::eventhubs::EventHubsError),
+    EventHub(#[from] hubhost_eventhubs::EventHubsError),
     #[error("the simulator: {0}")]
     Simulate(#[from] simulate::SimulateError),
     #[error("{0}")]

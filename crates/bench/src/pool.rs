@@ -80,7 +80,7 @@ pub enum PoolBenchError {
     #[error(transparent)]
     Checkpoint(#[from] hubhost_processor::checkpoint::CheckpointError),
     #[error(transparent)]
-    EventHub(#[from] hubhost_processor::eventhubs::EventHubsError),
+    EventHub(#[from] hubhost_eventhubs::EventHubsError),
     #[error("prefilling the hub: {0}")]
     Simulate(#[from] simulate::SimulateError),
     #[error("{what} did not happen within {within:?}{detail}")]

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::server::FunctionError;
+use crate::function::FunctionError;
 
 /// The HTTP request of one invocation.
 ///

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 /// What a function answers for a batch it processed.
 ///
 /// ```
-/// use hubhost_functions::server::FunctionOutput;
+/// use hubhost_functions::output::FunctionOutput;
 ///
 /// let mut output = FunctionOutput::default();
 /// output.log("2 readings, 1 alarm");
@@ -84,7 +84,7 @@ impl FunctionOutput {
     ///
     /// ```
     /// use hubhost_functions::batch::{EventRecord, PartitionContext};
-    /// use hubhost_functions::server::FunctionOutput;
+    /// use hubhost_functions::output::FunctionOutput;
     ///
     /// let partition = PartitionContext { partition_id: "2".into(), ..Default::default() };
     /// let mut output = FunctionOutput::default();

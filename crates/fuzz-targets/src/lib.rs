@@ -165,7 +165,7 @@ pub fn connection_string(data: &[u8]) {
         format!("{raw};SharedAccessKey={SECRET}"),
         format!("AccountKey={SECRET};{raw}"),
     ] {
-        match hubhost_processor::eventhubs::EventHubTarget::parse(&s, None) {
+        match hubhost_eventhubs::EventHubTarget::parse(&s, None) {
             Ok(target) => {
                 let shown = format!("{target:?}");
                 assert!(!shown.contains(SECRET), "a target shows its key: {shown}");

@@ -10,31 +10,8 @@
 //! earlier (the two are read separately, and a busy partition moves in between) counts as
 //! nothing left, never as a negative number. docs/scaling.md has the whole story.
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-
 use crate::checkpoint::Checkpoint;
-use crate::eventhubs::PartitionEnd;
-
-/// How many decisions the scale history keeps (at one per 10 s: the last 20 minutes).
-pub const SCALE_HISTORY_LENGTH: usize = 120;
-
-/// One decision of the emulated scale controller for one consumer group, as it records it in
-/// the checkpoint store (`CheckpointStore::write_scale_history`) for the operations view.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ScalePoint {
-    pub at: DateTime<Utc>,
-    /// The backlog the decision was made on.
-    pub unprocessed_events: i64,
-    pub partitions: u32,
-    /// What this consumer group's function asked for.
-    pub target: u32,
-    /// The app's instance count after the decision.
-    pub instances: u32,
-    /// Why, in words (e.g. "scale-in held for 180 s after the last scale-up").
-    pub reason: String,
-}
+use hubhost_eventhubs::PartitionEnd;
 
 /// Events of one partition not processed yet, given its end as the hub reported it and the
 /// consumer group's checkpoint for it.

@@ -23,7 +23,7 @@ use super::Consumer;
 use super::balancer;
 use super::pump::{PartitionPump, PumpControl, PumpExit};
 use crate::checkpoint::PartitionOwnership;
-use crate::eventhubs::EventHubsError;
+use hubhost_eventhubs::EventHubsError;
 
 /// Jitter for the cycle's wait: splitmix64, seeded per instance, so that instances that start
 /// together drift apart. Nothing here needs more than that.

@@ -10,6 +10,8 @@
 //! - `options` reads host.json's `extensions.eventHubs`;
 //! - `backlog` counts a consumer group's unprocessed events as the scale controller does.
 //!
+//! Reaching the event hub (receivers, partition ends) is `hubhost-eventhubs`'.
+//!
 //! Every instance of a pool runs the same code against the same event hub and checkpoint store;
 //! nothing else connects them, which is why hubhost instances, the Functions host and the SDKs'
 //! processors can share one consumer group.
@@ -17,7 +19,6 @@
 pub mod backlog;
 pub mod balancer;
 pub mod checkpoint;
-pub mod eventhubs;
 pub(crate) mod instance;
 pub(crate) mod options;
 pub(crate) mod pump;
@@ -30,7 +31,7 @@ pub use options::ProcessorOptions;
 pub use pump::{BatchHandler, BatchOutcome, PartitionPump, PumpControl, PumpExit};
 
 use crate::checkpoint::{CheckpointStore, ConsumerGroupKey};
-use crate::eventhubs::EventHubTarget;
+use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::batch::{EventRecord, PartitionContext};
 use hubhost_functions::metrics::{Exposition, Kind};
 
@@ -73,7 +74,7 @@ pub struct Consumer {
     pub handler: Arc<dyn BatchHandler>,
     pub stats: Arc<ProcessorStats>,
     /// The hub's partition ends, for pumps that check whether their receiver stalled.
-    pub ends: eventhubs::PartitionEndsCache,
+    pub ends: hubhost_eventhubs::PartitionEndsCache,
 }
 
 /// The processors' counters as Prometheus families, one sample per consumer.

@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Consumer, PartitionBatch};
 use crate::checkpoint::{Checkpoint, CheckpointAdvance, Start, StartPosition};
-use crate::eventhubs::close_quietly;
+use hubhost_eventhubs::close_quietly;
 use hubhost_functions::batch::{EventRecord, PartitionContext};
 
 /// Opening a receiver (connection, `$cbs`, attach) gets this long before it is retried.
@@ -506,7 +506,7 @@ struct OpenedReceiver {
 fn receiver_stalled(
     last_handed_out: Option<i64>,
     opened: &OpenedReceiver,
-    end: &crate::eventhubs::PartitionEnd,
+    end: &hubhost_eventhubs::PartitionEnd,
 ) -> bool {
     if end.is_empty || end.last_sequence_number < 0 {
         return false;
@@ -719,8 +719,8 @@ mod tests {
         assert_eq!((batch, error), (vec![7], None));
     }
 
-    fn end(beginning: i64, last: i64) -> crate::eventhubs::PartitionEnd {
-        crate::eventhubs::PartitionEnd {
+    fn end(beginning: i64, last: i64) -> hubhost_eventhubs::PartitionEnd {
+        hubhost_eventhubs::PartitionEnd {
             partition_id: "0".into(),
             beginning_sequence_number: beginning,
             last_sequence_number: last,

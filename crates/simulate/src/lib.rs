@@ -17,8 +17,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use hubhost_app::fleet::{Fleet, SENSORS};
+use hubhost_eventhubs::{EventHubTarget, EventHubsError, SendOutcomes};
 use hubhost_host::progress::Progress;
-use hubhost_processor::eventhubs::{EventHubTarget, EventHubsError, SendOutcomes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimulateError {
@@ -263,7 +263,7 @@ pub async fn run(
         index += 1;
     }
     let flushed = producer.flush().await;
-    hubhost_processor::eventhubs::close_quietly("producer", producer.close()).await;
+    hubhost_eventhubs::close_quietly("producer", producer.close()).await;
     drop(progress);
     ctrl_c.abort();
     flushed.map_err(SimulateError::Enqueue)?;

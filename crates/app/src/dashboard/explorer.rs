@@ -23,11 +23,11 @@ use base64::Engine;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use hubhost_eventhubs::{EventHubTarget, PartitionEnd};
 use hubhost_processor::backlog::unprocessed_events;
 use hubhost_processor::checkpoint::{
     Checkpoint, CheckpointStore, ConsumerGroupKey, PartitionOwnership,
 };
-use hubhost_processor::eventhubs::{EventHubTarget, PartitionEnd};
 
 /// The most of a body the page gets (a 1 MB event is shown in part, with its size).
 pub const BODY_SHOWN_BYTES: usize = 16 * 1024;
@@ -571,7 +571,7 @@ impl Explorer {
             partition_key: request.partition_key.clone().filter(|k| !k.is_empty()),
         };
         let (key, id) = (receipt.partition_key.clone(), receipt.partition_id.clone());
-        let sent = hubhost_processor::eventhubs::on_sending_thread(move || async move {
+        let sent = hubhost_eventhubs::on_sending_thread(move || async move {
             tokio::time::timeout(Duration::from_secs(20), async move {
                 use azure_messaging_eventhubs::EventDataBatchOptions;
                 use azure_messaging_eventhubs::models::EventData;
@@ -593,8 +593,7 @@ impl Explorer {
                 }
                 .await
                 .map_err(|e| e.to_string());
-                hubhost_processor::eventhubs::close_quietly("explorer producer", producer.close())
-                    .await;
+                hubhost_eventhubs::close_quietly("explorer producer", producer.close()).await;
                 outcome
             })
             .await

@@ -36,8 +36,8 @@ use serde_json::json;
 use crate::aggregate::{WindowAggregate, window_start};
 use crate::directory;
 use crate::layout;
+use hubhost_eventhubs::{EventHubTarget, PartitionEnd};
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
-use hubhost_processor::eventhubs::{EventHubTarget, PartitionEnd};
 use hubhost_storage::{ETag, SharedStore, StoreError};
 use views::{OperationsSample, OperationsView};
 
@@ -116,12 +116,12 @@ impl DashboardSources {
         let hub = env("EventHubName").unwrap_or_else(|| "sensors".into());
         let mut sources = DashboardSources::new(&hub);
         sources.event_hub = EventHubTarget::from_settings(
-            hubhost_processor::eventhubs::EVENTHUB_CONNECTION_SETTING,
+            hubhost_eventhubs::EVENTHUB_CONNECTION_SETTING,
             &hub,
             &env,
         )
         .ok();
-        let namespace = hubhost_processor::eventhubs::eventhub_namespace(&env);
+        let namespace = hubhost_eventhubs::eventhub_namespace(&env);
         let storage = hubhost_storage::settings::resolve_storage(None, &env).ok();
         if let (Some(namespace), Some(storage)) = (namespace, storage)
             && let (Ok(blobs), Ok(key)) = (

@@ -11,9 +11,9 @@ use serde::Serialize;
 
 use crate::aggregate::{Alarm, SensorState, WindowAggregate};
 use crate::sensor::{AlarmKind, SensorKind};
-use hubhost_processor::backlog::{ScalePoint, unprocessed_events};
+use hubhost_eventhubs::PartitionEnd;
+use hubhost_processor::backlog::unprocessed_events;
 use hubhost_processor::checkpoint::Checkpoint;
-use hubhost_processor::eventhubs::PartitionEnd;
 
 /// How far back the views look.
 pub const HISTORY_MINUTES: i64 = 60;
@@ -290,8 +290,9 @@ pub struct OperationsView {
     /// The backlog and the instance count at the page's recent polls, oldest first.
     pub history: Vec<OperationsPoint>,
     /// The scale controller's recent decisions (`hubhost emulate --scale`), oldest first;
-    /// empty when none runs on this consumer group.
-    pub scale: Vec<ScalePoint>,
+    /// empty when none runs on this consumer group. Shown as the controller wrote them: the
+    /// page reads `at`, `unprocessedEvents`, `instances`, `target` and `reason`.
+    pub scale: Vec<serde_json::Value>,
 }
 
 /// The backlog and the number of owning instances at one moment.

@@ -779,7 +779,7 @@ async fn run_one(
 }
 
 /// Waits until every partition of both groups is checkpointed at the hub's last event.
-async fn drain(rig: &mut Rig, target: &hubhost_processor::eventhubs::EventHubTarget) -> bool {
+async fn drain(rig: &mut Rig, target: &hubhost_eventhubs::EventHubTarget) -> bool {
     let deadline = Instant::now() + Duration::from_secs(180);
     let Ok(ends) = target.partition_ends().await else {
         return false;

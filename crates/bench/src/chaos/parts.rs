@@ -19,7 +19,7 @@ use futures::StreamExt;
 use super::ChaosError;
 use super::audit::{HubEvent, fingerprint};
 use hubhost_app::fleet::{Fleet, SENSORS};
-use hubhost_processor::eventhubs::{EventHubTarget, close_quietly, on_sending_thread};
+use hubhost_eventhubs::{EventHubTarget, close_quietly, on_sending_thread};
 
 pub const HUB: &str = "sensors";
 /// The emulator's well-known development key, which `hubhost hub` accepts by default.

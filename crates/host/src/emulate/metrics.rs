@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::metrics::{self, Exposition, Kind};
 use hubhost_processor::Consumer;
-use hubhost_processor::eventhubs::EventHubTarget;
 use hubhost_storage::counting::{self, OperationCounts, RequestCounts};
 
 /// What `GET /metrics` shows: the processors' counters and the checkpoint store traffic.

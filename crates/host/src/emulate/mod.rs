@@ -27,9 +27,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::invoker::Invoker;
+use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::function_app::{EventHubTrigger, FunctionApp, FunctionSpec};
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
-use hubhost_processor::eventhubs::EventHubTarget;
 use hubhost_processor::{Consumer, EventProcessor, ProcessorOptions, ProcessorStats};
 use hubhost_storage::counting::CountingStore;
 

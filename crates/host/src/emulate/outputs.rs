@@ -27,8 +27,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::settings::AppSettings;
 use super::{DEFAULT_CONNECTION_SETTING, EmulateError};
+use hubhost_eventhubs::{EventHubTarget, close_quietly};
 use hubhost_functions::function_app::{BindingSpec, Direction, FunctionSpec};
-use hubhost_processor::eventhubs::{EventHubTarget, close_quietly};
 use hubhost_storage::settings::{STORAGE_SETTING_VAR, resolve_storage};
 use hubhost_storage::{Condition, Metadata, SharedStore};
 
@@ -357,7 +357,7 @@ impl BlobPath {
 }
 
 /// Sends events for `eventHub` outputs, on a thread of its own: the SDK's sends must run on a
-/// single-threaded runtime ([`hubhost_processor::eventhubs::on_sending_thread`] says why), and
+/// single-threaded runtime ([`hubhost_eventhubs::on_sending_thread`] says why), and
 /// one long-lived thread keeps one producer per event hub open between invocations.
 #[derive(Clone)]
 pub struct EventSender {
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn what_the_framework_sends_arrives_exactly() {
-        let mut output = hubhost_functions::server::FunctionOutput::default();
+        let mut output = hubhost_functions::output::FunctionOutput::default();
         output
             .send_event_text("e", "abcd")
             .send_event_text("e", "[1]");

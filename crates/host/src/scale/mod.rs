@@ -23,15 +23,36 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::function_app::FunctionApp;
 use hubhost_processor::ProcessorOptions;
-use hubhost_processor::backlog::{SCALE_HISTORY_LENGTH, ScalePoint, total_unprocessed};
+use hubhost_processor::backlog::total_unprocessed;
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER, names};
-use hubhost_processor::eventhubs::EventHubTarget;
 use hubhost_storage::counting::{CountingStore, RequestCounts};
 
 use crate::emulate::{AppSettings, EmulateError, resolve_trigger};
 use decide::{MonitorSample, TargetScaler, Vote};
+
+/// How many decisions the scale history keeps (at one per 10 s: the last 20 minutes).
+pub const SCALE_HISTORY_LENGTH: usize = 120;
+
+/// One decision of the emulated scale controller for one consumer group, as it records it in
+/// the checkpoint store (`CheckpointStore::write_scale_history`, which keeps the records as JSON
+/// without knowing their fields) for the page's operations view.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalePoint {
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// The backlog the decision was made on.
+    pub unprocessed_events: i64,
+    pub partitions: u32,
+    /// What this consumer group's function asked for.
+    pub target: u32,
+    /// The app's instance count after the decision.
+    pub instances: u32,
+    /// Why, in words (e.g. "scale-in held for 180 s after the last scale-up").
+    pub reason: String,
+}
 
 /// How many samples the incremental model keeps.
 const MONITOR_WINDOW: usize = 10;

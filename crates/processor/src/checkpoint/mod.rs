@@ -204,11 +204,12 @@ impl CheckpointStore {
     }
 
     /// The scale controller's recent decisions for the consumer group, oldest first (empty when
-    /// it never ran, or the record cannot be read: it is for display only).
-    pub async fn scale_history(
+    /// it never ran, or the record cannot be read: it is for display only). The records are the
+    /// controller's (`hubhost_host::scale::ScalePoint`); the store reads them as `P`.
+    pub async fn scale_history<P: serde::de::DeserializeOwned>(
         &self,
         key: &ConsumerGroupKey,
-    ) -> Result<Vec<crate::backlog::ScalePoint>, CheckpointError> {
+    ) -> Result<Vec<P>, CheckpointError> {
         let blob = self
             .blobs
             .get(&self.container, &key.scale_history_blob())
@@ -219,10 +220,10 @@ impl CheckpointStore {
     }
 
     /// Replaces the scale history with `points` (the caller keeps the last few).
-    pub async fn write_scale_history(
+    pub async fn write_scale_history<P: serde::Serialize>(
         &self,
         key: &ConsumerGroupKey,
-        points: &[crate::backlog::ScalePoint],
+        points: &[P],
     ) -> Result<(), CheckpointError> {
         let data = serde_json::to_vec(points).expect("scale points serialize");
         self.blobs

@@ -514,61 +514,10 @@ impl EventHubTarget {
         Ok(ends)
     }
 
-    /// The checkpoint (last processed event) from which a consumer goes on with the first event
-    /// enqueued at or after `time`: the event before that one, the partition's last event when
-    /// none is that recent, or the start when all of them are.
-    pub async fn checkpoint_before(
-        &self,
-        consumer_group: &str,
-        end: &PartitionEnd,
-        time: chrono::DateTime<chrono::Utc>,
-    ) -> Result<crate::checkpoint::Checkpoint, EventHubsError> {
-        use crate::checkpoint::Checkpoint;
-        use azure_messaging_eventhubs::StartLocation;
-        let at_end = Checkpoint::new(
-            end.partition_id.clone(),
-            Some(end.last_offset.clone()),
-            end.last_sequence_number,
-        );
-        if end.is_empty {
-            return Ok(Checkpoint::at_start(end.partition_id.clone()));
-        }
-        if end.last_enqueued_time.is_some_and(|t| t < time) {
-            return Ok(at_end);
-        }
-        let first = self
-            .first_event(
-                consumer_group,
-                &end.partition_id,
-                StartLocation::EnqueuedTime(time.into()),
-            )
-            .await?;
-        let Some((sequence, _)) = first else {
-            return Ok(at_end);
-        };
-        if sequence <= end.beginning_sequence_number {
-            return Ok(Checkpoint::at_start(end.partition_id.clone()));
-        }
-        let before = self
-            .first_event(
-                consumer_group,
-                &end.partition_id,
-                StartLocation::SequenceNumber(sequence - 1),
-            )
-            .await?;
-        match before {
-            Some((seq, offset)) if seq == sequence - 1 => {
-                Ok(Checkpoint::new(end.partition_id.clone(), Some(offset), seq))
-            }
-            // The event before was deleted by retention in the meantime: start from the oldest.
-            _ => Ok(Checkpoint::at_start(end.partition_id.clone())),
-        }
-    }
-
     /// (sequence number, offset) of the first event at `location` (inclusive), if one arrives
     /// within a few seconds. Each attempt uses a connection of its own, for the reason given
     /// at [`EventHubTarget::partition_ends`] (opening a receiver does not recover either).
-    async fn first_event(
+    pub async fn first_event(
         &self,
         consumer_group: &str,
         partition: &str,

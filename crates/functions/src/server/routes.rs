@@ -1,0 +1,253 @@
+//! The routes the host calls: `GET /` (the start-up probe), `POST /{FunctionName}` (an
+//! invocation: decode, run the function in its own task, answer) and the answers themselves.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::FunctionServer;
+use super::registry::{Bound, FunctionStats, Registered};
+use crate::contract::decode::decode_request;
+use crate::contract::response::InvocationResponse;
+use crate::function::FunctionError;
+use crate::http::{HttpFunction, HttpRequest};
+
+pub(super) fn reply(status: StatusCode, body: &InvocationResponse) -> Response {
+    let bytes = serde_json::to_vec(body).expect("responses serialize");
+    (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+pub(super) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    reply(status, &InvocationResponse::error(code, message))
+}
+
+pub(super) async fn probe(
+    State(server): State<Arc<FunctionServer>>,
+    headers: HeaderMap,
+) -> Response {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"));
+    if wants_html && let Some(page) = &server.browser_page {
+        return page().await;
+    }
+    let body = json!({"status": "ready", "functions": server.function_names()});
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+pub(super) async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route: the host calls GET / and POST /{FunctionName}",
+    )
+}
+
+pub(super) async fn invoke(
+    State(server): State<Arc<FunctionServer>>,
+    Path(function): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let invocation_id = headers
+        .get("x-azure-functions-invocationid")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    let Some(registered) = server.function(&function) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "unknown_function",
+            format!(
+                "no function named '{}' (this handler serves: {})",
+                function.chars().take(100).collect::<String>(),
+                server.function_names().join(", ")
+            ),
+        );
+    };
+    let limit = server.max_body_bytes;
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is over the {limit} byte limit (--max-body-bytes)"),
+        )
+    };
+    let declared_len = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared_len.is_some_and(|n| n > limit) {
+        return too_large();
+    }
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(e) => {
+            let over = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return if over {
+                too_large()
+            } else {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "unreadable_body",
+                    format!("cannot read the request body: {e}"),
+                )
+            };
+        }
+    };
+
+    let (trigger, implementation) = match &registered.bound {
+        Bound::EventHub { trigger, function } => (trigger.clone(), function.clone()),
+        Bound::Http {
+            binding,
+            response,
+            function,
+        } => {
+            return invoke_http(
+                registered,
+                binding,
+                response,
+                function.clone(),
+                bytes,
+                started,
+                &invocation_id,
+            )
+            .await;
+        }
+    };
+    let name = registered.spec.name.clone();
+    let counters = registered.stats.declared.clone();
+    // Decoding and processing run in their own task: a panic there fails this invocation only.
+    let task = tokio::spawn(async move {
+        let batch = decode_request(&name, &trigger, &bytes).map_err(Failure::Contract)?;
+        let partition = batch.partition.partition_id.clone();
+        let sequence_numbers = batch.sequence_label();
+        let events = batch.events.len() as u64;
+        match implementation.run(batch, &counters).await {
+            Ok(output) => Ok((partition, sequence_numbers, events, output)),
+            Err(error) => Err(Failure::Function {
+                error,
+                partition,
+                sequence_numbers,
+            }),
+        }
+    });
+    let function = registered.spec.name.as_str();
+    let stats = &registered.stats;
+    let outcome = task.await;
+    stats.latency.observe(started.elapsed());
+    match outcome {
+        Ok(Ok((partition, sequence_numbers, events, output))) => {
+            FunctionStats::count(&stats.ok, 1);
+            registered.warn_undeclared(&output);
+            FunctionStats::count(&stats.events, events);
+            tracing::info!(
+                function, partition = %partition, sequence_numbers = %sequence_numbers, events,
+                elapsed_ms = started.elapsed().as_millis() as u64, invocation_id = %invocation_id,
+                "batch processed"
+            );
+            reply(
+                StatusCode::OK,
+                &InvocationResponse::ok(output.outputs, output.logs, output.return_value),
+            )
+        }
+        Ok(Err(Failure::Contract(e))) => {
+            FunctionStats::count(&stats.bad_request, 1);
+            tracing::warn!(function, invocation_id = %invocation_id, code = e.code(), "bad request: {e}");
+            error(StatusCode::BAD_REQUEST, e.code(), e.to_string())
+        }
+        Ok(Err(Failure::Function {
+            error: e,
+            partition,
+            sequence_numbers,
+        })) => {
+            let (status, code) = stats.count_failure(&e);
+            tracing::error!(function, partition = %partition, sequence_numbers = %sequence_numbers, invocation_id = %invocation_id, code, "invocation failed: {e}");
+            error(status, code, e.to_string())
+        }
+        Err(join) => {
+            FunctionStats::count(&stats.panicked, 1);
+            tracing::error!(function, invocation_id = %invocation_id, "invocation panicked: {join}");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "handler_panic",
+                "processing this batch panicked; the handler is still running and the host may retry",
+            )
+        }
+    }
+}
+
+/// One invocation of an HTTP-triggered function: the request from `Data.<binding>`, the
+/// response into `Outputs.<response>` (or `ReturnValue`).
+pub(super) async fn invoke_http(
+    registered: &Registered,
+    binding: &str,
+    response_binding: &str,
+    function: Arc<dyn HttpFunction>,
+    bytes: bytes::Bytes,
+    started: Instant,
+    invocation_id: &str,
+) -> Response {
+    let name = registered.spec.name.as_str();
+    let stats = &registered.stats;
+    let request = match HttpRequest::from_invocation(&bytes, binding) {
+        Ok(r) => r,
+        Err(e) => {
+            FunctionStats::count(&stats.bad_request, 1);
+            tracing::warn!(function = name, invocation_id, "bad request: {e}");
+            return error(StatusCode::BAD_REQUEST, "bad_http_request", e.to_string());
+        }
+    };
+    let (method, url) = (request.method.clone(), request.url.clone());
+    let outcome = tokio::spawn(async move { function.call(request).await }).await;
+    stats.latency.observe(started.elapsed());
+    match outcome {
+        Ok(Ok(response)) => {
+            FunctionStats::count(&stats.ok, 1);
+            tracing::info!(function = name, %method, status = response.status, elapsed_ms = started.elapsed().as_millis() as u64, invocation_id, "request answered");
+            let value = response.to_binding_value();
+            let mut answer = InvocationResponse::ok(Default::default(), Vec::new(), Value::Null);
+            if response_binding == "$return" {
+                answer.return_value = value;
+            } else {
+                answer.outputs.insert(response_binding.to_string(), value);
+            }
+            reply(StatusCode::OK, &answer)
+        }
+        Ok(Err(e)) => {
+            let (status, code) = stats.count_failure(&e);
+            tracing::error!(function = name, %method, url = %url, invocation_id, code, "invocation failed: {e}");
+            error(status, code, e.to_string())
+        }
+        Err(join) => {
+            FunctionStats::count(&stats.panicked, 1);
+            tracing::error!(
+                function = name,
+                invocation_id,
+                "invocation panicked: {join}"
+            );
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "handler_panic",
+                "this request's function panicked; the handler is still running",
+            )
+        }
+    }
+}
+
+pub(super) enum Failure {
+    Contract(crate::contract::ContractError),
+    Function {
+        error: FunctionError,
+        partition: String,
+        sequence_numbers: String,
+    },
+}
