@@ -7,7 +7,7 @@ if [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
   mkdir -p .tools
   npm install --prefix .tools --no-audit --no-fund --loglevel=error "azurite@3.35.0" >/dev/null
 fi
-cargo build --release -q
+cargo build --release -q -p hubhost -p hubhost-bench
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 .tools/node_modules/.bin/azurite-blob --blobHost 127.0.0.1 --blobPort "$port" --location "$work/azurite" \

@@ -3,7 +3,6 @@
 //! FUNCTIONS_CUSTOMHANDLER_PORT. It links the app, the framework, storage and the
 //! checkpoint reader the page uses; not the local hub, the emulated host or the benchmarks.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -26,13 +25,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    hubhost_functions::server::init_logging();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     match runtime.block_on(hubhost_app::serve::run(cli.serve)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -23,6 +23,7 @@ use hubhost_functions::contract::decode::decode_request;
 use hubhost_functions::prelude::*;
 use hubhost_host::invoker::Invoker;
 use hubhost_testkit::host_request;
+use hubhost_testkit::stats::{median_and_range, percentile};
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -143,19 +144,6 @@ fn free_port() -> u16 {
         .unwrap_or(17071)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    percentile(&v, 0.5)
-}
-
 pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
     let mut all = Vec::new();
     println!(
@@ -216,8 +204,8 @@ fn print_figures(f: &RunFigures) {
             mid,
             format!("{lo:.0}–{hi:.0}"),
             mid * f.bytes as f64 / f.events as f64 / 1e6,
-            median(runs.iter().map(|r| r.p50_ms)),
-            median(runs.iter().map(|r| r.p99_ms)),
+            median_and_range(runs.iter().map(|r| r.p50_ms)).0,
+            median_and_range(runs.iter().map(|r| r.p99_ms)).0,
         );
     }
 }

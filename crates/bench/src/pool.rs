@@ -36,6 +36,7 @@ use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_C
 use hubhost_simulate::{self as simulate, Pace, SimulateOptions, StopAfter};
 use hubhost_storage::StorageLocation;
 use hubhost_testkit::pool::{AppFolder, EmulatePool, PoolError, live_owners};
+use hubhost_testkit::stats::median_and_range;
 
 const HUB: &str = "sensors";
 /// The real app's aggregation function, as the repository's function_app declares it.
@@ -441,22 +442,6 @@ impl ThroughputRun {
     pub fn efficiency(&self) -> f64 {
         self.events_per_s / self.baseline_events_per_s.max(1e-9)
     }
-}
-
-/// The median and range of `values` (all zero when there are none).
-fn median_and_range(values: impl IntoIterator<Item = f64>) -> (f64, f64, f64) {
-    let mut v: Vec<f64> = values.into_iter().collect();
-    if v.is_empty() {
-        return (0.0, 0.0, 0.0);
-    }
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    let median = if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    };
-    (median, v[0], v[v.len() - 1])
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

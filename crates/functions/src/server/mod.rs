@@ -18,6 +18,9 @@
 //! [`FunctionError::Failed`] gets a 500, so that the host's retry policy delivers the batch
 //! again; a panic gets a 500 `handler_panic` and the process stays up. Request bodies are never
 //! logged.
+//!
+//! [`FunctionError::BadRequest`]: crate::function::FunctionError::BadRequest
+//! [`FunctionError::Failed`]: crate::function::FunctionError::Failed
 
 mod lifecycle;
 mod metrics_page;
