@@ -11,15 +11,14 @@
 //! 5. one Python `azure-eventhub` producer sending batches (when its virtualenv is there).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use azure_messaging_eventhubs::models::EventData;
 use azure_messaging_eventhubs::{
-    ConsumerClient, EnqueueEventOptions, EventDataBatchOptions, EventReceiver, OpenReceiverOptions,
-    StartLocation, StartPosition,
+    EnqueueEventOptions, EventDataBatchOptions, StartLocation, StartPosition,
 };
 use bytes::Bytes;
 use futures::StreamExt;
@@ -28,9 +27,9 @@ use hubhost_app::fleet::{Fleet, SENSORS};
 use hubhost_eventhubs::{EventHubTarget, SendOutcomes, on_sending_thread};
 use hubhost_hub::log::{LogOptions, PartitionLog};
 
+use crate::local_hub::{HUB, HubProcess, LocalHubError, open_bare_receiver};
+
 const PYTHON_PRODUCER: &str = include_str!("python_producer.py");
-const HUB: &str = "sensors";
-const KEY: &str = "SAS_KEY_VALUE";
 /// Credit each receiver grants (the SDK's default is 300).
 const PREFETCH: u32 = 1000;
 /// Partitions read over one consumer connection.
@@ -87,8 +86,8 @@ impl Figure {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HubBenchError {
-    #[error("the benchmark's hub could not start: {0}")]
-    Hub(String),
+    #[error(transparent)]
+    Hub(#[from] LocalHubError),
     #[error("segment files: {0}")]
     Log(#[from] hubhost_hub::log::LogError),
     #[error(transparent)]
@@ -139,71 +138,6 @@ fn readings() -> Vec<(String, String)> {
             (0..SENSORS.len()).map(move |s| (home.clone(), fleet.reading(&home, s, minute)))
         })
         .collect()
-}
-
-/// A `hubhost hub` child process, killed on drop.
-pub(crate) struct HubProcess {
-    child: Child,
-    pub(crate) connection_string: String,
-    pub(crate) target: EventHubTarget,
-}
-
-impl HubProcess {
-    pub(crate) fn start(data_dir: &Path, partitions: u32) -> Result<Self, HubBenchError> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| HubBenchError::Hub(e.to_string()))?
-            .port();
-        let exe = crate::hubhost_exe().map_err(|e| HubBenchError::Hub(e.to_string()))?;
-        let child = hubhost_host::child::std_command(exe)
-            .args(["hub", "--port", &port.to_string(), "--hub"])
-            // The reference app's archive reads its own consumer group, and so does
-            // `bench latency`'s baseline.
-            .arg(format!(
-                "{HUB}:{partitions}:archive,{}",
-                super::latency::BASELINE_GROUP
-            ))
-            // Where the reference app's SensorAggregator forwards alarms.
-            .args(["--hub", "alarms:4"])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| HubBenchError::Hub(e.to_string()))?;
-        let connection_string = format!(
-            "Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={KEY};UseDevelopmentEmulator=true"
-        );
-        let mut hub = HubProcess {
-            child,
-            target: EventHubTarget::parse(&connection_string, Some(HUB))?,
-            connection_string,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = hub.child.try_wait() {
-                return Err(HubBenchError::Hub(format!("it exited: {status}")));
-            }
-            if Instant::now() > deadline {
-                return Err(HubBenchError::Hub("it did not listen within 30 s".into()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(hub)
-    }
-}
-
-impl HubProcess {
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for HubProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Phase 1: the hub's storage alone — encoded events appended in batches, round-robin over the
@@ -398,26 +332,6 @@ impl<'t> PartitionProducer<'t> {
 
 /// Phase 3: one receiver per partition from the earliest event until `expected[p]` events of
 /// partition `p` arrived.
-/// The bare SDK receiver every benchmark's baseline reads with: no owner level, no
-/// checkpoints, `prefetch` credit, from `start` on.
-pub(crate) async fn open_bare_receiver(
-    consumer: &ConsumerClient,
-    partition: u32,
-    start: StartPosition,
-    prefetch: u32,
-) -> Result<EventReceiver, azure_messaging_eventhubs::EventHubsError> {
-    consumer
-        .open_receiver_on_partition(
-            partition.to_string(),
-            Some(OpenReceiverOptions {
-                start_position: Some(start),
-                prefetch: Some(prefetch),
-                ..Default::default()
-            }),
-        )
-        .await
-}
-
 /// Reads `expected[p]` events of every partition `p` from the earliest, `prefetch` credit per
 /// receiver.
 pub(crate) async fn rust_consumer(

@@ -28,15 +28,14 @@ use azure_messaging_eventhubs::{StartLocation, StartPosition};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::hub::open_bare_receiver;
 use super::load::{
     AGGREGATOR, LoadError, LoadOptions, Pool, RunningLoad, Workload, fetch_text, print_runs,
 };
+use crate::local_hub::{BASELINE_GROUP, open_bare_receiver};
 use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::metrics::{self, Buckets, Histogram};
 
 /// The consumer group the baseline reads (the hub `bench` starts has it).
-pub(crate) const BASELINE_GROUP: &str = "bench";
 const APPLIED: &str = "hubhost_handler_applied_age_seconds";
 
 #[derive(Debug, Clone)]

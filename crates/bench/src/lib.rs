@@ -27,6 +27,7 @@ pub mod handler;
 pub mod hub;
 pub mod latency;
 pub mod load;
+pub mod local_hub;
 pub mod pool;
 pub mod startup;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::hub::{HubBenchError, HubProcess};
+use crate::local_hub::{HubProcess, LocalHubError};
 use hubhost_eventhubs::EventHubTarget;
 use hubhost_simulate::{self as simulate, Pace, SimulateOptions, SimulateSummary, StopAfter};
 use hubhost_testkit::pool::{AppFolder, EmulatePool, NOT_INHERITED, PoolError};
@@ -28,7 +28,7 @@ pub(crate) const ARCHIVE: (&str, &str) = (
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error(transparent)]
-    Hub(#[from] HubBenchError),
+    Hub(#[from] LocalHubError),
     #[error(transparent)]
     Instance(#[from] PoolError),
     #[error(transparent)]

@@ -30,7 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cpu::{self, CpuMeter};
-use super::hub::{HubBenchError, HubProcess, rust_consumer};
+use super::hub::{HubBenchError, rust_consumer};
+use crate::local_hub::{HubProcess, LocalHubError};
 use hubhost_functions::metrics;
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_simulate::{self as simulate, Pace, SimulateOptions, StopAfter};
@@ -76,6 +77,8 @@ pub struct PoolBenchOptions {
 pub enum PoolBenchError {
     #[error(transparent)]
     Hub(#[from] HubBenchError),
+    #[error(transparent)]
+    LocalHub(#[from] LocalHubError),
     #[error("{0}")]
     Io(String),
     #[error(transparent)]

@@ -228,6 +228,19 @@ fn list_files(root: &Path) -> Result<Vec<String>, PackageError> {
     Ok(out)
 }
 
+/// The package of `cargo metadata`'s answer that has the binary target `name`.
+fn package_with_bin(metadata: &Value, name: &str) -> Option<String> {
+    metadata["packages"].as_array()?.iter().find_map(|package| {
+        let has_bin = package["targets"].as_array()?.iter().any(|t| {
+            t["name"] == name
+                && t["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == "bin"))
+        });
+        has_bin.then(|| package["name"].as_str().map(str::to_string))?
+    })
+}
+
 /// Builds the package's binary `name` for `target` with `cargo zigbuild`; returns its path.
 pub fn build(
     name: &str,
@@ -252,8 +265,16 @@ pub fn build(
     let metadata: Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| PackageError::Build(format!("cargo metadata: {e}")))?;
     let target_dir = PathBuf::from(metadata["target_directory"].as_str().unwrap_or("target"));
+    // In a workspace, `--bin` alone looks only in the default package: name the package too.
+    let package = package_with_bin(&metadata, name).ok_or_else(|| {
+        PackageError::Build(format!(
+            "no package of {} has a binary named {name:?} (host.json's defaultExecutablePath names it)",
+            manifest_path.map_or("this workspace".into(), |m| m.display().to_string())
+        ))
+    })?;
     let mut zigbuild = Command::new(&cargo);
-    zigbuild.args(["zigbuild", "--release", "--target", target, "--bin", name]);
+    zigbuild.args(["zigbuild", "--release", "--target", target]);
+    zigbuild.args(["--package", &package, "--bin", name]);
     // No debug information in what is deployed: it is most of an unstripped binary (the
     // reference app: 165 MB with line tables, 33 MB without), and the host copies and starts
     // it on every cold start. Symbol names stay, so a panic's backtrace still names functions.
@@ -430,6 +451,31 @@ pub fn check_zip(path: &Path) -> Result<PackageReport, PackageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_binary_is_built_from_the_package_that_has_it() {
+        let metadata = serde_json::json!({"packages": [
+            {"name": "hubhost", "targets": [{"name": "hubhost", "kind": ["bin"]}]},
+            {"name": "hubhost-app", "targets": [
+                {"name": "hubhost_app", "kind": ["lib"]},
+                {"name": "hubhost-app", "kind": ["bin"]}
+            ]}
+        ]});
+        assert_eq!(
+            package_with_bin(&metadata, "hubhost-app").as_deref(),
+            Some("hubhost-app")
+        );
+        assert_eq!(
+            package_with_bin(&metadata, "hubhost").as_deref(),
+            Some("hubhost")
+        );
+        assert_eq!(
+            package_with_bin(&metadata, "hubhost_app"),
+            None,
+            "a library is no binary"
+        );
+        assert_eq!(package_with_bin(&metadata, "other"), None);
+    }
 
     fn paths(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
