@@ -35,10 +35,8 @@ pub(crate) struct HubProcess {
 
 impl HubProcess {
     pub(crate) fn start(data_dir: &Path, partitions: u32) -> Result<Self, LocalHubError> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| LocalHubError::Start(e.to_string()))?
-            .port();
+        let port =
+            hubhost_testkit::try_free_port().map_err(|e| LocalHubError::Start(e.to_string()))?;
         let exe = crate::hubhost_exe().map_err(|e| LocalHubError::Start(e.to_string()))?;
         let child = hubhost_host::child::std_command(exe)
             .args(["hub", "--port", &port.to_string(), "--hub"])

@@ -72,11 +72,11 @@ pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus
     }
 }
 
-/// A loopback port nobody listens on now (the OS's choice of an ephemeral port).
+/// A loopback port nobody listens on now, for a process a test starts: chosen below the
+/// kernel's ephemeral range, so no outgoing connection takes it before the process binds it
+/// (`hubhost_host::child::free_listen_port`).
 pub fn try_free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    hubhost_host::child::free_listen_port()
 }
 
 /// [`try_free_port`], for tests.

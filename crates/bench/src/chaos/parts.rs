@@ -26,10 +26,7 @@ pub const HUB: &str = "sensors";
 const KEY: &str = "SAS_KEY_VALUE";
 
 fn free_port() -> Result<u16, ChaosError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| ChaosError::Part(format!("no free port: {e}")))
+    hubhost_testkit::try_free_port().map_err(|e| ChaosError::Part(format!("no free port: {e}")))
 }
 
 fn wait_for_port(port: u16, what: &str, child: &mut Child) -> Result<(), ChaosError> {

@@ -139,9 +139,7 @@ pub(super) async fn start_handler(
 }
 
 pub(super) fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    crate::child::free_listen_port()
 }
 
 /// SIGTERM, a moment to finish, then SIGKILL.

@@ -275,14 +275,20 @@ pub fn build(
     let mut zigbuild = Command::new(&cargo);
     zigbuild.args(["zigbuild", "--release", "--target", target]);
     zigbuild.args(["--package", &package, "--bin", name]);
-    // No debug information in what is deployed: it is most of an unstripped binary (the
-    // reference app: 165 MB with line tables, 33 MB without), and the host copies and starts
-    // it on every cold start. Symbol names stay, so a panic's backtrace still names functions.
+    // What is deployed is built for size, since the host copies and starts it on every cold
+    // start: no debug information (most of an unstripped binary), and the whole program
+    // optimized at link time in one unit, which drops what no function reaches (the reference
+    // app's handler: 17.1 MB → 13.0 MB). Symbol names stay, so a panic's backtrace still names
+    // functions. It makes the package build a few minutes longer than a plain release build.
     zigbuild.args([
         "--config",
         "profile.release.debug=false",
         "--config",
         "profile.release.strip=\"debuginfo\"",
+        "--config",
+        "profile.release.lto=\"fat\"",
+        "--config",
+        "profile.release.codegen-units=1",
     ]);
     if let Some(m) = manifest_path {
         zigbuild.arg("--manifest-path").arg(m);
