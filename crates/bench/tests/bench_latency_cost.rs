@@ -44,9 +44,10 @@ fn the_latency_benchmark_times_every_applied_reading_against_the_bare_consumer()
     eprintln!("{runs:#}");
     let run = &runs[0];
     assert_eq!(run["instances"], 2);
-    // 3,000 homes × 8 sensors a minute: 400 events/s.
+    // 3,000 homes × 8 sensors a minute: 400 events/s. The simulator keeps an absolute schedule,
+    // so one that fell behind on a busy machine catches up, and a 12 s window can see a burst.
     let sent = run["sent_per_s"].as_f64().unwrap();
-    assert!((300.0..500.0).contains(&sent), "{sent} events/s sent");
+    assert!((300.0..600.0).contains(&sent), "{sent} events/s sent");
     let (baseline, applied) = (&run["baseline"], &run["applied"]);
     let (received, timed) = (
         baseline["count"].as_f64().unwrap(),
