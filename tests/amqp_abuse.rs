@@ -1039,7 +1039,7 @@ fn other_clients_keep_working_while_every_case_runs() {
     let producer = {
         let (stop, sent, slowest_ms) = (stop.clone(), sent.clone(), slowest_ms.clone());
         std::thread::spawn(move || {
-            // One thread, as the README says for the Rust SDK 0.16: its AMQP layer can miss a
+            // One thread, as docs/hub.md says for the Rust SDK 0.16: its AMQP layer can miss a
             // settlement recorded on another thread, and that send then never returns.
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

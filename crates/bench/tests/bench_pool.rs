@@ -1,4 +1,5 @@
-//! `hubhost bench pool` — the README's scenario benchmark — run small: it must finish, and its
+//! `hubhost bench pool` — the scenario benchmark of docs/benchmarks.md — run small: it must
+//! finish, and its
 //! figures must say what the pool does (a crash taken over within expiry plus a few cycles,
 //! a graceful stop handed over at once, scale-outs moving no more than balance needs, nothing
 //! changing hands while membership is steady, every prefilled event processed).

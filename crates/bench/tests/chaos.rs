@@ -4,7 +4,7 @@
 //! restarts. The command checks everything from outside and exits non-zero on any violation
 //! (its checks have unit tests in `bench::chaos::audit`); this test runs it as a user would and
 //! checks its report says what was exercised. The full run (100 faults per store, outages up
-//! to 60 s) is in the README.
+//! to 60 s) is in docs/benchmarks.md.
 
 use hubhost_testkit as common;
 use hubhost_testkit::Tool;
