@@ -122,6 +122,11 @@ pub fn find_binary(name: &str) -> Option<PathBuf> {
             }
         }
     }
+    on_path(name)
+}
+
+/// The file `name` in the first folder of `PATH` that has one.
+pub(crate) fn on_path(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(name))

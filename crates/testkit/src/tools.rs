@@ -9,6 +9,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::process::on_path;
 use crate::repository;
 
 /// A tool beyond Rust that some tests need.
@@ -44,21 +45,19 @@ impl Tool {
             Tool::Azurite => azurite_path().exists(),
             Tool::PythonSdk => python_path().exists(),
             Tool::Browser => {
-                node_modules_path().join("playwright-core").exists() && on_path("chromium")
+                node_modules_path().join("playwright-core").exists()
+                    && on_path("chromium").is_some()
             }
             Tool::Zigbuild => {
                 let tools = repository().join(".tools");
                 tools.join("cargo/bin/cargo-zigbuild").exists()
                     && tools.join("zig-venv/bin/python").exists()
             }
-            Tool::SystemTools => ["openssl", "unshare", "ip"].into_iter().all(on_path),
+            Tool::SystemTools => ["openssl", "unshare", "ip"]
+                .into_iter()
+                .all(|program| on_path(program).is_some()),
         }
     }
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
 /// Whether every tool in `needs` is installed; where one is not, prints

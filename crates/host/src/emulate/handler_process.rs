@@ -138,10 +138,6 @@ pub(super) async fn start_handler(
     Ok(child)
 }
 
-pub(super) fn free_port() -> std::io::Result<u16> {
-    crate::child::free_listen_port()
-}
-
 /// SIGTERM, a moment to finish, then SIGKILL.
 pub(super) async fn stop_child(child: &mut tokio::process::Child) {
     #[cfg(unix)]

@@ -38,7 +38,7 @@ pub use identity::{IdentityError, IdentitySource, InstanceIdentity};
 pub use outputs::{EventSender, OutputPlan, OutputsDone};
 pub use settings::AppSettings;
 
-use handler_process::{HandlerProcess, free_port, start_handler, stop_child};
+use handler_process::{HandlerProcess, start_handler, stop_child};
 use metrics::{LastEnqueued, MetricsPage};
 
 /// The setting a trigger without `connection` uses.
@@ -261,7 +261,7 @@ pub async fn run(
     let identity = claim_identity(opts.instance_id.as_deref(), &functions, &store)?;
     let instance_id = identity.id.clone();
 
-    let port = free_port().map_err(|e| EmulateError::HandlerStart {
+    let port = crate::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
         command: "-".into(),
         problem: format!("no free port: {e}"),
     })?;
