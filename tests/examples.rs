@@ -100,7 +100,7 @@ impl Emulate {
     /// `hubhost_events_processed_total` of `function`, from the instance's `/metrics`.
     fn events_processed(&mut self, function: &str) -> Option<f64> {
         let (_, samples) = self.runtime.block_on(self.pool.metrics(Self::NAME)).ok()?;
-        Some(hubhost_functions::metrics::sum(
+        Some(hubhost_metrics::sum(
             &samples,
             "hubhost_events_processed_total",
             &[("function", function)],

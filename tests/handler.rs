@@ -378,7 +378,7 @@ async fn a_storage_outage_answers_500_and_the_retry_loses_nothing() {
 /// request that reached the function.
 #[tokio::test]
 async fn metrics_count_what_the_handler_processed() {
-    use hubhost_functions::metrics::{self, sum};
+    use hubhost_metrics::{self as metrics, sum};
     let data = tempfile::tempdir().unwrap();
     let server = Server::start(&["--storage", data.path().to_str().unwrap()], &[]);
     let mut feed = PartitionFeed::new(&fleet(), 1, start_minute());

@@ -188,7 +188,7 @@ impl Pool {
     }
 
     /// An instance's `/metrics`, parsed as Prometheus text.
-    fn metrics(&mut self, name: &str) -> Vec<hubhost_functions::metrics::Sample> {
+    fn metrics(&mut self, name: &str) -> Vec<hubhost_metrics::Sample> {
         let (content_type, samples) = self
             .runtime
             .block_on(self.emulate.metrics(name))
@@ -206,23 +206,22 @@ impl Pool {
         let owners = self.owners();
         for name in &self.emulate.live() {
             let samples = self.metrics(name);
-            let owned = hubhost_functions::metrics::sum(&samples, "hubhost_owned_partitions", &[]);
+            let owned = hubhost_metrics::sum(&samples, "hubhost_owned_partitions", &[]);
             let in_store = owners.values().filter(|o| *o == name).count();
             assert_eq!(
                 owned as usize, in_store,
                 "{name}: gauge {owned}, store {owners:?}"
             );
-            let events = hubhost_functions::metrics::sum(
+            let events = hubhost_metrics::sum(
                 &samples,
                 "hubhost_events_processed_total",
                 &[("function", "Recorder"), ("consumer_group", "$Default")],
             );
             assert!(events > 0.0, "{name} processed no events by its metrics");
-            let ops =
-                hubhost_functions::metrics::sum(&samples, "hubhost_storage_operations_total", &[]);
+            let ops = hubhost_metrics::sum(&samples, "hubhost_storage_operations_total", &[]);
             assert!(ops > 0.0, "{name} counted no store operations");
             // Lag per partition it reads: only partitions the store says it owns, never negative.
-            let lag: Vec<&hubhost_functions::metrics::Sample> = samples
+            let lag: Vec<&hubhost_metrics::Sample> = samples
                 .iter()
                 .filter(|s| s.name == "hubhost_partition_lag")
                 .collect();

@@ -149,7 +149,7 @@ mod millis_time {
 
     pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
         let mut buf = *b"0000-00-00T00:00:00.000Z";
-        hubhost_functions::contract::write_iso_seconds(&mut buf, t);
+        hubhost_trigger::time::write_iso_seconds(&mut buf, t);
         let mut millis = t.timestamp_subsec_millis().min(999);
         for i in (20..23).rev() {
             buf[i] = b'0' + (millis % 10) as u8;
@@ -160,7 +160,7 @@ mod millis_time {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
         let text = std::borrow::Cow::<str>::deserialize(d)?;
-        hubhost_functions::contract::parse_host_time(&text)
+        hubhost_trigger::time::parse_host_time(&text)
             .ok_or_else(|| serde::de::Error::custom(format!("not a time: {text}")))
     }
 }

@@ -26,9 +26,9 @@ use hubhost_functions::function::{
 use hubhost_functions::function_app::{
     BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
 };
-use hubhost_functions::metrics::Kind;
 use hubhost_functions::output::FunctionOutput;
 use hubhost_functions::server::FunctionServer;
+use hubhost_metrics::Kind;
 use hubhost_storage::counting::{self, CountingStore};
 use hubhost_storage::{SharedStore, StorageLocation, StoreError};
 

@@ -27,7 +27,7 @@ use super::load::{
     AGGREGATOR, ARCHIVE, Endpoints, LoadError, LoadOptions, Pool, RunningLoad, Workload,
     fetch_text, print_runs,
 };
-use hubhost_functions::metrics;
+use hubhost_metrics as metrics;
 use hubhost_storage::counting::{REQUESTS_METRIC, TransactionClass};
 
 /// How often the instances' counts are read during the measured time.

@@ -33,7 +33,7 @@ use super::load::{
 };
 use crate::local_hub::{BASELINE_GROUP, open_bare_receiver};
 use hubhost_eventhubs::EventHubTarget;
-use hubhost_functions::metrics::{self, Buckets, Histogram};
+use hubhost_metrics::{self as metrics, Buckets, Histogram};
 
 /// The consumer group the baseline reads (the hub `bench` starts has it).
 const APPLIED: &str = "hubhost_handler_applied_age_seconds";

@@ -353,10 +353,7 @@ mod tests {
     #[test]
     fn time_spans_are_written_as_host_json_reads_them() {
         for d in [Duration::from_millis(1500), Duration::from_secs(3723)] {
-            assert_eq!(
-                hubhost_functions::function_app::parse_timespan(&timespan(d)),
-                Some(d)
-            );
+            assert_eq!(hubhost_trigger::time::parse_timespan(&timespan(d)), Some(d));
         }
         assert_eq!(timespan(Duration::from_millis(250)), "00:00:00.250");
     }

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use super::cpu::{self, CpuMeter};
 use super::hub::{HubBenchError, rust_consumer};
 use crate::local_hub::{HubProcess, LocalHubError};
-use hubhost_functions::metrics;
+use hubhost_metrics as metrics;
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_simulate::{self as simulate, Pace, SimulateOptions, StopAfter};
 use hubhost_storage::StorageLocation;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::batch::TriggerBatch;
-use crate::metrics::{self, Histogram};
 use crate::output::FunctionOutput;
+use hubhost_metrics::{self as metrics, Histogram};
 
 /// Why a function did not process a batch, by what the host must do about it.
 #[derive(Debug, thiserror::Error)]

@@ -414,7 +414,7 @@ fn parse_retry(json: &Value) -> Result<RetryPolicy, String> {
     let text = |key: &str| json.get(key).and_then(Value::as_str);
     let span = |key: &str| -> Result<Duration, String> {
         let v = text(key).ok_or(format!("retry policy needs \"{key}\""))?;
-        parse_timespan(v).ok_or(format!(
+        hubhost_trigger::time::parse_timespan(v).ok_or(format!(
             "retry \"{key}\" is not a time span like 00:00:05: {v}"
         ))
     };
@@ -440,51 +440,10 @@ fn parse_retry(json: &Value) -> Result<RetryPolicy, String> {
     })
 }
 
-/// Parses a .NET `TimeSpan` as host.json and function.json write it: `[d.]hh:mm:ss[.fffffff]`.
-pub fn parse_timespan(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (days, rest) = match s.split_once('.') {
-        Some((d, r)) if !d.contains(':') => (d.parse::<u64>().ok()?, r),
-        _ => (0, s),
-    };
-    let mut parts = rest.split(':');
-    let hours: u64 = parts.next()?.parse().ok()?;
-    let minutes: u64 = parts.next()?.parse().ok()?;
-    let seconds: f64 = parts.next()?.parse().ok()?;
-    if parts.next().is_some() || minutes >= 60 || !(0.0..60.0).contains(&seconds) {
-        return None;
-    }
-    // Checked: a span too long for a Duration is not a span (found by fuzzing host.json).
-    let whole = days
-        .checked_mul(24)?
-        .checked_add(hours)?
-        .checked_mul(3600)?
-        .checked_add(minutes * 60)?;
-    Duration::from_secs(whole).checked_add(Duration::from_secs_f64(seconds))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn timespans_parse_like_dotnet() {
-        assert_eq!(parse_timespan("00:00:05"), Some(Duration::from_secs(5)));
-        // Too long for a Duration: refused, not an overflow.
-        assert_eq!(parse_timespan("009223372036854775807:02:00"), None);
-        assert_eq!(parse_timespan("18446744073709551615.00:00:00"), None);
-        assert_eq!(
-            parse_timespan("01:02:03.5"),
-            Some(Duration::from_millis(3_723_500))
-        );
-        assert_eq!(
-            parse_timespan("1.00:00:00"),
-            Some(Duration::from_secs(86_400))
-        );
-        assert_eq!(parse_timespan("00:61:00"), None);
-        assert_eq!(parse_timespan("five"), None);
-    }
 
     #[test]
     fn event_hub_trigger_defaults_follow_the_host() {

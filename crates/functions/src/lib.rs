@@ -10,18 +10,20 @@
 //!   counts; [`server`]: the HTTP server the host calls, hosting the functions you register;
 //!   [`output`]: what a function answers, output bindings included; [`http`]: HTTP-triggered
 //!   functions.
-//! - [`metrics`]: Prometheus text exposition (and a strict reader of it, for tests).
+//! - [`batch`]: the typed batch a function receives — owned by `hubhost-trigger` (shared with
+//!   the event processor) and re-exported here so a function needs only this crate.
+//!
+//! `/metrics` pages are written with `hubhost-metrics`.
 //!
 //! What the host sends and expects is described in the repository's `docs/host-contract.md`.
 
 #![deny(missing_docs)]
 
-pub mod batch;
+pub use hubhost_trigger::batch;
 pub mod contract;
 pub mod function;
 pub mod function_app;
 pub mod http;
-pub mod metrics;
 pub mod output;
 pub mod server;
 

@@ -319,7 +319,7 @@ pub fn selector_filter(data: &[u8]) {
 
 /// host.json time spans (`00:00:05`, `1.02:03:04.5`).
 pub fn timespan(data: &[u8]) {
-    if let Some(span) = hubhost_functions::function_app::parse_timespan(&text(data)) {
+    if let Some(span) = hubhost_trigger::time::parse_timespan(&text(data)) {
         let _ = span.as_secs_f64();
     }
 }

@@ -32,8 +32,8 @@ pub use pump::{BatchHandler, BatchOutcome, PartitionPump, PumpControl, PumpExit}
 
 use crate::checkpoint::{CheckpointStore, ConsumerGroupKey};
 use hubhost_eventhubs::EventHubTarget;
-use hubhost_functions::batch::{EventRecord, PartitionContext};
-use hubhost_functions::metrics::{Exposition, Kind};
+use hubhost_metrics::{Exposition, Kind};
+use hubhost_trigger::batch::{EventRecord, PartitionContext};
 
 /// One batch of one partition, as the trigger delivers it.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::balancer::BalancerSettings;
 use crate::checkpoint::InitialPosition;
-use hubhost_functions::function_app::parse_timespan;
+use hubhost_trigger::time::parse_timespan;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessorOptions {
@@ -142,7 +142,7 @@ fn initial_position(section: &Value) -> Result<InitialPosition, String> {
                 .ok_or(
                     "host.json initialOffsetOptions.type fromEnqueuedTime needs enqueuedTimeUtc",
                 )?;
-            hubhost_functions::contract::parse_host_time(text).map(InitialPosition::EnqueuedTime).ok_or(format!(
+            hubhost_trigger::time::parse_host_time(text).map(InitialPosition::EnqueuedTime).ok_or(format!(
                 "host.json initialOffsetOptions.enqueuedTimeUtc is not a time like 2026-11-22T13:00:00Z: {text}"
             ))
         }

@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Consumer, PartitionBatch};
 use crate::checkpoint::{Checkpoint, CheckpointAdvance, Start, StartPosition};
 use hubhost_eventhubs::close_quietly;
-use hubhost_functions::batch::{EventRecord, PartitionContext};
+use hubhost_trigger::batch::{EventRecord, PartitionContext};
 
 /// Opening a receiver (connection, `$cbs`, attach) gets this long before it is retried.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use hubhost_functions::metrics::{self, Sample};
+use hubhost_metrics::{self as metrics, Sample};
 use hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY;
 use hubhost_processor::checkpoint::{CheckpointError, CheckpointStore, ConsumerGroupKey};
 

@@ -22,9 +22,10 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::{ContractError, parse_host_time};
+use super::ContractError;
 use crate::batch::{EventRecord, PartitionContext, RetryContext, SystemProperties, TriggerBatch};
 use crate::function_app::{Cardinality, DataType, EventHubTrigger};
+use hubhost_trigger::time::parse_host_time;
 
 #[derive(Deserialize)]
 struct Envelope<'a> {

@@ -11,9 +11,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{dotnet_datetime, dotnet_datetime_offset, dotnet_utc_now};
 use crate::batch::{EventRecord, PartitionContext, RetryContext};
 use crate::function_app::{Cardinality, DataType, EventHubTrigger};
+use hubhost_trigger::time::{dotnet_datetime, dotnet_datetime_offset, dotnet_utc_now};
 
 /// Which generation of the Event Hubs extension's metadata to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::FunctionServer;
 use super::registry::{FunctionStats, Registered};
-use crate::metrics::{self, Exposition, Kind};
+use hubhost_metrics::{self as metrics, Exposition, Kind};
 
 pub(super) async fn metrics_page(State(server): State<Arc<FunctionServer>>) -> Response {
     type Read = fn(&FunctionStats) -> &AtomicU64;

@@ -40,7 +40,7 @@ use serde_json::json;
 
 use crate::function_app::{FunctionApp, FunctionAppError, FunctionSpec, Trigger};
 use crate::http::HttpFunction;
-use crate::metrics::Exposition;
+use hubhost_metrics::Exposition;
 
 use crate::function::{CounterFamily, EventHubFunction, HistogramFamily};
 pub use lifecycle::{init_logging, shutdown_signal};

@@ -9,8 +9,8 @@ use axum::http::StatusCode;
 use crate::function::{CounterFamily, Counters, EventHubFunction, FunctionError, HistogramFamily};
 use crate::function_app::{EventHubTrigger, FunctionSpec};
 use crate::http::HttpFunction;
-use crate::metrics::{Histogram, LATENCY_BUCKETS};
 use crate::output::FunctionOutput;
+use hubhost_metrics::{Histogram, LATENCY_BUCKETS};
 
 /// A function matched with its declaration.
 pub(super) enum Bound {

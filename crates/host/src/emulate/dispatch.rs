@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use super::outputs::OutputPlan;
 use crate::invoker::{InvokeError, Invoker};
-use hubhost_functions::batch::RetryContext;
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
 use hubhost_functions::function_app::{EventHubTrigger, RetryPolicy, RetryStrategy};
 use hubhost_processor::{BatchHandler, BatchOutcome, PartitionBatch};
+use hubhost_trigger::batch::RetryContext;
 
 /// Invokes one function for each batch, with the function's retry policy.
 pub struct FunctionDispatch {
@@ -201,11 +201,11 @@ mod tests {
 
     fn one_event_batch() -> PartitionBatch {
         PartitionBatch {
-            context: hubhost_functions::batch::PartitionContext {
+            context: hubhost_trigger::batch::PartitionContext {
                 partition_id: "0".into(),
                 ..Default::default()
             },
-            events: vec![hubhost_functions::batch::EventRecord {
+            events: vec![hubhost_trigger::batch::EventRecord {
                 body: bytes::Bytes::from_static(b"{}"),
                 sequence_number: Some(7),
                 offset: Some("700".into()),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use hubhost_eventhubs::EventHubTarget;
-use hubhost_functions::metrics::{self, Exposition, Kind};
+use hubhost_metrics::{self as metrics, Exposition, Kind};
 use hubhost_processor::Consumer;
 use hubhost_storage::counting::{self, OperationCounts, RequestCounts};
 

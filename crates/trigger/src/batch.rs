@@ -42,7 +42,7 @@ impl EventRecord {
     /// The body as text, if it is UTF-8.
     ///
     /// ```
-    /// # use hubhost_functions::batch::EventRecord;
+    /// # use hubhost_trigger::batch::EventRecord;
     /// let event = EventRecord::new("hello");
     /// assert_eq!(event.text(), Ok("hello"));
     /// ```
@@ -54,7 +54,7 @@ impl EventRecord {
     /// aside and go on with the rest of the batch.
     ///
     /// ```
-    /// # use hubhost_functions::batch::EventRecord;
+    /// # use hubhost_trigger::batch::EventRecord;
     /// #[derive(serde::Deserialize)]
     /// struct Reading { home: u32 }
     ///
@@ -111,7 +111,7 @@ pub struct TriggerBatch {
 /// request and parsed only when asked for, so a function that does not look pays nothing.
 ///
 /// ```
-/// use hubhost_functions::batch::SystemProperties;
+/// use hubhost_trigger::batch::SystemProperties;
 ///
 /// let sent = SystemProperties::from_json(r#"[{"message-id":"m1","content-type":"application/json"},{}]"#);
 /// assert_eq!(sent.of(0)?.unwrap()["message-id"], "m1");

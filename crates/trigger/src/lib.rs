@@ -1,0 +1,14 @@
+//! What an Event Hubs trigger hands a function, independent of how it got there.
+//!
+//! - [`batch`]: one invocation — the partition it came from and its events, in order;
+//! - [`time`]: the text forms of times and durations the Functions host writes (.NET dates in
+//!   trigger metadata, `TimeSpan` in host.json and function.json).
+//!
+//! Both the HTTP framework (`hubhost-functions`, which decodes the host's requests into a
+//! batch) and the event processor (`hubhost-processor`, which reads batches from the hub
+//! itself) build on these types; neither depends on the other.
+
+#![deny(missing_docs)]
+
+pub mod batch;
+pub mod time;
