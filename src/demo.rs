@@ -10,8 +10,6 @@
 //! app wrote.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use azure_messaging_eventhubs::SendEventOptions;
@@ -25,12 +23,12 @@ use hubhost_app::handler::{self, ALARMS_HUB, HandlerConfig, builtin_functions};
 use hubhost_app::layout::DEFAULT_CONTAINER;
 use hubhost_app::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION};
 use hubhost_eventhubs::{EventHubTarget, on_sending_thread};
-use hubhost_host::emulate::{self, AppSettings};
+use hubhost_host::emulate::{self, AppSettings, InstanceTriggers, TriggerCounts};
 use hubhost_host::invoker::Invoker;
 use hubhost_host::progress::Progress;
 use hubhost_hub::{HubConfig, HubSpec};
+use hubhost_processor::ProcessorOptions;
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
-use hubhost_processor::{Consumer, EventProcessor, ProcessorOptions};
 use hubhost_simulate::{self as simulate, Pace, SimulateOptions, StopAfter};
 use hubhost_storage::{SharedStore, StorageLocation};
 
@@ -172,19 +170,13 @@ pub async fn run(
     );
     store.ensure_container().await?;
     let options = ProcessorOptions::default();
-    let mut pool = Vec::new();
-    let mut processors = tokio::task::JoinSet::new();
-    for i in 1..=opts.instances {
-        let owner = format!("demo-{i}");
-        let consumers = emulate::consumers(&functions, &store, &options, &invoker)?;
-        for consumer in consumers {
-            pool.push(PoolMember {
-                owner: owner.clone(),
-                consumer: consumer.clone(),
-            });
-            processors.spawn(EventProcessor::new(consumer, owner.clone()).run(stop.child_token()));
-        }
-    }
+    let pool: Vec<InstanceTriggers> = (1..=opts.instances)
+        .map(|i| {
+            let owner = format!("demo-{i}");
+            InstanceTriggers::start(&functions, &store, &options, &invoker, &owner, &stop)
+        })
+        .collect::<Result<_, _>>()?;
+    let counts: Vec<TriggerCounts> = pool.iter().map(|i| i.counts().clone()).collect();
     let target = functions[0].target.clone();
 
     println!(
@@ -233,8 +225,8 @@ pub async fn run(
         })
     };
     let progress = {
-        let pool = pool.clone();
-        Progress::spawn(move || progress_line(&pool))
+        let counts = counts.clone();
+        Progress::spawn(move || progress_line(&counts))
     };
 
     tokio::pin!(interrupted);
@@ -252,7 +244,7 @@ pub async fn run(
     let expected = summary.events + POISON.len() as u64;
     if !stop.is_cancelled() {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while processed(&pool, AGGREGATOR_FUNCTION) < expected && Instant::now() < deadline {
+        while processed(&counts, AGGREGATOR_FUNCTION) < expected && Instant::now() < deadline {
             tokio::select! {
                 _ = &mut interrupted => break,
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -261,16 +253,20 @@ pub async fn run(
     }
     drop(progress);
     stop.cancel();
-    while processors.join_next().await.is_some() {}
+    let (aggregated, archived) = (
+        processed(&counts, AGGREGATOR_FUNCTION),
+        processed(&counts, ARCHIVE_FUNCTION),
+    );
+    for instance in pool {
+        instance.finish().await?;
+    }
     let _ = server.await;
     let forwarded = forwarded_alarms(&connection).await;
     hub_stop.cancel();
     let _ = hub.await;
     summary.print();
     println!(
-        "processed: {} events by {AGGREGATOR_FUNCTION}, {} by {ARCHIVE_FUNCTION} ({expected} sent, poison included)",
-        processed(&pool, AGGREGATOR_FUNCTION),
-        processed(&pool, ARCHIVE_FUNCTION)
+        "processed: {aggregated} events by {AGGREGATOR_FUNCTION}, {archived} by {ARCHIVE_FUNCTION} ({expected} sent, poison included)"
     );
     match forwarded {
         Some(n) => println!("alarms forwarded to the '{ALARMS_HUB}' hub: {n} events"),
@@ -309,33 +305,16 @@ async fn address_of<A, E: Into<DemoError>>(
     }
 }
 
-/// One processor of the pool and the instance that runs it.
-#[derive(Clone)]
-struct PoolMember {
-    owner: String,
-    consumer: Arc<Consumer>,
-}
-
-type Pool = Vec<PoolMember>;
-
 /// Events processed by every instance's processor of `function`.
-fn processed(pool: &Pool, function: &str) -> u64 {
-    pool.iter()
-        .filter(|m| m.consumer.function == function)
-        .map(|m| m.consumer.stats.events.load(Ordering::Relaxed))
-        .sum()
+fn processed(pool: &[TriggerCounts], function: &str) -> u64 {
+    pool.iter().map(|i| i.processed(function)).sum()
 }
 
-fn progress_line(pool: &Pool) -> String {
-    let mut owned: BTreeMap<&str, u64> = BTreeMap::new();
-    for m in pool
+fn progress_line(pool: &[TriggerCounts]) -> String {
+    let owned: Vec<String> = pool
         .iter()
-        .filter(|m| m.consumer.function == AGGREGATOR_FUNCTION)
-    {
-        *owned.entry(&m.owner).or_default() +=
-            m.consumer.stats.pumps_running.load(Ordering::Relaxed);
-    }
-    let owned: Vec<String> = owned.iter().map(|(o, n)| format!("{o}:{n}")).collect();
+        .map(|i| format!("{}:{}", i.owner(), i.partitions_owned(AGGREGATOR_FUNCTION)))
+        .collect();
     format!(
         "demo: {} events aggregated, {} archived; partitions owned {}",
         processed(pool, AGGREGATOR_FUNCTION),

@@ -18,10 +18,10 @@ mod identity;
 mod metrics;
 mod outputs;
 mod settings;
+mod triggers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -29,14 +29,15 @@ use tokio_util::sync::CancellationToken;
 use crate::invoker::Invoker;
 use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::function_app::{EventHubTrigger, FunctionApp, FunctionSpec};
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
-use hubhost_processor::{Consumer, EventProcessor, ProcessorOptions, ProcessorStats};
+use hubhost_processor::ProcessorOptions;
+use hubhost_processor::checkpoint::{CheckpointStore, DEFAULT_CONTAINER};
 use hubhost_storage::counting::CountingStore;
 
 pub use dispatch::{FunctionDispatch, retry_delay};
 pub use identity::{IdentityError, IdentitySource, InstanceIdentity};
 pub use outputs::{EventSender, OutputPlan, OutputsDone};
 pub use settings::AppSettings;
+pub use triggers::{InstanceTriggers, TriggerCounts};
 
 use handler_process::{HandlerProcess, start_handler, stop_child};
 use metrics::{LastEnqueued, MetricsPage};
@@ -167,43 +168,6 @@ pub fn event_hub_functions(
     Ok(out)
 }
 
-/// One processor per function, all calling the handler at `invoker`.
-pub fn consumers(
-    functions: &[FunctionTarget],
-    store: &CheckpointStore,
-    options: &ProcessorOptions,
-    invoker: &Invoker,
-) -> Result<Vec<Arc<Consumer>>, EmulateError> {
-    functions
-        .iter()
-        .map(|f| {
-            let key = ConsumerGroupKey::new(
-                f.target.namespace.clone(),
-                f.target.hub.clone(),
-                f.trigger.consumer_group.clone(),
-            )?;
-            Ok(Arc::new(Consumer {
-                function: f.spec.name.clone(),
-                target: f.target.clone(),
-                key,
-                store: store.clone(),
-                options: options.clone(),
-                single_event: f.trigger.cardinality
-                    == hubhost_functions::function_app::Cardinality::One,
-                handler: Arc::new(FunctionDispatch {
-                    invoker: invoker.clone(),
-                    function: f.spec.name.clone(),
-                    trigger: f.trigger.clone(),
-                    retry: f.spec.retry.clone(),
-                    outputs: f.outputs.clone(),
-                }),
-                stats: Arc::new(ProcessorStats::default()),
-                ends: Default::default(),
-            }))
-        })
-        .collect()
-}
-
 /// Claims this instance's owner id for every consumer group of `functions` in `store`:
 /// `explicit` (`--instance-id`) if given, else the platform's instance id, else the host
 /// name's lowest free slot; a stable id, so a restarted instance reclaims its partitions at
@@ -269,7 +233,11 @@ pub async fn run(
     let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
     let mut child = start_handler(&process, &invoker).await?;
 
-    let consumers = consumers(&functions, &store, &options, &invoker)?;
+    let stop = CancellationToken::new();
+    let mut triggers =
+        InstanceTriggers::start(&functions, &store, &options, &invoker, &instance_id, &stop)?;
+    let counts = triggers.counts().clone();
+    let consumers = counts.consumers().to_vec();
     println!(
         "hubhost emulate: instance {instance_id} ({}), handler `{}` on port {port}, checkpoints in {}",
         match identity.source {
@@ -286,7 +254,6 @@ pub async fn run(
             f.spec.name, f.target, f.trigger.consumer_group
         );
     }
-    let stop = CancellationToken::new();
     let metrics = match opts.metrics {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -311,44 +278,14 @@ pub async fn run(
         }
         None => None,
     };
-    let mut processors = tokio::task::JoinSet::new();
-    for consumer in &consumers {
-        let processor = EventProcessor::new(consumer.clone(), instance_id.clone());
-        processors.spawn(processor.run(stop.child_token()));
-    }
-    let progress = {
-        let consumers = consumers.clone();
-        crate::progress::Progress::spawn(move || {
-            let parts: Vec<String> = consumers
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{}: {} partitions, {} events, {} batches ({} failed)",
-                        c.consumer_group(),
-                        c.stats.pumps_running.load(Ordering::Relaxed),
-                        c.stats.events.load(Ordering::Relaxed),
-                        c.stats.batches.load(Ordering::Relaxed),
-                        c.stats.failed_batches.load(Ordering::Relaxed),
-                    )
-                })
-                .collect();
-            parts.join(" | ")
-        })
-    };
+    let progress = crate::progress::Progress::spawn(move || counts.progress_line());
 
     tokio::pin!(shutdown);
     let mut restarts = 0;
     let outcome = loop {
         tokio::select! {
             _ = &mut shutdown => break Ok(()),
-            Some(ended) = processors.join_next() => {
-                // A processor ends early only on a configuration error.
-                match ended {
-                    Ok(Err(e)) => break Err(e.into()),
-                    Ok(Ok(())) => continue,
-                    Err(e) => break Err(EmulateError::ProcessorPanicked(e.to_string())),
-                }
-            }
+            failure = triggers.failure() => break Err(failure),
             status = child.wait() => {
                 restarts += 1;
                 tracing::error!(status = ?status.ok(), restarts, "the custom handler exited; restarting it");
@@ -365,7 +302,9 @@ pub async fn run(
     drop(progress);
     // Pumps finish their batches (the handler is still up), checkpoint and relinquish.
     stop.cancel();
-    while processors.join_next().await.is_some() {}
+    // An error after the stop (a relinquish that failed) is logged where it happened; the
+    // outcome is what ended the run.
+    let _ = triggers.finish().await;
     if let Some(server) = metrics {
         let _ = server.await;
     }

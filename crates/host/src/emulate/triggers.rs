@@ -1,0 +1,182 @@
+//! One emulated instance's triggers: a processor per Event Hubs function of the app, every one
+//! delivering its batches to the same handler, as one Functions instance does.
+//!
+//! `emulate::run` starts one for its process; `hubhost demo` starts several in one process to
+//! show a pool sharing the partitions. Both go through [`InstanceTriggers::start`], so there is
+//! one wiring from function declarations to running processors.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use hubhost_functions::function_app::Cardinality;
+use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
+use hubhost_processor::{
+    Consumer, EventProcessor, ProcessorError, ProcessorOptions, ProcessorStats,
+};
+
+use super::{EmulateError, FunctionDispatch, FunctionTarget};
+use crate::invoker::Invoker;
+
+/// The running processors of one instance (owner id).
+pub struct InstanceTriggers {
+    counts: TriggerCounts,
+    processors: JoinSet<Result<(), ProcessorError>>,
+}
+
+/// What one instance's processors count, readable while they run (cheap to clone: the
+/// counters are shared).
+#[derive(Clone)]
+pub struct TriggerCounts {
+    owner: String,
+    consumers: Vec<Arc<Consumer>>,
+}
+
+impl InstanceTriggers {
+    /// Starts one processor per function under `owner`, each stopping when `stop` is
+    /// cancelled (after finishing its batches, checkpointing and relinquishing).
+    pub fn start(
+        functions: &[FunctionTarget],
+        store: &CheckpointStore,
+        options: &ProcessorOptions,
+        invoker: &Invoker,
+        owner: &str,
+        stop: &CancellationToken,
+    ) -> Result<Self, EmulateError> {
+        let consumers = consumers(functions, store, options, invoker)?;
+        let mut processors = JoinSet::new();
+        for consumer in &consumers {
+            let processor = EventProcessor::new(consumer.clone(), owner);
+            processors.spawn(processor.run(stop.child_token()));
+        }
+        Ok(InstanceTriggers {
+            counts: TriggerCounts {
+                owner: owner.to_string(),
+                consumers,
+            },
+            processors,
+        })
+    }
+
+    /// What the processors count; a handle that outlives this value.
+    pub fn counts(&self) -> &TriggerCounts {
+        &self.counts
+    }
+
+    /// Resolves when a processor ends before being told to stop — only a configuration
+    /// error or a bug ends one early; never resolves otherwise.
+    pub async fn failure(&mut self) -> EmulateError {
+        loop {
+            match self.processors.join_next().await {
+                Some(Ok(Err(e))) => return e.into(),
+                Some(Err(panic)) => return EmulateError::ProcessorPanicked(panic.to_string()),
+                Some(Ok(Ok(()))) => continue,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// Waits for every processor to stop (cancel the `stop` token first); the first error.
+    pub async fn finish(mut self) -> Result<(), EmulateError> {
+        let mut first = Ok(());
+        while let Some(ended) = self.processors.join_next().await {
+            let outcome = match ended {
+                Ok(result) => result.map_err(EmulateError::from),
+                Err(panic) => Err(EmulateError::ProcessorPanicked(panic.to_string())),
+            };
+            if first.is_ok() {
+                first = outcome;
+            }
+        }
+        first
+    }
+}
+
+impl TriggerCounts {
+    /// The owner id the instance claims partitions under.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// One consumer per function, with its counters.
+    pub fn consumers(&self) -> &[Arc<Consumer>] {
+        &self.consumers
+    }
+
+    /// Events `function`'s processor has delivered and seen answered.
+    pub fn processed(&self, function: &str) -> u64 {
+        self.of(function)
+            .map(|c| c.stats.events.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Partitions `function`'s processor is pumping now.
+    pub fn partitions_owned(&self, function: &str) -> u64 {
+        self.of(function)
+            .map(|c| c.stats.pumps_running.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// One progress line: per consumer group, partitions, events and batches.
+    pub fn progress_line(&self) -> String {
+        let parts: Vec<String> = self
+            .consumers
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}: {} partitions, {} events, {} batches ({} failed)",
+                    c.consumer_group(),
+                    c.stats.pumps_running.load(Ordering::Relaxed),
+                    c.stats.events.load(Ordering::Relaxed),
+                    c.stats.batches.load(Ordering::Relaxed),
+                    c.stats.failed_batches.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        parts.join(" | ")
+    }
+
+    fn of(&self, function: &str) -> impl Iterator<Item = &Arc<Consumer>> {
+        self.consumers
+            .iter()
+            .filter(move |c| c.function == function)
+    }
+}
+
+/// One processor's consumer per function, all calling the handler at `invoker`.
+fn consumers(
+    functions: &[FunctionTarget],
+    store: &CheckpointStore,
+    options: &ProcessorOptions,
+    invoker: &Invoker,
+) -> Result<Vec<Arc<Consumer>>, EmulateError> {
+    functions
+        .iter()
+        .map(|f| {
+            let key = ConsumerGroupKey::new(
+                f.target.namespace.clone(),
+                f.target.hub.clone(),
+                f.trigger.consumer_group.clone(),
+            )?;
+            Ok(Arc::new(Consumer {
+                function: f.spec.name.clone(),
+                target: f.target.clone(),
+                key,
+                store: store.clone(),
+                options: options.clone(),
+                single_event: f.trigger.cardinality == Cardinality::One,
+                handler: Arc::new(FunctionDispatch {
+                    invoker: invoker.clone(),
+                    function: f.spec.name.clone(),
+                    trigger: f.trigger.clone(),
+                    retry: f.spec.retry.clone(),
+                    outputs: f.outputs.clone(),
+                }),
+                stats: Arc::new(ProcessorStats::default()),
+                ends: Default::default(),
+            }))
+        })
+        .collect()
+}
