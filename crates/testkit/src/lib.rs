@@ -3,6 +3,7 @@
 //!
 //! - [`process`]: run a command within a time limit, free loopback ports, wait for a port, find
 //!   the hubhost executables;
+//! - [`InProcessHub`]: the local event hub served inside the test, on a free port;
 //! - [`Hub`], [`Server`], [`Azurite`]: a `hubhost hub`, a `hubhost serve` handler and an Azurite
 //!   blob service as child processes on free ports, killed on drop;
 //! - [`pool`]: a pool of `hubhost emulate` instances on one function app folder, and what they
@@ -25,7 +26,7 @@ pub mod stats;
 pub mod tools;
 
 pub use azurite::Azurite;
-pub use hub::{Hub, KEY};
+pub use hub::{Hub, InProcessHub, KEY};
 pub use process::{
     COMMAND_LIMIT, binary, copy_dir, free_port, hubhost, output_within, try_free_port,
     wait_for_port, wait_within,
