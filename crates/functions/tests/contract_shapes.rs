@@ -354,8 +354,11 @@ fn encoder_follows_the_host_rules_and_round_trips() {
         partition: &partition,
         events: &events[..1],
         retry: Some(&hubhost_functions::batch::RetryContext {
-            retry_count: 0,
+            retry_count: 1,
             max_retry_count: 3,
+            exception: Some(
+                json!({"ClassName": "System.Exception", "Message": "the handler answered 500"}),
+            ),
         }),
         flavor: MetadataFlavor::Current,
         now: chrono::Utc::now(),
@@ -375,4 +378,9 @@ fn encoder_follows_the_host_rules_and_round_trips() {
     assert_eq!(request["Metadata"]["RetryContext"]["MaxRetryCount"], 3);
     let batch = decode_request("F", &one, &bytes).unwrap();
     assert_eq!(&batch.events[0].body[..], br#"{"homeId":"h0","n":0}"#);
+    let retry = batch
+        .retry
+        .expect("the retry context survives the round trip");
+    assert_eq!((retry.retry_count, retry.max_retry_count), (1, 3));
+    assert_eq!(retry.last_error(), Some("the handler answered 500"));
 }

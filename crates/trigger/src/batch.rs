@@ -87,6 +87,33 @@ pub struct RetryContext {
     pub retry_count: i64,
     /// The policy's `maxRetryCount` (-1: forever).
     pub max_retry_count: i64,
+    /// Why the previous attempt failed, as the host serializes a .NET exception (an object
+    /// with `ClassName`, `Message`, …); `None` on the first delivery.
+    pub exception: Option<Value>,
+}
+
+impl RetryContext {
+    /// The previous attempt's failure message (the exception's `Message`), if any.
+    ///
+    /// ```
+    /// use hubhost_trigger::batch::RetryContext;
+    ///
+    /// let retry = RetryContext {
+    ///     retry_count: 1,
+    ///     max_retry_count: 3,
+    ///     exception: Some(serde_json::json!({"ClassName": "System.Exception", "Message": "storage down"})),
+    /// };
+    /// assert_eq!(retry.last_error(), Some("storage down"));
+    /// assert!(!retry.is_last_attempt());
+    /// ```
+    pub fn last_error(&self) -> Option<&str> {
+        self.exception.as_ref()?.get("Message")?.as_str()
+    }
+
+    /// Whether the host gives up after this attempt if it fails too (never, for -1).
+    pub fn is_last_attempt(&self) -> bool {
+        self.max_retry_count >= 0 && self.retry_count >= self.max_retry_count
+    }
 }
 
 /// One invocation of an Event Hubs-triggered function: a batch of one partition, in order.

@@ -211,6 +211,7 @@ pub fn decode_request(
         .map(|v| RetryContext {
             retry_count: v.get("RetryCount").and_then(Value::as_i64).unwrap_or(0),
             max_retry_count: v.get("MaxRetryCount").and_then(Value::as_i64).unwrap_or(0),
+            exception: v.get("Exception").filter(|e| !e.is_null()).cloned(),
         });
 
     let events = bodies

@@ -306,7 +306,7 @@ pub fn encode_request(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     if let Some(r) = inv.retry {
         metadata.insert(
             "RetryContext".into(),
-            json!({"RetryCount": r.retry_count, "MaxRetryCount": r.max_retry_count, "Exception": null}),
+            json!({"RetryCount": r.retry_count, "MaxRetryCount": r.max_retry_count, "Exception": r.exception}),
         );
     }
     metadata.insert(

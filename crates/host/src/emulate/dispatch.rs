@@ -104,10 +104,18 @@ impl BatchHandler for FunctionDispatch {
     /// and the next owner starts the batch over.
     async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
         let mut attempt: u32 = 0;
+        let mut last_error: Option<String> = None;
         loop {
-            let context = self.retry.as_ref().map(|p| RetryContext {
+            let context = self.retry.as_ref().map(|p| {
+                RetryContext {
                 retry_count: i64::from(attempt),
                 max_retry_count: p.max_retry_count,
+                // The host passes the previous attempt's exception; a custom handler's failure
+                // reaches it as a plain exception carrying the answer.
+                exception: last_error.as_ref().map(|message| {
+                    serde_json::json!({"ClassName": "System.Exception", "Message": message})
+                }),
+            }
             });
             let error = match self.invoke_once(batch, context.as_ref()).await {
                 Ok(()) => return BatchOutcome::Succeeded,
@@ -121,6 +129,7 @@ impl BatchHandler for FunctionDispatch {
                 return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
             }
             attempt += 1;
+            last_error = Some(error.clone());
             let delay = retry_delay(policy, attempt);
             tracing::warn!(
                 function = %self.function, partition = %batch.context.partition_id,
