@@ -42,7 +42,7 @@ impl EventHubFunction for Forward {
     async fn run(
         &self,
         batch: TriggerBatch,
-        _: &Counters,
+        _: &FunctionContext,
     ) -> Result<FunctionOutput, FunctionError> {
         let mut output = FunctionOutput::default();
         for event in &batch.events {

@@ -20,8 +20,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use hubhost_functions::batch::TriggerBatch;
+use hubhost_functions::context::FunctionContext;
 use hubhost_functions::function::{
-    CounterFamily, Counters, EventHubFunction, FunctionError, HistogramFamily,
+    CounterFamily, EventHubFunction, FunctionError, HistogramFamily,
 };
 use hubhost_functions::function_app::{
     BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
@@ -147,7 +148,7 @@ impl EventHubFunction for SensorFunction {
     async fn run(
         &self,
         batch: TriggerBatch,
-        counters: &Counters,
+        context: &FunctionContext,
     ) -> Result<FunctionOutput, FunctionError> {
         if let Some(home) = &self.panic_home
             && batch
@@ -161,7 +162,7 @@ impl EventHubFunction for SensorFunction {
             Ok(report) => report,
             Err(e) => {
                 if matches!(e, AppError::Storage(_)) {
-                    counters.add("storage_errors", 1);
+                    context.count("storage_errors", 1);
                 }
                 let message = e.to_string();
                 return Err(match &e {
@@ -191,14 +192,14 @@ impl EventHubFunction for SensorFunction {
         let now = chrono::Utc::now();
         for enqueued in &report.applied_enqueued {
             // A clock behind the hub's counts as no age rather than as none observed.
-            counters.observe(
+            context.observe(
                 "applied_age",
                 (now - *enqueued).to_std().unwrap_or_default(),
             );
         }
-        counters.add("applied", report.applied);
-        counters.add("replayed", report.replayed);
-        counters.add("poison", report.dead_lettered);
+        context.count("applied", report.applied);
+        context.count("replayed", report.replayed);
+        context.count("poison", report.dead_lettered);
         let log = format!(
             "{}: partition {}, sequence numbers {}: {} events, {} applied, {} replayed, {} dead-lettered",
             batch.function,

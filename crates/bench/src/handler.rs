@@ -113,7 +113,7 @@ impl EventHubFunction for CountOnly {
     async fn run(
         &self,
         batch: TriggerBatch,
-        _: &Counters,
+        _: &FunctionContext,
     ) -> Result<FunctionOutput, FunctionError> {
         Ok(FunctionOutput {
             return_value: batch.events.len().into(),

@@ -1,11 +1,13 @@
 //! What a function is, to the server that runs it: an [`EventHubFunction`] takes one batch of
-//! one partition and returns what the host reads back, or a [`FunctionError`] saying what the
-//! host must do; [`Counters`] are the Prometheus counters and histograms it declares.
+//! one partition and its [`FunctionContext`], and returns what the host reads back, or a
+//! [`FunctionError`] saying what the host must do; [`Counters`] are the Prometheus counters
+//! and histograms it declares (counted through the context).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::batch::TriggerBatch;
+use crate::context::FunctionContext;
 use crate::output::FunctionOutput;
 use hubhost_metrics::{self as metrics, Histogram};
 
@@ -35,7 +37,7 @@ pub enum FunctionError {
 /// A counter a function declares: one Prometheus family, one sample per function.
 #[derive(Debug, Clone, Copy)]
 pub struct CounterFamily {
-    /// The name a function counts by ([`Counters::add`]).
+    /// The name a function counts by ([`FunctionContext::count`]).
     pub key: &'static str,
     /// The Prometheus family name, e.g. `myapp_events_rejected_total`.
     pub name: &'static str,
@@ -47,7 +49,7 @@ pub struct CounterFamily {
 /// with buckets fine enough to read p99.9 from ([`metrics::fine_latency_buckets`]).
 #[derive(Debug, Clone, Copy)]
 pub struct HistogramFamily {
-    /// The name a function observes by ([`Counters::observe`]).
+    /// The name a function observes by ([`FunctionContext::observe`]).
     pub key: &'static str,
     /// The Prometheus family name, e.g. `myapp_event_age_seconds`.
     pub name: &'static str,
@@ -90,7 +92,8 @@ impl Counters {
         }
     }
 
-    pub(crate) fn get(&self, key: &str) -> u64 {
+    /// What the counter declared with `key` has counted (0 if undeclared).
+    pub fn get(&self, key: &str) -> u64 {
         self.values
             .get(key)
             .map_or(0, |c| c.load(Ordering::Relaxed))
@@ -111,7 +114,8 @@ impl Counters {
 ///
 /// #[async_trait]
 /// impl EventHubFunction for Echo {
-///     async fn run(&self, batch: TriggerBatch, _: &Counters) -> Result<FunctionOutput, FunctionError> {
+///     async fn run(&self, batch: TriggerBatch, context: &FunctionContext) -> Result<FunctionOutput, FunctionError> {
+///         context.log(format!("{} events from partition {}", batch.events.len(), context.partition().partition_id));
 ///         let mut output = FunctionOutput::default();
 ///         for event in &batch.events {
 ///             let text = event.text().map_err(|e| FunctionError::BadRequest {
@@ -144,10 +148,12 @@ impl Counters {
 /// ```
 #[async_trait::async_trait]
 pub trait EventHubFunction: Send + Sync + 'static {
-    /// Processes `batch`. Count what the function declared in `counters`, success or not.
+    /// Processes `batch`. `context` says which invocation this is (its id, the partition, the
+    /// host's retry context), takes log lines for the answer's `Logs`, and counts what the
+    /// function declared, success or not.
     async fn run(
         &self,
         batch: TriggerBatch,
-        counters: &Counters,
+        context: &FunctionContext,
     ) -> Result<FunctionOutput, FunctionError>;
 }

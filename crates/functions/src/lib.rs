@@ -7,9 +7,10 @@
 //!   [`contract::response`] is the `{"Outputs","Logs","ReturnValue"}` answer.
 //! - [`function_app`]: host.json and `*/function.json` discovery, trigger and retry settings.
 //! - [`function`]: what a function is ([`function::EventHubFunction`]), how it fails and what it
-//!   counts; [`server`]: the HTTP server the host calls, hosting the functions you register;
+//!   counts; [`context`]: what it is told about an invocation and where it logs; [`server`]: the HTTP server the host calls, hosting the functions you register;
 //!   [`output`]: what a function answers, output bindings included; [`http`]: HTTP-triggered
 //!   functions.
+//! - [`testing`]: a function called in-process, directly or exactly as the host calls it.
 //! - [`batch`]: the typed batch a function receives — owned by `hubhost-trigger` (shared with
 //!   the event processor) and re-exported here so a function needs only this crate.
 //!
@@ -20,16 +21,19 @@
 #![deny(missing_docs)]
 
 pub use hubhost_trigger::batch;
+pub mod context;
 pub mod contract;
 pub mod function;
 pub mod function_app;
 pub mod http;
 pub mod output;
 pub mod server;
+pub mod testing;
 
 /// What a function needs, in one import: `use hubhost_functions::prelude::*;`.
 pub mod prelude {
-    pub use crate::batch::{EventRecord, PartitionContext, TriggerBatch};
+    pub use crate::batch::{EventRecord, PartitionContext, RetryContext, TriggerBatch};
+    pub use crate::context::FunctionContext;
     pub use crate::function::{
         CounterFamily, Counters, EventHubFunction, FunctionError, HistogramFamily,
     };

@@ -275,7 +275,7 @@ impl EventHubFunction for {{function}} {
     async fn run(
         &self,
         batch: TriggerBatch,
-        _counters: &Counters,
+        _context: &FunctionContext,
     ) -> Result<FunctionOutput, FunctionError> {
         let bytes: usize = batch.events.iter().map(|e| e.body.len()).sum();
         // Your logic: event.text(), event.json::<T>(), event.sequence_number, event.properties…

@@ -1,6 +1,8 @@
 //! What an Event Hubs trigger hands a function, independent of how it got there.
 //!
 //! - [`batch`]: one invocation — the partition it came from and its events, in order;
+//! - [`builder`]: a batch built by hand, event by event, shaped like one the host sends (for
+//!   tests, and for invoking a function with events of your own);
 //! - [`time`]: the text forms of times and durations the Functions host writes (.NET dates in
 //!   trigger metadata, `TimeSpan` in host.json and function.json).
 //!
@@ -11,4 +13,5 @@
 #![deny(missing_docs)]
 
 pub mod batch;
+pub mod builder;
 pub mod time;

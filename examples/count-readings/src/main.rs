@@ -17,7 +17,7 @@ impl EventHubFunction for CountReadings {
     async fn run(
         &self,
         batch: TriggerBatch,
-        _: &Counters,
+        _: &FunctionContext,
     ) -> Result<FunctionOutput, FunctionError> {
         let mut per_home = BTreeMap::<String, u64>::new();
         // An event that is not a reading is skipped; the rest of the batch goes on.

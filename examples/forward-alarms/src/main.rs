@@ -44,7 +44,7 @@ impl EventHubFunction for ForwardAlarms {
     async fn run(
         &self,
         batch: TriggerBatch,
-        counters: &Counters,
+        context: &FunctionContext,
     ) -> Result<FunctionOutput, FunctionError> {
         let mut output = FunctionOutput::default();
         let mut forwarded = 0;
@@ -52,7 +52,7 @@ impl EventHubFunction for ForwardAlarms {
             let reading = match event.json::<Reading>() {
                 Ok(reading) => reading,
                 Err(e) => {
-                    counters.add("unreadable", 1);
+                    context.count("unreadable", 1);
                     let reason = format!("not a reading: {e}");
                     output.dead_letter(POISON, &batch.partition, event, reason);
                     continue;

@@ -349,6 +349,12 @@ impl FunctionServer {
         self.functions.iter().map(|f| f.spec.name.clone()).collect()
     }
 
+    /// The declaration of the function served as `name` (matched as the host matches, ignoring
+    /// case).
+    pub fn declaration(&self, name: &str) -> Option<&FunctionSpec> {
+        self.function(name).map(|f| &f.spec)
+    }
+
     fn function(&self, name: &str) -> Option<&Registered> {
         self.functions
             .iter()

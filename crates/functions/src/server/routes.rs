@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::FunctionServer;
 use super::registry::{Bound, FunctionStats, Registered};
+use crate::context::FunctionContext;
 use crate::contract::decode::decode_request;
 use crate::contract::response::InvocationResponse;
 use crate::function::FunctionError;
@@ -59,8 +60,9 @@ pub(super) async fn invoke(
     let invocation_id = headers
         .get("x-azure-functions-invocationid")
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_string();
+        .map(str::to_string)
+        // The host always sends one; a request by hand gets one of its own.
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let Some(registered) = server.function(&function) else {
         return error(
             StatusCode::NOT_FOUND,
@@ -125,14 +127,22 @@ pub(super) async fn invoke(
     };
     let name = registered.spec.name.clone();
     let counters = registered.stats.declared.clone();
+    let id = invocation_id.clone();
     // Decoding and processing run in their own task: a panic there fails this invocation only.
     let task = tokio::spawn(async move {
         let batch = decode_request(&name, &trigger, &bytes).map_err(Failure::Contract)?;
         let partition = batch.partition.partition_id.clone();
         let sequence_numbers = batch.sequence_label();
         let events = batch.events.len() as u64;
-        match implementation.run(batch, &counters).await {
-            Ok(output) => Ok((partition, sequence_numbers, events, output)),
+        let context = FunctionContext::new(id, &batch, counters);
+        match implementation.run(batch, &context).await {
+            Ok(mut output) => {
+                // Lines logged through the context come first: they were written during the run.
+                let mut logs = context.take_logs();
+                logs.append(&mut output.logs);
+                output.logs = logs;
+                Ok((partition, sequence_numbers, events, output))
+            }
             Err(error) => Err(Failure::Function {
                 error,
                 partition,

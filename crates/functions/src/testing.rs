@@ -1,0 +1,259 @@
+//! Testing a function in-process, with plain `cargo test`: no host, no socket, no service.
+//!
+//! Two depths:
+//! - **Call it directly**: build a batch ([`TriggerBatch::builder`]), a context
+//!   ([`FunctionContext::for_batch`]), and `function.run(batch, &context).await` — what the
+//!   function returned, what it logged and counted.
+//! - **Call it as the host does** with [`HostHarness`]: the batch is encoded exactly as the
+//!   Functions host encodes it for the function's declaration (cardinality, dataType), goes
+//!   through the server's own routes (decoding, the function's task, the answer), and the answer
+//!   is read back as the host reads it ([`HostAnswer`]: status, outputs by binding, logs, return
+//!   value, the error's code) — so what passes here is what the host will see.
+//!
+//! ```
+//! use hubhost_functions::prelude::*;
+//! use hubhost_functions::testing::HostHarness;
+//!
+//! struct Shout;
+//!
+//! #[async_trait]
+//! impl EventHubFunction for Shout {
+//!     async fn run(&self, batch: TriggerBatch, context: &FunctionContext) -> Result<FunctionOutput, FunctionError> {
+//!         let mut output = FunctionOutput::default();
+//!         for event in &batch.events {
+//!             let text = event.text().map_err(|e| FunctionError::BadRequest {
+//!                 code: "not_text",
+//!                 message: e.to_string(),
+//!             })?;
+//!             output.send_event_text("loud", text.to_uppercase());
+//!         }
+//!         context.log(format!("{} events shouted", batch.events.len()));
+//!         Ok(output)
+//!     }
+//! }
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let harness = HostHarness::for_function("Shout", Shout, &["loud"]);
+//! let batch = TriggerBatch::builder("Shout").text("hi").text("there").build();
+//! let answer = harness.invoke(&batch).await;
+//! assert!(answer.succeeded(), "{answer:?}");
+//! assert_eq!(answer.events_sent("loud"), ["HI", "THERE"]);
+//! assert_eq!(answer.logs, ["2 events shouted"]);
+//! # });
+//! ```
+//!
+//! [`TriggerBatch::builder`]: crate::batch::TriggerBatch::builder
+//! [`FunctionContext::for_batch`]: crate::context::FunctionContext::for_batch
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, header};
+use base64::Engine;
+use serde_json::{Map, Value};
+use tower::ServiceExt;
+
+use crate::batch::TriggerBatch;
+use crate::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+use crate::function::EventHubFunction;
+use crate::function_app::{
+    BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
+};
+use crate::output::FunctionOutput;
+use crate::server::FunctionServer;
+
+/// A [`FunctionServer`] called as the Functions host calls it, without a socket.
+pub struct HostHarness {
+    server: Arc<FunctionServer>,
+}
+
+impl HostHarness {
+    /// Serves the functions `server` was built with (from an app folder, or from the
+    /// declarations they were registered with).
+    pub fn new(server: FunctionServer) -> Self {
+        HostHarness {
+            server: Arc::new(server),
+        }
+    }
+
+    /// One function, declared as `hubhost new` declares one: trigger binding `events` on hub
+    /// `sensors`, cardinality many, dataType string, and an `eventHub` output for each name in
+    /// `event_outputs`. For another declaration (blob outputs, cardinality one, binary), build
+    /// the server from the app folder or a [`FunctionSpec`] and use [`new`](Self::new).
+    pub fn for_function(
+        name: &str,
+        function: impl EventHubFunction,
+        event_outputs: &[&str],
+    ) -> Self {
+        let declaration = FunctionSpec {
+            name: name.into(),
+            trigger: Trigger::EventHub(EventHubTrigger {
+                binding_name: "events".into(),
+                event_hub_name: "sensors".into(),
+                consumer_group: "$Default".into(),
+                cardinality: Cardinality::Many,
+                data_type: DataType::String,
+                connection: None,
+            }),
+            retry: None,
+            bindings: event_outputs
+                .iter()
+                .map(|output| BindingSpec::event_hub_output(output, output, "EventHubConnection"))
+                .collect(),
+        };
+        let server = FunctionServer::builder()
+            .event_hub_function(declaration, function)
+            .build(None)
+            .expect("a well-formed declaration");
+        Self::new(server)
+    }
+
+    /// Sends `batch` to its function (`batch.function`) as the host would: encoded for the
+    /// function's trigger declaration, `POST /{function}` through the server's routes, with an
+    /// invocation id. A function of cardinality `one` takes one event per invocation; give it
+    /// batches of one.
+    pub async fn invoke(&self, batch: &TriggerBatch) -> HostAnswer {
+        let trigger = self.trigger_of(&batch.function);
+        assert!(
+            trigger.cardinality == Cardinality::Many || batch.events.len() == 1,
+            "{} has cardinality one: the host sends one event per invocation (this batch has {})",
+            batch.function,
+            batch.events.len()
+        );
+        let body = encode_request(&HostInvocation {
+            function: &batch.function,
+            trigger: &trigger,
+            partition: &batch.partition,
+            events: &batch.events,
+            retry: batch.retry.as_ref(),
+            flavor: MetadataFlavor::Current,
+            now: chrono::Utc::now(),
+        })
+        .expect("a batch the host could send");
+        self.post(&batch.function, body).await
+    }
+
+    /// Sends `body` as it is to `POST /{function}`: for requests the host would not build
+    /// (a malformed one, to see the error a function's caller gets).
+    pub async fn post(&self, function: &str, body: Vec<u8>) -> HostAnswer {
+        let request = Request::post(format!("/{function}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(
+                "x-azure-functions-invocationid",
+                uuid::Uuid::new_v4().to_string(),
+            )
+            .body(Body::from(body))
+            .expect("a well-formed request");
+        let response = self
+            .server
+            .router()
+            .oneshot(request)
+            .await
+            .expect("the router always answers");
+        let status = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("an answer in memory");
+        HostAnswer::read(status, &bytes)
+    }
+
+    fn trigger_of(&self, function: &str) -> EventHubTrigger {
+        self.server
+            .declaration(function)
+            .and_then(|spec| spec.event_hub_trigger().cloned())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no Event Hubs function named {function:?} here (served: {})",
+                    self.server.function_names().join(", ")
+                )
+            })
+    }
+}
+
+/// A handler's answer as the host reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostAnswer {
+    /// The HTTP status: 2xx is success, anything else a failed invocation.
+    pub status: u16,
+    /// `Outputs`: one value per output binding.
+    pub outputs: Map<String, Value>,
+    /// `Logs`: lines the host writes to its log as the function's.
+    pub logs: Vec<String>,
+    /// `ReturnValue`.
+    pub return_value: Value,
+    /// On failure, the error's code and message (the host ignores them; people read them).
+    pub error: Option<(String, String)>,
+}
+
+impl HostAnswer {
+    fn read(status: u16, body: &[u8]) -> Self {
+        let answer: Value = serde_json::from_slice(body).unwrap_or_else(|e| {
+            panic!(
+                "the handler answered {status} with a body that is not JSON ({e}): {}",
+                String::from_utf8_lossy(body)
+            )
+        });
+        HostAnswer {
+            status,
+            outputs: answer["Outputs"].as_object().cloned().unwrap_or_default(),
+            logs: answer["Logs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|l| l.as_str().map(str::to_string))
+                .collect(),
+            return_value: answer["ReturnValue"].clone(),
+            error: answer.get("error").map(|e| {
+                let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                (text("code"), text("message"))
+            }),
+        }
+    }
+
+    /// Whether the host counts the invocation as successful (2xx).
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The failure's machine-readable code (e.g. `bad_request`), if it failed.
+    pub fn error_code(&self) -> Option<&str> {
+        self.error.as_ref().map(|(code, _)| code.as_str())
+    }
+
+    /// The bodies of the events the `eventHub` output `binding` sends, as text, in order: an
+    /// array sends one event per element (a string as it is, anything else as its JSON).
+    pub fn events_sent(&self, binding: &str) -> Vec<String> {
+        match self.outputs.get(binding) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(events)) => events.iter().map(event_text).collect(),
+            Some(one) => vec![event_text(one)],
+        }
+    }
+
+    /// The bytes the `blob` output `binding` writes (the host decodes the base64 value
+    /// [`FunctionOutput::write_blob`] sends), if the function set it.
+    pub fn blob_written(&self, binding: &str) -> Option<Vec<u8>> {
+        let value = self.outputs.get(binding)?.as_str()?;
+        Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(value)
+                .unwrap_or_else(|_| value.as_bytes().to_vec()),
+        )
+    }
+
+    /// The poison events set aside through the `blob` output `binding`
+    /// ([`FunctionOutput::dead_letter`]), each with its reason.
+    pub fn dead_letters(&self, binding: &str) -> Vec<Value> {
+        self.outputs
+            .get(binding)
+            .map(FunctionOutput::dead_letters)
+            .unwrap_or_default()
+    }
+}
+
+fn event_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,242 @@
+//! A function tested in-process: called directly with a hand-built batch and its context, and
+//! through the host contract with `HostHarness` (encoded as the host encodes it for the
+//! declaration, through the server's routes, the answer read as the host reads it).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hubhost_functions::function::CounterFamily;
+use hubhost_functions::function_app::{
+    BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
+};
+use hubhost_functions::prelude::*;
+use hubhost_functions::testing::HostHarness;
+use serde_json::json;
+
+const REJECTED: CounterFamily = CounterFamily {
+    key: "rejected",
+    name: "test_rejected_total",
+    help: "events set aside",
+};
+
+/// Forwards readings of type `alarm`, sets aside what is not JSON, and fails as told by the
+/// event's `fail` property; it logs what it saw of the invocation through the context.
+struct Triage {
+    panics: AtomicUsize,
+}
+
+#[async_trait]
+impl EventHubFunction for Triage {
+    async fn run(
+        &self,
+        batch: TriggerBatch,
+        context: &FunctionContext,
+    ) -> Result<FunctionOutput, FunctionError> {
+        context.log(format!(
+            "invocation {} of {} on partition {}",
+            context.invocation_id(),
+            context.function_name(),
+            context.partition().partition_id
+        ));
+        if let Some(retry) = context.retry() {
+            context.log(format!(
+                "retry {} of {}, after: {}",
+                retry.retry_count,
+                retry.max_retry_count,
+                retry.last_error().unwrap_or("-")
+            ));
+        }
+        let mut output = FunctionOutput::default();
+        for event in &batch.events {
+            match event.properties.get("fail").and_then(|v| v.as_str()) {
+                Some("bad") => {
+                    return Err(FunctionError::BadRequest {
+                        code: "told_to_refuse",
+                        message: "the event asked for it".into(),
+                    });
+                }
+                Some("later") => {
+                    return Err(FunctionError::Failed {
+                        code: "storage_unavailable",
+                        message: "try again".into(),
+                    });
+                }
+                Some("panic") => {
+                    self.panics.fetch_add(1, Ordering::Relaxed);
+                    panic!("the event asked for a panic");
+                }
+                _ => {}
+            }
+            match event.json::<serde_json::Value>() {
+                Ok(reading) if reading["type"] == "alarm" => {
+                    output.send_event_json("alarms", &reading).unwrap();
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    context.count("rejected", 1);
+                    output.dead_letter("poison", &batch.partition, event, e.to_string());
+                }
+            }
+        }
+        Ok(output)
+    }
+}
+
+fn triage() -> Triage {
+    Triage {
+        panics: AtomicUsize::new(0),
+    }
+}
+
+fn declaration(cardinality: Cardinality, data_type: DataType) -> FunctionSpec {
+    FunctionSpec {
+        name: "Triage".into(),
+        trigger: Trigger::EventHub(EventHubTrigger {
+            binding_name: "readings".into(),
+            event_hub_name: "sensors".into(),
+            consumer_group: "$Default".into(),
+            cardinality,
+            data_type,
+            connection: None,
+        }),
+        retry: None,
+        bindings: vec![
+            BindingSpec::event_hub_output("alarms", "alarms", "EventHubConnection"),
+            BindingSpec::blob_output("poison", "deadletter/{rand-guid}.json", None),
+        ],
+    }
+}
+
+fn harness(cardinality: Cardinality, data_type: DataType) -> HostHarness {
+    let server = FunctionServer::builder()
+        .counters(&[REJECTED])
+        .event_hub_function(declaration(cardinality, data_type), triage())
+        .build(None)
+        .unwrap();
+    HostHarness::new(server)
+}
+
+#[tokio::test]
+async fn a_direct_call_sees_the_batch_and_its_context() {
+    let batch = TriggerBatch::builder("Triage")
+        .partition("5")
+        .retry(2, 3)
+        .last_error("storage down")
+        .json(&json!({"type": "alarm", "home": 1}))
+        .text("not json")
+        .build();
+    let context = FunctionContext::for_batch_counting(&batch, &[REJECTED], &[]);
+    let output = triage().run(batch, &context).await.unwrap();
+
+    assert_eq!(
+        output.outputs["alarms"],
+        json!([r#"{"home":1,"type":"alarm"}"#])
+    );
+    let poison = FunctionOutput::dead_letters(&output.outputs["poison"]);
+    assert_eq!(poison.len(), 1);
+    assert_eq!(poison[0]["body"], "not json");
+    assert_eq!(poison[0]["partitionId"], "5");
+    assert_eq!(context.counted("rejected"), 1);
+    let logs = context.logs();
+    assert!(logs[0].ends_with("of Triage on partition 5"), "{logs:?}");
+    assert_eq!(logs[1], "retry 2 of 3, after: storage down");
+}
+
+#[tokio::test]
+async fn through_the_host_contract_outputs_logs_and_failures_read_as_the_host_reads_them() {
+    let harness = harness(Cardinality::Many, DataType::String);
+    let batch = TriggerBatch::builder("Triage")
+        .partition("2")
+        .json(&json!({"type": "alarm", "home": 7}))
+        .json(&json!({"type": "motion", "home": 7}))
+        .text("{broken")
+        .build();
+    let answer = harness.invoke(&batch).await;
+    assert!(answer.succeeded(), "{answer:?}");
+    assert_eq!(
+        answer.events_sent("alarms"),
+        [r#"{"home":7,"type":"alarm"}"#]
+    );
+    let poison = answer.dead_letters("poison");
+    assert_eq!(poison.len(), 1, "{poison:?}");
+    assert_eq!(poison[0]["body"], "{broken");
+    assert_eq!(poison[0]["sequenceNumber"], 2);
+    // The invocation id the host sent reached the function, and its log line the answer.
+    assert_eq!(answer.logs.len(), 1, "{:?}", answer.logs);
+    let id = answer.logs[0]
+        .strip_prefix("invocation ")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap();
+    assert!(uuid_like(id), "{id}");
+    assert!(answer.logs[0].ends_with("of Triage on partition 2"));
+
+    // Each failure as the host sees it: its status and code.
+    for (fail, status, code) in [
+        ("bad", 400, "told_to_refuse"),
+        ("later", 500, "storage_unavailable"),
+        ("panic", 500, "handler_panic"),
+    ] {
+        let batch = TriggerBatch::builder("Triage")
+            .text("{}")
+            .property("fail", fail)
+            .build();
+        let answer = harness.invoke(&batch).await;
+        assert_eq!(
+            (answer.status, answer.error_code()),
+            (status, Some(code)),
+            "{fail}: {answer:?}"
+        );
+        assert!(
+            answer.outputs.is_empty(),
+            "a failed invocation sends nothing"
+        );
+    }
+    // The handler is still up after the panic.
+    let batch = TriggerBatch::builder("Triage").text("{}").build();
+    assert!(harness.invoke(&batch).await.succeeded());
+}
+
+#[tokio::test]
+async fn the_declaration_decides_what_the_function_receives() {
+    let body = vec![0xff, b'{', 0xfe];
+    // dataType binary: the bytes arrive as they were sent, and are set aside as bytes.
+    let binary = harness(Cardinality::Many, DataType::Binary);
+    let batch = TriggerBatch::builder("Triage").bytes(body.clone()).build();
+    let answer = binary.invoke(&batch).await;
+    assert!(answer.succeeded(), "{answer:?}");
+    let poison = answer.dead_letters("poison");
+    assert_eq!(poison[0]["bodyBase64"], "/3v+");
+
+    // Cardinality one: one event per invocation, with its retry context.
+    let one = harness(Cardinality::One, DataType::String);
+    let batch = TriggerBatch::builder("Triage")
+        .retry(1, 5)
+        .last_error("the handler answered 500")
+        .json(&json!({"type": "alarm"}))
+        .build();
+    let answer = one.invoke(&batch).await;
+    assert!(answer.succeeded(), "{answer:?}");
+    assert_eq!(answer.events_sent("alarms"), [r#"{"type":"alarm"}"#]);
+    assert_eq!(
+        answer.logs[1],
+        "retry 1 of 5, after: the handler answered 500"
+    );
+}
+
+#[tokio::test]
+async fn a_request_the_host_would_not_send_gets_a_named_error() {
+    let harness = harness(Cardinality::Many, DataType::String);
+    let answer = harness
+        .post("Triage", br#"{"Metadata": {}}"#.to_vec())
+        .await;
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.error_code(), Some("missing_data"), "{answer:?}");
+    let answer = harness.post("Nobody", b"{}".to_vec()).await;
+    assert_eq!(
+        (answer.status, answer.error_code()),
+        (404, Some("unknown_function"))
+    );
+}
+
+fn uuid_like(id: &str) -> bool {
+    id.len() == 36 && id.chars().filter(|c| *c == '-').count() == 4
+}

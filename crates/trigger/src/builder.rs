@@ -1,0 +1,215 @@
+//! Batches built by hand, for tests and for tools that invoke a function with events of their
+//! own (`hubhost invoke`): [`BatchBuilder`], from [`TriggerBatch::builder`].
+//!
+//! Every event gets what the service would have given it — a sequence number one above the
+//! previous, an offset past the previous body, an enqueued time a millisecond after the
+//! previous — and the system properties the host sends with them, so a function under test
+//! sees a batch shaped like a real one. Each of these can be set.
+
+use bytes::Bytes;
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{Map, Value, json};
+
+use crate::batch::{EventRecord, PartitionContext, RetryContext, SystemProperties, TriggerBatch};
+
+/// Builds a [`TriggerBatch`] event by event.
+///
+/// ```
+/// use hubhost_trigger::batch::TriggerBatch;
+///
+/// let batch = TriggerBatch::builder("SensorAggregator")
+///     .hub("sensors")
+///     .partition("7")
+///     .first_sequence_number(100)
+///     .json(&serde_json::json!({"homeId": "home-1", "type": "motion"}))
+///     .partition_key("home-1")
+///     .property("source", "test")
+///     .text("not json")
+///     .bytes(vec![0xff, 0xfe])
+///     .build();
+///
+/// assert_eq!(batch.events.len(), 3);
+/// assert_eq!(batch.partition.partition_id, "7");
+/// assert_eq!(batch.events[0].sequence_number, Some(100));
+/// assert_eq!(batch.events[2].sequence_number, Some(102));
+/// assert_eq!(batch.events[0].partition_key.as_deref(), Some("home-1"));
+/// assert_eq!(batch.events[0].properties["source"], "test");
+/// assert_eq!(batch.events[1].text(), Ok("not json"));
+/// let system = batch.system_properties.of(0)?.unwrap();
+/// assert_eq!(system["x-opt-sequence-number"], 100);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct BatchBuilder {
+    function: String,
+    partition: PartitionContext,
+    next_sequence_number: i64,
+    next_offset: u64,
+    next_enqueued_time: DateTime<Utc>,
+    events: Vec<EventRecord>,
+    system: Vec<Map<String, Value>>,
+    retry: Option<RetryContext>,
+}
+
+impl TriggerBatch {
+    /// Starts a batch for `function`: hub `sensors`, consumer group `$Default`, partition `0`,
+    /// sequence numbers from 0, enqueued times from now.
+    pub fn builder(function: &str) -> BatchBuilder {
+        BatchBuilder {
+            function: function.to_string(),
+            partition: PartitionContext {
+                fully_qualified_namespace: Some("localhost".into()),
+                event_hub_name: Some("sensors".into()),
+                consumer_group: Some("$Default".into()),
+                partition_id: "0".into(),
+                is_checkpointing_after_invocation: Some(true),
+            },
+            next_sequence_number: 0,
+            next_offset: 0,
+            next_enqueued_time: Utc::now(),
+            events: Vec::new(),
+            system: Vec::new(),
+            retry: None,
+        }
+    }
+}
+
+impl BatchBuilder {
+    /// The event hub the batch was read from.
+    pub fn hub(mut self, name: &str) -> Self {
+        self.partition.event_hub_name = Some(name.into());
+        self
+    }
+
+    /// The consumer group it was read with.
+    pub fn consumer_group(mut self, name: &str) -> Self {
+        self.partition.consumer_group = Some(name.into());
+        self
+    }
+
+    /// The namespace, e.g. `myns.servicebus.windows.net`.
+    pub fn namespace(mut self, host: &str) -> Self {
+        self.partition.fully_qualified_namespace = Some(host.into());
+        self
+    }
+
+    /// The partition, `"0"` to `"31"`.
+    pub fn partition(mut self, id: &str) -> Self {
+        self.partition.partition_id = id.into();
+        self
+    }
+
+    /// The sequence number of the next event (later ones follow it by one).
+    pub fn first_sequence_number(mut self, sequence_number: i64) -> Self {
+        self.next_sequence_number = sequence_number;
+        self
+    }
+
+    /// The enqueued time of the next event (later ones follow it by a millisecond).
+    pub fn enqueued_from(mut self, time: DateTime<Utc>) -> Self {
+        self.next_enqueued_time = time;
+        self
+    }
+
+    /// The host's retry context: which attempt this is of how many.
+    pub fn retry(mut self, retry_count: i64, max_retry_count: i64) -> Self {
+        self.retry = Some(RetryContext {
+            retry_count,
+            max_retry_count,
+            exception: None,
+        });
+        self
+    }
+
+    /// With [`retry`](Self::retry): the previous attempt failed with `message`.
+    pub fn last_error(mut self, message: &str) -> Self {
+        let retry = self.retry.get_or_insert(RetryContext {
+            retry_count: 1,
+            max_retry_count: 1,
+            exception: None,
+        });
+        retry.exception = Some(json!({"ClassName": "System.Exception", "Message": message}));
+        self
+    }
+
+    /// An event whose body is `text` (UTF-8).
+    pub fn text(self, text: impl Into<String>) -> Self {
+        self.bytes(text.into().into_bytes())
+    }
+
+    /// An event whose body is `value` as compact JSON.
+    pub fn json<T: serde::Serialize + ?Sized>(self, value: &T) -> Self {
+        let body = serde_json::to_vec(value).expect("a value that serializes to JSON");
+        self.bytes(body)
+    }
+
+    /// An event whose body is `body`, as it is.
+    pub fn bytes(mut self, body: impl Into<Bytes>) -> Self {
+        let body = body.into();
+        let sequence_number = self.next_sequence_number;
+        let offset = self.next_offset.to_string();
+        let enqueued_time = self.next_enqueued_time;
+        self.next_sequence_number += 1;
+        self.next_offset += body.len().max(1) as u64;
+        self.next_enqueued_time += Duration::milliseconds(1);
+        let mut system = Map::new();
+        system.insert("x-opt-sequence-number".into(), json!(sequence_number));
+        system.insert("x-opt-offset".into(), json!(offset));
+        system.insert(
+            "x-opt-enqueued-time".into(),
+            json!(crate::time::dotnet_datetime_offset(&enqueued_time)),
+        );
+        self.system.push(system);
+        self.events.push(EventRecord {
+            body,
+            sequence_number: Some(sequence_number),
+            offset: Some(offset),
+            enqueued_time: Some(enqueued_time),
+            partition_key: None,
+            properties: Map::new(),
+        });
+        self
+    }
+
+    /// The last event's partition key.
+    pub fn partition_key(mut self, key: &str) -> Self {
+        let (event, system) = self.last("partition_key");
+        event.partition_key = Some(key.into());
+        system.insert("x-opt-partition-key".into(), json!(key));
+        self
+    }
+
+    /// An application property of the last event.
+    pub fn property(mut self, name: &str, value: impl Into<Value>) -> Self {
+        let (event, _) = self.last("property");
+        event.properties.insert(name.into(), value.into());
+        self
+    }
+
+    /// A system property of the last event (`message-id`, `content-type`, `correlation-id`, …),
+    /// as the host passes it in `SystemPropertiesArray`.
+    pub fn system_property(mut self, name: &str, value: impl Into<Value>) -> Self {
+        let (_, system) = self.last("system_property");
+        system.insert(name.into(), value.into());
+        self
+    }
+
+    /// The batch.
+    pub fn build(self) -> TriggerBatch {
+        let system: Vec<Value> = self.system.into_iter().map(Value::Object).collect();
+        TriggerBatch {
+            function: self.function,
+            partition: self.partition,
+            events: self.events,
+            retry: self.retry,
+            system_properties: SystemProperties::from_json(&Value::Array(system).to_string()),
+        }
+    }
+
+    fn last(&mut self, what: &str) -> (&mut EventRecord, &mut Map<String, Value>) {
+        match (self.events.last_mut(), self.system.last_mut()) {
+            (Some(event), Some(system)) => (event, system),
+            _ => panic!("BatchBuilder::{what} sets the last event's; add an event first"),
+        }
+    }
+}
