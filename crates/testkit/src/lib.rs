@@ -3,6 +3,9 @@
 //!
 //! - [`process`]: run a command within a time limit, free loopback ports, wait for a port, find
 //!   the hubhost executables;
+//! - [`LocalApp`]: *your* function app as Azure runs it, from an integration test — the local
+//!   hub and the emulated host inside the test, your handler executable as the custom handler;
+//!   send events, wait until they are processed, read what the outputs wrote;
 //! - [`InProcessHub`]: the local event hub served inside the test, on a free port;
 //! - [`Hub`], [`Server`], [`Azurite`]: a `hubhost hub`, a `hubhost serve` handler and an Azurite
 //!   blob service as child processes on free ports, killed on drop;
@@ -17,6 +20,7 @@
 
 pub mod azurite;
 pub mod hub;
+pub mod local_app;
 pub mod pool;
 pub mod process;
 pub mod python;
@@ -27,6 +31,7 @@ pub mod tools;
 
 pub use azurite::Azurite;
 pub use hub::{Hub, InProcessHub, KEY};
+pub use local_app::{LocalApp, LocalAppError};
 pub use process::{
     COMMAND_LIMIT, binary, copy_dir, free_port, hubhost, output_within, try_free_port,
     wait_for_port, wait_within,
