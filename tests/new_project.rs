@@ -1,6 +1,8 @@
 //! `hubhost new`, as a user runs it: the project it makes builds against this workspace's
-//! `hubhost-functions`, is formatted, and its own test passes — the function under `hubhost
-//! emulate` on a `hubhost hub`, every event processed — for both trigger cardinalities.
+//! `hubhost-functions` and `hubhost-testkit`, is formatted, and its own tests pass with plain
+//! `cargo test` — the unit test calling the function as the host does, and the integration
+//! test running the app under the emulated host on a local hub, every event processed — for
+//! both trigger cardinalities; and the unit test fails once the function is broken.
 
 use hubhost_testkit as common;
 
@@ -41,20 +43,46 @@ fn scaffold_and_test(args: &[&str]) {
         "the new project is not formatted:\n{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let mut test = Command::new(&cargo);
-    test.args(["test", "--offline"])
-        .current_dir(&project)
-        .env("CARGO_TARGET_DIR", target)
-        .env("HUBHOST", hubhost);
-    let out = common::output_within(&mut test, Duration::from_secs(600));
+    // No hubhost on PATH, no service: the tests need nothing but cargo.
+    let cargo_test = |extra: &[&str]| {
+        let mut test = Command::new(&cargo);
+        test.args(["test", "--offline"])
+            .args(extra)
+            .current_dir(&project)
+            .env("CARGO_TARGET_DIR", target)
+            .env(
+                "PATH",
+                std::env::var("PATH")
+                    .unwrap_or_default()
+                    .replace(hubhost.parent().unwrap().to_str().unwrap(), "/nonexistent"),
+            );
+        common::output_within(&mut test, Duration::from_secs(600))
+    };
+    let out = cargo_test(&[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "the new project's tests failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    for test in [
+        "a_batch_is_answered_with_its_summary ... ok",
+        "every_event_sent_is_processed ... ok",
+    ] {
+        assert!(stdout.contains(test), "{stdout}");
+    }
+
+    // A broken function fails its unit test.
+    let main = project.join("src/main.rs");
+    let source = std::fs::read_to_string(&main).unwrap();
+    let broken = source.replace("{bytes} bytes", "{bytes} octets");
+    assert_ne!(source, broken);
+    std::fs::write(&main, broken).unwrap();
+    let out = cargo_test(&["--bins"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
     assert!(
-        stdout.contains("every_event_sent_is_processed_under_emulate ... ok"),
+        stdout.contains("a_batch_is_answered_with_its_summary ... FAILED"),
         "{stdout}"
     );
 }

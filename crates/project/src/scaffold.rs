@@ -2,7 +2,10 @@
 //! --worker-runtime custom` and `func new` make one for other languages — a Cargo project on
 //! `hubhost-functions` with one Event Hubs function, its script root (`function_app/`: host.json
 //! starting the binary, the function's function.json, local.settings.json for the local hub), a
-//! README, and a test that runs it under `hubhost emulate` on `hubhost hub`.
+//! README, sample events for `hubhost invoke`, and tests in two tiers: a unit test calling the
+//! function as the host does, in-process (`hubhost_functions::testing`), and an integration test
+//! running the app under the emulated host on a local hub (`hubhost_testkit::LocalApp`) — both
+//! with plain `cargo test`, nothing installed or running.
 //!
 //! The plan ([`Scaffold::files`]) is pure; [`Scaffold::write`] puts it on disk.
 
@@ -58,6 +61,14 @@ impl Framework {
         match self {
             Framework::Path(p) => format!("{{ path = {:?} }}", p.display().to_string()),
             Framework::Version(v) => format!("{v:?}"),
+        }
+    }
+
+    /// The test kit, from the same place: the checkout's `crates/testkit`, or the same version.
+    fn testkit_dependency(&self) -> String {
+        match self {
+            Framework::Path(p) => Framework::Path(p.with_file_name("testkit")).dependency(),
+            Framework::Version(_) => self.dependency(),
         }
     }
 }
@@ -117,6 +128,22 @@ impl Scaffold {
         }
     }
 
+    /// The unit test's batch: two events, or one for a single-event trigger.
+    fn test_events(&self) -> &'static str {
+        match self.cardinality {
+            Cardinality::Many => r#".text("hello").text("world")"#,
+            Cardinality::One => r#".text("hello")"#,
+        }
+    }
+
+    /// What the function logs for [`test_events`](Self::test_events) on partition 3.
+    fn test_log(&self) -> &'static str {
+        match self.cardinality {
+            Cardinality::Many => "partition 3, sequence numbers 0..=1: 10 bytes",
+            Cardinality::One => "partition 3, sequence numbers 0..=0: 5 bytes",
+        }
+    }
+
     /// `hubhost hub --hub` for the trigger's event hub and consumer group.
     fn hub_flag(&self) -> String {
         if self.consumer_group.eq_ignore_ascii_case("$Default") {
@@ -165,6 +192,9 @@ impl Scaffold {
                 .replace("{{group}}", &self.consumer_group)
                 .replace("{{hub_flag}}", &self.hub_flag())
                 .replace("{{framework}}", &self.framework.dependency())
+                .replace("{{testkit}}", &self.framework.testkit_dependency())
+                .replace("{{test_events}}", self.test_events())
+                .replace("{{test_log}}", self.test_log())
                 .replace("{{version}}", env!("CARGO_PKG_VERSION"))
         };
         let mut trigger = serde_json::json!({
@@ -194,7 +224,8 @@ impl Scaffold {
         Ok(vec![
             ("Cargo.toml".into(), fill(CARGO_TOML)),
             ("src/main.rs".into(), fill(MAIN_RS)),
-            ("tests/emulate.rs".into(), fill(EMULATE_TEST_RS)),
+            ("tests/local_app.rs".into(), fill(LOCAL_APP_TEST_RS)),
+            ("events.json".into(), fill(EVENTS_JSON)),
             ("function_app/host.json".into(), fill(HOST_JSON)),
             (
                 PathBuf::from("function_app")
@@ -238,7 +269,7 @@ impl Scaffold {
         let _ = std::process::Command::new("rustfmt")
             .args(["--edition", "2024"])
             .arg(dir.join("src/main.rs"))
-            .arg(dir.join("tests/emulate.rs"))
+            .arg(dir.join("tests/local_app.rs"))
             .stderr(std::process::Stdio::null())
             .status();
         Ok(written)
@@ -256,6 +287,9 @@ hubhost-functions = {{framework}}
 serde = { version = "1", features = ["derive"] }
 serde_json = "1"
 tokio = { version = "1", features = ["macros", "rt-multi-thread", "signal"] }
+
+[dev-dependencies]
+hubhost-testkit = {{testkit}}
 
 # Its own workspace, wherever the folder is.
 [workspace]
@@ -275,18 +309,16 @@ impl EventHubFunction for {{function}} {
     async fn run(
         &self,
         batch: TriggerBatch,
-        _context: &FunctionContext,
+        context: &FunctionContext,
     ) -> Result<FunctionOutput, FunctionError> {
         let bytes: usize = batch.events.iter().map(|e| e.body.len()).sum();
         // Your logic: event.text(), event.json::<T>(), event.sequence_number, event.properties…
-        let mut output = FunctionOutput::default();
-        output.log(format!(
-            "partition {}: {} events ({bytes} bytes), sequence numbers {}",
-            batch.partition.partition_id,
-            batch.events.len(),
+        context.log(format!(
+            "partition {}, sequence numbers {}: {bytes} bytes",
+            context.partition().partition_id,
             batch.sequence_label()
         ));
-        Ok(output)
+        Ok(FunctionOutput::default())
     }
 }
 
@@ -296,6 +328,33 @@ async fn main() -> Result<(), ServeError> {
         .function("{{function}}", {{function}})
         .run()
         .await
+}
+
+/// The function called as the host calls it, declared by its function.json — in-process.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hubhost_functions::testing::HostHarness;
+
+    fn harness() -> HostHarness {
+        let app = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
+        let server = FunctionServer::builder()
+            .function("{{function}}", {{function}})
+            .build(Some(&app))
+            .expect("function_app declares {{function}}");
+        HostHarness::new(server)
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_answered_with_its_summary() {
+        let batch = TriggerBatch::builder("{{function}}")
+            .partition("3")
+            {{test_events}}
+            .build();
+        let answer = harness().invoke(&batch).await;
+        assert!(answer.succeeded(), "{answer:?}");
+        assert_eq!(answer.logs, ["{{test_log}}"]);
+    }
 }
 "#;
 
@@ -341,19 +400,25 @@ hub `{{hub}}`, consumer group `{{group}}`), made by `hubhost new` ({{version}}).
   local event hub's connection; checkpoints go to `./hubhost-data` unless `AzureWebJobsStorage`
   is set, e.g. to `UseDevelopmentStorage=true` for Azurite).
 
+## Test it
+
+`cargo test` runs two tiers, with nothing installed or running:
+
+- `src/main.rs`'s unit test calls the function exactly as the Functions host does — the request
+  encoded for its function.json, the answer read back as the host reads it — in-process
+  (`hubhost_functions::testing`);
+- `tests/local_app.rs` runs the app as Azure runs it: the emulated host and a local event hub
+  inside the test (`hubhost_testkit::LocalApp`), this package's executable as the handler; it
+  sends events and waits until the function has processed every one.
+
 ## Run it locally
 
 ```bash
-hubhost hub &                                    # a local Event Hubs on 127.0.0.1:5672
-hubhost simulate --homes 100 --duration 30 &     # something to read (or send your own events)
-cargo build && hubhost emulate --app function_app
+hubhost invoke --app function_app {{function}} --events events.json   # one batch, the answer printed
+hubhost hub &                                                      # a local Event Hubs on 127.0.0.1:5672
+hubhost emulate --app function_app --watch                         # rebuilds and restarts the handler as you edit
+hubhost simulate --homes 100 --duration 30                         # something to read (or send your own events)
 ```
-
-## Test it
-
-`cargo test` runs the function under `hubhost emulate` on a `hubhost hub` it starts, sends
-events and waits until the function has processed every one. It needs `hubhost` on `PATH` (or
-its path in `HUBHOST`).
 
 ## Deploy it
 
@@ -370,116 +435,35 @@ Deploy to a Flex Consumption app with the `custom` runtime; give it
 in with its managed identity (hubhost's docs/deploy.md and docs/identity.md).
 "#;
 
-const EMULATE_TEST_RS: &str = r#"//! The function under `hubhost emulate` on a `hubhost hub`, as it runs in Azure: events sent
-//! to the hub are each processed by the function. Needs `hubhost` on PATH (or `HUBHOST`).
+const LOCAL_APP_TEST_RS: &str = r#"//! {{function}} as Azure runs it: the emulated Functions host and a local event hub inside
+//! this test (hubhost-testkit), this package's executable as the custom handler.
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-const FUNCTION: &str = "{{function}}";
-const EVENTS: u64 = 120;
+use hubhost_testkit::LocalApp;
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn hubhost() -> Command {
-    Command::new(std::env::var_os("HUBHOST").unwrap_or_else(|| "hubhost".into()))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A copy of `function_app` that starts this build's binary.
-fn app_copy(dir: &Path) -> PathBuf {
-    let app = dir.join("function_app");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
-    let function = app.join(FUNCTION);
-    std::fs::create_dir_all(&function).unwrap();
-    std::fs::copy(source.join(FUNCTION).join("function.json"), function.join("function.json")).unwrap();
-    let mut host: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(source.join("host.json")).unwrap()).unwrap();
-    host["customHandler"]["description"]["defaultExecutablePath"] =
-        env!("CARGO_BIN_EXE_{{package}}").into();
-    std::fs::write(app.join("host.json"), host.to_string()).unwrap();
-    app
-}
-
-/// `hubhost_events_processed_total` of the function, from emulate's `/metrics`.
-fn processed(out: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(out).ok()?;
-    let url = text.lines().find_map(|l| l.trim().strip_prefix("metrics: http://"))?;
-    let (authority, path) = url.split_once('/')?;
-    let mut stream = std::net::TcpStream::connect(authority).ok()?;
-    write!(stream, "GET /{path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").ok()?;
-    let mut page = String::new();
-    stream.read_to_string(&mut page).ok()?;
-    let label = format!("function=\"{FUNCTION}\"");
-    Some(
-        page.lines()
-            .filter(|l| l.starts_with("hubhost_events_processed_total{") && l.contains(&label))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
+#[tokio::test(flavor = "multi_thread")]
+async fn every_event_sent_is_processed() {
+    let app = LocalApp::start(
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/function_app")),
+        Path::new(env!("CARGO_BIN_EXE_{{package}}")),
     )
-}
-
-#[test]
-fn every_event_sent_is_processed_under_emulate() {
-    let dir = std::env::temp_dir().join(format!("{{package}}-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
-    let connection = format!(
-        "Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
-    );
-    let _hub = Killed(
-        hubhost()
-            .args(["hub", "--in-memory", "--port", &port.to_string(), "--hub", "{{hub_flag}}"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("hubhost runs (put it on PATH, or its path in HUBHOST)"),
-    );
-    let sent = hubhost()
-        .args(["simulate", "--homes", "10", "--unthrottled", "--events", &EVENTS.to_string()])
-        .args(["--connection", &connection, "--hub", "{{hub}}"])
-        .stdout(Stdio::null())
-        .status()
+    .await
+    .unwrap();
+    let events: Vec<String> = (0..100).map(|i| format!("event {i}")).collect();
+    app.send_texts("{{hub}}", events).await.unwrap();
+    app.wait_processed("{{function}}", 100, Duration::from_secs(60))
+        .await
         .unwrap();
-    assert!(sent.success(), "hubhost simulate failed");
-
-    let out = dir.join("emulate.out");
-    let _emulate = Killed(
-        hubhost()
-            .args(["emulate", "--app"])
-            .arg(app_copy(&dir))
-            .args(["--metrics-port", "0", "--storage"])
-            .arg(dir.join("storage"))
-            .env("EventHubConnection", &connection)
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(dir.join("emulate.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while processed(&out) != Some(EVENTS as f64) {
-        assert!(
-            Instant::now() < deadline,
-            "processed {:?} of {EVENTS} events; emulate's log:\n{}",
-            processed(&out),
-            std::fs::read_to_string(dir.join("emulate.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    app.stop().await.unwrap();
 }
+"#;
+
+const EVENTS_JSON: &str = r#"[
+  { "body": { "deviceId": "d-1", "temperature": 21.5 }, "partitionKey": "d-1", "properties": { "source": "sample" } },
+  { "body": "a plain text event" }
+]
 "#;
 
 #[cfg(test)]
@@ -510,6 +494,13 @@ mod tests {
         assert!(file("Cargo.toml").contains("name = \"orders-counter\""));
         assert!(file("Cargo.toml").contains("hubhost-functions = \"0.1\""));
         assert!(file("src/main.rs").contains(".function(\"CountOrders\", CountOrders)"));
+        // A single-event trigger's unit test sends one event per invocation.
+        assert!(file("src/main.rs").contains(r#".text("hello")"#));
+        assert!(!file("src/main.rs").contains(r#".text("world")"#));
+        assert!(file("Cargo.toml").contains("hubhost-testkit = \"0.1\""));
+        assert!(file("tests/local_app.rs").contains("CARGO_BIN_EXE_orders-counter"));
+        let events: serde_json::Value = serde_json::from_str(&file("events.json")).unwrap();
+        assert!(events.as_array().is_some_and(|a| !a.is_empty()));
         assert!(file("function_app/host.json").contains("../target/debug/orders-counter"));
         let function: serde_json::Value =
             serde_json::from_str(&file("function_app/CountOrders/function.json")).unwrap();
