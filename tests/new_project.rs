@@ -88,12 +88,12 @@ fn scaffold_and_test(args: &[&str]) {
 }
 
 #[test]
-fn a_new_project_with_a_batch_trigger_runs_under_emulate() {
+fn a_new_project_with_a_batch_trigger_passes_both_test_tiers() {
     scaffold_and_test(&["--function", "CountEvents"]);
 }
 
 #[test]
-fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_runs_under_emulate() {
+fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_passes_both_test_tiers() {
     scaffold_and_test(&[
         "--function",
         "Audit",
