@@ -42,6 +42,7 @@ enum Command {
     Serve(hubhost_app::serve::Args),
     Demo(commands::demo::Args),
     Emulate(commands::emulate::Args),
+    Invoke(commands::invoke::Args),
     /// Inspect, reset and migrate checkpoints and ownership (the Functions host's blob format).
     Checkpoints {
         #[command(subcommand)]
@@ -101,6 +102,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => hubhost_app::serve::run(args).await,
             Command::Demo(args) => commands::demo::run(args).await,
             Command::Emulate(args) => commands::emulate::run(args).await,
+            Command::Invoke(args) => commands::invoke::run(args).await,
             Command::Checkpoints { action } => commands::checkpoints::run(action).await,
             Command::Hub(args) => commands::hub::run(args).await,
             Command::Simulate(args) => commands::simulate::run(args).await,

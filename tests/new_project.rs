@@ -93,7 +93,8 @@ fn a_new_project_with_a_batch_trigger_passes_both_test_tiers() {
 }
 
 #[test]
-fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_passes_both_test_tiers() {
+fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_passes_both_test_tiers()
+ {
     scaffold_and_test(&[
         "--function",
         "Audit",

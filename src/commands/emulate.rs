@@ -62,6 +62,12 @@ pub struct Args {
     /// Address of the metrics endpoint.
     #[arg(long, default_value = "127.0.0.1")]
     pub metrics_bind: IpAddr,
+    /// Build the handler before starting (host.json's executable must lie in a Cargo target
+    /// folder: `cargo build` for target/debug, `--release` for target/release), and again when
+    /// its sources change, restarting only the handler: the partitions stay owned. A build that
+    /// fails prints its errors and leaves the running handler in place.
+    #[arg(long, conflicts_with = "scale")]
+    pub watch: bool,
 }
 
 pub async fn run(args: Args) -> Result<(), String> {
@@ -76,6 +82,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         foreign_ownership_expiry,
         metrics_port,
         metrics_bind,
+        watch,
         ..
     } = args;
     hubhost_host::emulate::run(
@@ -86,6 +93,7 @@ pub async fn run(args: Args) -> Result<(), String> {
             instance_id,
             foreign_ownership_expiry,
             metrics: metrics_port.map(|port| (metrics_bind, port).into()),
+            watch,
         },
         shutdown_signal(),
     )

@@ -6,6 +6,7 @@ pub mod checkpoints;
 pub mod demo;
 pub mod emulate;
 pub mod hub;
+pub mod invoke;
 pub mod new;
 pub mod package;
 pub mod simulate;

@@ -162,6 +162,7 @@ impl LocalApp {
             instance_id: Some("local-app".into()),
             foreign_ownership_expiry: None,
             metrics: Some(metrics),
+            watch: false,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let emulate = tokio::spawn(emulate::run(options, async move {

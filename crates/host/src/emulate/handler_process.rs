@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::build::CargoBuild;
 use super::{AppSettings, EmulateError};
 use crate::invoker::Invoker;
 use hubhost_functions::function_app::FunctionApp;
@@ -21,15 +22,36 @@ pub(super) struct HandlerProcess {
     arguments: Vec<String>,
     working_directory: PathBuf,
     env: Vec<(String, String)>,
+    /// The handler's stdout goes to this process's stderr (when stdout carries a result).
+    stdout_to_stderr: bool,
 }
 
 impl HandlerProcess {
-    /// From host.json `customHandler.description` (or the older `httpWorker`).
-    pub(super) fn from_app(
+    /// host.json's `defaultExecutablePath`, expanded, as a path from the app root (a command on
+    /// PATH stays a bare name).
+    pub(super) fn declared_executable(
         app: &FunctionApp,
         settings: &AppSettings,
-        port: u16,
-    ) -> Result<Self, EmulateError> {
+    ) -> Result<PathBuf, EmulateError> {
+        let description = Self::description(app)?;
+        let executable = description
+            .get("defaultExecutablePath")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+            .ok_or(EmulateError::HostJson(
+                "WorkerDescription DefaultExecutablePath cannot be empty".into(),
+            ))?;
+        let executable = settings
+            .expand(executable)
+            .map_err(EmulateError::HostJson)?;
+        Ok(if executable.contains('/') {
+            app.root.join(executable)
+        } else {
+            PathBuf::from(executable)
+        })
+    }
+
+    fn description(app: &FunctionApp) -> Result<&Value, EmulateError> {
         let section = app
             .host_json
             .get("customHandler")
@@ -37,23 +59,38 @@ impl HandlerProcess {
             .ok_or(EmulateError::HostJson(
                 "no customHandler section: hubhost emulate runs custom-handler apps".into(),
             ))?;
-        let description = section
+        section
             .get("description")
-            .ok_or(EmulateError::HostJson("Missing worker Description.".into()))?;
+            .ok_or(EmulateError::HostJson("Missing worker Description.".into()))
+    }
+
+    /// From host.json `customHandler.description` (or the older `httpWorker`).
+    pub(super) fn from_app(
+        app: &FunctionApp,
+        settings: &AppSettings,
+        port: u16,
+    ) -> Result<Self, EmulateError> {
+        let description = Self::description(app)?;
         let text = |key: &str| description.get(key).and_then(Value::as_str);
-        let executable = text("defaultExecutablePath")
-            .filter(|p| !p.is_empty())
-            .ok_or(EmulateError::HostJson(
-                "WorkerDescription DefaultExecutablePath cannot be empty".into(),
-            ))?;
         let expand = |s: &str| settings.expand(s).map_err(EmulateError::HostJson);
-        let executable = expand(executable)?;
+        let declared = Self::declared_executable(app, settings)?;
         // As the host: relative to the app root if that file exists, else a command on PATH.
-        let in_app = app.root.join(&executable);
+        let bare_name = declared.components().count() == 1;
+        let in_app = if bare_name {
+            app.root.join(&declared)
+        } else {
+            declared.clone()
+        };
         let program = if in_app.is_file() {
             in_app
+        } else if bare_name {
+            declared
         } else {
-            PathBuf::from(&executable)
+            // A path, not a command on PATH: say what is missing and how to make it.
+            return Err(EmulateError::HandlerMissing {
+                build: CargoBuild::of(&in_app).map(|b| b.in_project(&app.root).command_line()),
+                path: in_app,
+            });
         };
         let mut arguments = Vec::new();
         for a in description
@@ -96,7 +133,13 @@ impl HandlerProcess {
             arguments,
             working_directory,
             env,
+            stdout_to_stderr: false,
         })
+    }
+
+    /// Sends the handler's stdout to this process's stderr.
+    pub(super) fn stdout_to_stderr(&mut self) {
+        self.stdout_to_stderr = true;
     }
 
     pub(super) fn describe(&self) -> String {
@@ -111,6 +154,9 @@ impl HandlerProcess {
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::null());
+        if self.stdout_to_stderr {
+            cmd.stdout(std::io::stderr());
+        }
         cmd.spawn().map_err(|e| EmulateError::HandlerStart {
             command: self.describe(),
             problem: e.to_string(),

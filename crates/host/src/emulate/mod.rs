@@ -12,9 +12,11 @@
 //! This file is the run loop: it wires those parts together and restarts the handler when it
 //! exits, three times, as the host does.
 
+pub mod build;
 mod dispatch;
 mod handler_process;
 mod identity;
+pub mod invoke;
 mod metrics;
 mod outputs;
 mod settings;
@@ -68,6 +70,21 @@ pub enum EmulateError {
     NoEventHubFunctions,
     #[error("the custom handler ({command}) could not start: {problem}")]
     HandlerStart { command: String, problem: String },
+    #[error(
+        "host.json's defaultExecutablePath is not built: {path} does not exist{}",
+        match build { Some(command) => format!("; build it with `{command}`"), None => String::new() }
+    )]
+    HandlerMissing {
+        path: PathBuf,
+        /// The command that builds it, when the path lies in a Cargo target folder.
+        build: Option<String>,
+    },
+    #[error(
+        "--watch builds a handler that Cargo builds, and {0} is not in a Cargo target folder (…/target/debug/NAME)"
+    )]
+    NotACargoBuild(PathBuf),
+    #[error("the handler's first build failed: {0}")]
+    Build(String),
     #[error("the custom handler exited {0} times; giving up as the Functions host does")]
     HandlerCrashed(u32),
     /// A bug in hubhost, not in the app: the message and a log with RUST_BACKTRACE=1 belong in
@@ -103,6 +120,9 @@ pub struct EmulateOptions {
     pub foreign_ownership_expiry: Option<Duration>,
     /// Where to serve Prometheus `/metrics` (none: no endpoint).
     pub metrics: Option<std::net::SocketAddr>,
+    /// Build the handler (host.json's executable, in a Cargo target folder) before starting,
+    /// and again, restarting only the handler, when its sources change.
+    pub watch: bool,
 }
 
 /// One Event Hubs function, resolved against the settings.
@@ -194,6 +214,14 @@ pub fn claim_identity(
     identity::claim(&candidates, &scopes, &identity::lock_folder())
 }
 
+/// Resolves when `--watch` sees the sources change; never without `--watch`.
+async fn sources_changed(rebuilder: &mut Option<build::Rebuilder>) {
+    match rebuilder {
+        Some(rebuilder) => rebuilder.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 pub async fn run(
     opts: EmulateOptions,
     shutdown: impl std::future::Future<Output = ()>,
@@ -224,6 +252,22 @@ pub async fn run(
     store.ensure_container().await?;
     let identity = claim_identity(opts.instance_id.as_deref(), &functions, &store)?;
     let instance_id = identity.id.clone();
+
+    let mut rebuilder = if opts.watch {
+        let executable = HandlerProcess::declared_executable(&app, &settings)?;
+        let build = build::CargoBuild::of(&executable)
+            .ok_or(EmulateError::NotACargoBuild(executable))?
+            .in_project(&app.root);
+        let mut rebuilder = build::Rebuilder::new(build);
+        println!(
+            "hubhost emulate: building the handler: {}",
+            rebuilder.describe()
+        );
+        rebuilder.build().await.map_err(EmulateError::Build)?;
+        Some(rebuilder)
+    } else {
+        None
+    };
 
     let port = crate::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
         command: "-".into(),
@@ -286,6 +330,23 @@ pub async fn run(
         tokio::select! {
             _ = &mut shutdown => break Ok(()),
             failure = triggers.failure() => break Err(failure),
+            () = sources_changed(&mut rebuilder) => {
+                let rebuilder = rebuilder.as_mut().expect("changes come from a rebuilder");
+                println!("hubhost emulate: sources changed; building: {}", rebuilder.describe());
+                match rebuilder.build().await {
+                    Ok(()) => {
+                        // Only the handler restarts: the processors keep their partitions, and a
+                        // batch in flight is delivered again to the new handler.
+                        stop_child(&mut child).await;
+                        child = match start_handler(&process, &invoker).await {
+                            Ok(c) => c,
+                            Err(e) => break Err(e),
+                        };
+                        println!("hubhost emulate: handler rebuilt and restarted");
+                    }
+                    Err(e) => eprintln!("hubhost emulate: {e}; the running handler stays until the next change"),
+                }
+            }
             status = child.wait() => {
                 restarts += 1;
                 tracing::error!(status = ?status.ok(), restarts, "the custom handler exited; restarting it");

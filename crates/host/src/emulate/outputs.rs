@@ -133,6 +133,42 @@ impl OutputPlan {
         self.outputs.is_empty()
     }
 
+    /// What carrying out the outputs of one 2xx answer would do, without doing it: per output
+    /// the answer set, its type, where it would go and what (`hubhost invoke` prints it). Bodies
+    /// are text when they are UTF-8, else `{"base64": …}`.
+    pub fn describe(&self, answer: &Value) -> serde_json::Map<String, Value> {
+        let mut described = serde_json::Map::new();
+        for output in &self.outputs {
+            let value = if output.name == "$return" {
+                answer.get("ReturnValue")
+            } else {
+                answer.get("Outputs").and_then(|o| o.get(&output.name))
+            };
+            let Some(value) = value.filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let value = binding_value(output.binary, value.clone());
+            let entry = match &output.action {
+                OutputAction::EventHub { target, .. } => serde_json::json!({
+                    "type": "eventHub",
+                    "eventHub": target.hub,
+                    "namespace": target.namespace,
+                    "events": event_bodies(value).iter().map(|b| body_json(b)).collect::<Vec<_>>(),
+                }),
+                OutputAction::Blob { path, .. } => {
+                    let (container, name) = path.render(Utc::now(), uuid::Uuid::new_v4());
+                    serde_json::json!({
+                        "type": "blob",
+                        "blob": format!("{container}/{name}"),
+                        "content": body_json(&blob_content(value)),
+                    })
+                }
+            };
+            described.insert(output.name.clone(), entry);
+        }
+        described
+    }
+
     /// Carries out the outputs of one 2xx answer (its JSON body).
     pub async fn carry_out(&self, answer: &Value) -> Result<OutputsDone, String> {
         let mut done = OutputsDone::default();
@@ -261,6 +297,16 @@ pub fn blob_content(value: OutputValue) -> Vec<u8> {
 }
 
 /// A string as its text, anything else as JSON text (the host indents objects; compact here).
+/// A body as JSON for people: its text when it is UTF-8, else `{"base64": …}`.
+fn body_json(body: &[u8]) -> Value {
+    match std::str::from_utf8(body) {
+        Ok(text) => Value::from(text),
+        Err(_) => {
+            serde_json::json!({"base64": base64::engine::general_purpose::STANDARD.encode(body)})
+        }
+    }
+}
+
 fn text_of(value: Value) -> Vec<u8> {
     match value {
         Value::String(s) => s.into_bytes(),

@@ -1,0 +1,65 @@
+//! `hubhost invoke`: one batch to one function, as the host sends it, and the answer as the
+//! host reads it, on stdout (see `hubhost_host::emulate::invoke`).
+
+use std::path::PathBuf;
+
+use hubhost_host::emulate::invoke::{self, InvokeOptions};
+
+/// Send one batch to one function exactly as the Functions host would, and print the host's
+/// view of the answer as JSON: status, each output with what the host would do with it, logs,
+/// return value. Exits non-zero unless every invocation succeeded (2xx).
+#[derive(clap::Args)]
+pub struct Args {
+    /// The function to invoke (a folder of the app with an eventHubTrigger).
+    pub function: String,
+    /// Function app folder (host.json, */function.json, local.settings.json).
+    #[arg(long, default_value = "function_app")]
+    pub app: PathBuf,
+    /// Events to send: a JSON array or NDJSON, each event a body (text or JSON) or an object
+    /// {"body", "partitionKey"?, "properties"?} [default: one sample event].
+    #[arg(long)]
+    pub events: Option<PathBuf>,
+    /// The partition the batch comes from.
+    #[arg(long, default_value = "0")]
+    pub partition: String,
+    /// Call the handler running at this URL (e.g. http://127.0.0.1:7072) instead of starting
+    /// the app's.
+    #[arg(long)]
+    pub url: Option<String>,
+}
+
+pub async fn run(args: Args) -> Result<(), String> {
+    let options = InvokeOptions {
+        app: args.app,
+        function: args.function,
+        events: args.events,
+        partition: args.partition,
+        url: args.url,
+    };
+    let views = invoke::run(&options).await.map_err(|e| e.to_string())?;
+    // One invocation (cardinality many) prints its answer; one per event (cardinality one)
+    // prints them in order, as an array.
+    let shown = match views.as_slice() {
+        [one] => one.clone(),
+        all => serde_json::Value::Array(all.to_vec()),
+    };
+    println!("{}", serde_json::to_string_pretty(&shown).expect("JSON"));
+    let failed: Vec<String> = views
+        .iter()
+        .filter(|v| v["succeeded"] != true)
+        .map(|v| match v["error"]["message"].as_str() {
+            Some(message) => format!("{} ({message})", v["status"]),
+            None => v["status"].to_string(),
+        })
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {} invocations failed: the handler answered {}",
+            failed.len(),
+            views.len(),
+            failed.join(", ")
+        ))
+    }
+}

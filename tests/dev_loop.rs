@@ -1,0 +1,284 @@
+//! The development loop on a project `hubhost new` made, with real processes: `hubhost invoke`
+//! names the build a missing handler needs, then shows one batch's answer as the host reads it;
+//! `hubhost emulate --watch` builds the handler, rebuilds and restarts it when the source
+//! changes — the partitions stay owned by the same instance — and keeps the running handler
+//! when a build fails; a failing answer makes `hubhost invoke` exit non-zero.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hubhost_testkit::{self as kit, Hub, KEY};
+use serde_json::Value;
+
+const PACKAGE: &str = "dev-loop-fn";
+const FUNCTION: &str = "CountEvents";
+
+/// A `hubhost emulate --watch` process, killed on drop, its output in files.
+struct Emulate {
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    metrics: u16,
+}
+
+impl Emulate {
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+            + &std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits until `done` holds of the output, or fails showing it.
+    fn wait_output(&self, what: &str, within: Duration, done: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + within;
+        while !done(&self.output()) {
+            assert!(
+                Instant::now() < deadline,
+                "{what} within {within:?}; emulate's output:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A metric of the function's consumer, summed.
+    fn metric(&self, name: &str) -> Option<f64> {
+        let page = http_get(self.metrics, "/metrics")?;
+        let samples = hubhost_metrics::parse(&page).ok()?;
+        Some(hubhost_metrics::sum(
+            &samples,
+            name,
+            &[("function", FUNCTION)],
+        ))
+    }
+
+    fn wait_processed(&self, events: f64) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.metric("hubhost_events_processed_total") < Some(events) {
+            assert!(
+                Instant::now() < deadline,
+                "processed {:?} of {events}; emulate's output:\n{}",
+                self.metric("hubhost_events_processed_total"),
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Emulate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+}
+
+/// Sends `events` readings to the hub's `sensors` with `hubhost simulate`.
+fn send(hub: &Hub, events: u32) {
+    let connection = hub.connection_string(KEY);
+    let (code, stdout, stderr) = kit::hubhost(
+        &[
+            "simulate",
+            "--homes",
+            "10",
+            "--unthrottled",
+            "--events",
+            &events.to_string(),
+            "--connection",
+            &connection,
+            "--hub",
+            "sensors",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "hubhost simulate: {stdout}{stderr}");
+}
+
+fn edit(file: &Path, from: &str, to: &str) {
+    let source = std::fs::read_to_string(file).unwrap();
+    assert!(
+        source.contains(from),
+        "{from:?} is not in {}",
+        file.display()
+    );
+    std::fs::write(file, source.replacen(from, to, 1)).unwrap();
+}
+
+#[test]
+fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join(PACKAGE);
+    let framework = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/functions");
+    let (code, stdout, stderr) = kit::hubhost(
+        &[
+            "new",
+            project.to_str().unwrap(),
+            "--framework",
+            framework,
+            "--function",
+            FUNCTION,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"),
+        project.join("Cargo.lock"),
+    )
+    .unwrap();
+    // The handler builds into this workspace's target folder, where the framework is compiled
+    // already; host.json names it there.
+    let hubhost = Path::new(env!("CARGO_BIN_EXE_hubhost"));
+    let target = hubhost.parent().and_then(Path::parent).unwrap();
+    let executable = target.join("debug").join(PACKAGE);
+    let _ = std::fs::remove_file(&executable);
+    let host_json = project.join("function_app/host.json");
+    let mut host: Value =
+        serde_json::from_str(&std::fs::read_to_string(&host_json).unwrap()).unwrap();
+    host["customHandler"]["description"]["defaultExecutablePath"] =
+        executable.display().to_string().into();
+    std::fs::write(&host_json, host.to_string()).unwrap();
+    let app = project.join("function_app");
+    let app = app.to_str().unwrap();
+
+    // Not built yet: invoke says so, and how to build it.
+    let (code, stdout, stderr) = kit::hubhost(&["invoke", FUNCTION, "--app", app], &[]);
+    assert_ne!(code, 0, "{stdout}");
+    assert!(stderr.contains("is not built"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cargo build --bin {PACKAGE}")),
+        "{stderr}"
+    );
+
+    // emulate --watch builds it, then runs the app.
+    let hub = Hub::start_serving_hubs(&["sensors:4"]);
+    let metrics = kit::free_port();
+    let stdout = dir.path().join("emulate.out");
+    let stderr = dir.path().join("emulate.err");
+    let child = Command::new(hubhost)
+        .args(["emulate", "--watch", "--app", app])
+        .args(["--metrics-port", &metrics.to_string(), "--storage"])
+        .arg(dir.path().join("storage"))
+        .env("EventHubConnection", hub.connection_string(KEY))
+        .env("RUST_LOG", "info,hubhost::function=debug")
+        .env_remove("AzureWebJobsStorage")
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let emulate = Emulate {
+        child,
+        stdout,
+        stderr,
+        metrics,
+    };
+    emulate.wait_output(
+        "the first build and start",
+        Duration::from_secs(600),
+        |out| out.contains(&format!("metrics: http://127.0.0.1:{metrics}")),
+    );
+    send(&hub, 20);
+    emulate.wait_processed(20.0);
+    assert_eq!(emulate.metric("hubhost_owned_partitions"), Some(4.0));
+
+    // Built now: invoke shows the host's view of one batch.
+    let events = dir.path().join("events.json");
+    std::fs::write(
+        &events,
+        r#"["hello", {"body": {"n": 1}, "partitionKey": "k"}]"#,
+    )
+    .unwrap();
+    let (code, out, err) = kit::hubhost(
+        &[
+            "invoke",
+            FUNCTION,
+            "--app",
+            app,
+            "--events",
+            events.to_str().unwrap(),
+            "--partition",
+            "2",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(answer["status"], 200);
+    assert_eq!(
+        answer["logs"],
+        serde_json::json!(["partition 2, sequence numbers 0..=1: 12 bytes"])
+    );
+
+    // An edit: rebuilt, only the handler restarted, the partitions still owned.
+    let main = project.join("src/main.rs");
+    edit(&main, "{bytes} bytes", "{bytes} bytes (v2)");
+    emulate.wait_output("the rebuild", Duration::from_secs(300), |out| {
+        out.contains("handler rebuilt and restarted")
+    });
+    send(&hub, 20);
+    emulate.wait_processed(40.0);
+    emulate.wait_output(
+        "a batch logged by the new handler",
+        Duration::from_secs(60),
+        |out| out.contains("bytes (v2)"),
+    );
+    assert_eq!(emulate.metric("hubhost_owned_partitions"), Some(4.0));
+    assert_eq!(
+        emulate.metric("hubhost_ownership_claims_lost_total"),
+        Some(0.0)
+    );
+
+    // A broken edit: the build's errors are shown and the running handler stays.
+    edit(
+        &main,
+        "struct CountEvents;",
+        "struct CountEvents; this is not rust",
+    );
+    emulate.wait_output("the failed build", Duration::from_secs(300), |out| {
+        out.contains("the running handler stays")
+    });
+    assert!(
+        emulate.output().contains("error"),
+        "cargo's errors are shown"
+    );
+    send(&hub, 10);
+    emulate.wait_processed(50.0);
+    drop(emulate);
+
+    // A function that fails: invoke prints the answer and exits non-zero.
+    edit(&main, " this is not rust", "");
+    edit(
+        &main,
+        "Ok(FunctionOutput::default())",
+        "Err(FunctionError::Failed { code: \"on_purpose\", message: \"failing on purpose\".into() })",
+    );
+    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build
+        .args(["build", "--offline", "--bin", PACKAGE])
+        .current_dir(&project)
+        .env("CARGO_TARGET_DIR", target);
+    let built = kit::output_within(&mut build, Duration::from_secs(300));
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (code, out, err) = kit::hubhost(&["invoke", FUNCTION, "--app", app], &[]);
+    assert_ne!(code, 0, "{out}");
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(answer["status"], 500);
+    assert_eq!(answer["error"]["code"], "on_purpose");
+    assert!(err.contains("failing on purpose"), "{err}");
+}
