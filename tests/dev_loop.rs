@@ -282,3 +282,85 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
     assert_eq!(answer["error"]["code"], "on_purpose");
     assert!(err.contains("failing on purpose"), "{err}");
 }
+
+#[test]
+fn invoke_shows_what_the_host_would_do_with_each_output() {
+    // The forward-alarms example, its host.json naming the executable this workspace built.
+    let dir = tempfile::tempdir().unwrap();
+    let app = dir.path().join("function_app");
+    kit::copy_dir(
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/forward-alarms/function_app"
+        )),
+        &app,
+    );
+    let host_json = app.join("host.json");
+    let mut host: Value =
+        serde_json::from_str(&std::fs::read_to_string(&host_json).unwrap()).unwrap();
+    host["customHandler"]["description"]["defaultExecutablePath"] =
+        kit::binary("forward-alarms").display().to_string().into();
+    std::fs::write(&host_json, host.to_string()).unwrap();
+    let events = dir.path().join("events.ndjson");
+    std::fs::write(
+        &events,
+        "{\"body\": {\"homeId\": \"h1\", \"sensorId\": \"door\", \"state\": \"alarm\"}, \"partitionKey\": \"h1\"}\n\"not a reading\"\n",
+    )
+    .unwrap();
+
+    let (code, out, err) = kit::hubhost(
+        &[
+            "invoke",
+            "ForwardAlarms",
+            "--app",
+            app.to_str().unwrap(),
+            "--events",
+            events.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(answer["status"], 200);
+    let alarms = &answer["outputs"]["alarms"];
+    assert_eq!(alarms["type"], "eventHub");
+    assert_eq!(alarms["eventHub"], "alarms");
+    let sent: Value = serde_json::from_str(alarms["events"][0].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (sent["homeId"].as_str(), sent["sequenceNumber"].as_i64()),
+        (Some("h1"), Some(0))
+    );
+    let poison = &answer["outputs"]["poison"];
+    assert_eq!(poison["type"], "blob");
+    assert!(
+        poison["blob"].as_str().unwrap().starts_with("deadletter/"),
+        "{poison}"
+    );
+    let records: Value = serde_json::from_str(poison["content"].as_str().unwrap()).unwrap();
+    assert_eq!(records[0]["body"], "not a reading");
+    assert_eq!(
+        answer["logs"],
+        serde_json::json!(["partition 0: 2 readings, 1 alarms forwarded"])
+    );
+
+    // Another function name, or a handler that is not there, is refused by name.
+    let (code, _, err) = kit::hubhost(&["invoke", "Nobody", "--app", app.to_str().unwrap()], &[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no function named Nobody (it has: ForwardAlarms)"),
+        "{err}"
+    );
+    let (code, _, err) = kit::hubhost(
+        &[
+            "invoke",
+            "ForwardAlarms",
+            "--app",
+            app.to_str().unwrap(),
+            "--url",
+            &format!("http://127.0.0.1:{}", kit::free_port()),
+        ],
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("the handler gave no answer"), "{err}");
+}

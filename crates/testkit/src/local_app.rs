@@ -302,17 +302,7 @@ impl LocalApp {
             .admin
             .ok_or_else(|| LocalAppError::EventHub("the hub has no admin endpoint".into()))?;
         let get = |url: String| async move {
-            let response = self
-                .http
-                .get(&url)
-                .send()
-                .await
-                .and_then(|r| r.error_for_status())
-                .map_err(|e| LocalAppError::EventHub(format!("{url}: {e}")))?;
-            let text = response
-                .text()
-                .await
-                .map_err(|e| LocalAppError::EventHub(format!("{url}: {e}")))?;
+            let text = self.get_text(&url).await.map_err(LocalAppError::EventHub)?;
             serde_json::from_str::<Value>(&text)
                 .map_err(|e| LocalAppError::EventHub(format!("{url}: {e}")))
         };
@@ -386,17 +376,20 @@ impl LocalApp {
 
     async fn metrics_page(&self) -> Result<Vec<hubhost_metrics::Sample>, LocalAppError> {
         let url = format!("http://{}/metrics", self.metrics);
-        let text = self
+        let text = self.get_text(&url).await.map_err(LocalAppError::Io)?;
+        hubhost_metrics::parse(&text).map_err(|e| LocalAppError::Io(format!("{url}: {e}")))
+    }
+
+    /// `GET url`'s body, or why not (naming the URL).
+    async fn get_text(&self, url: &str) -> Result<String, String> {
+        let response = self
             .http
-            .get(&url)
+            .get(url)
             .send()
             .await
             .and_then(|r| r.error_for_status())
-            .map_err(|e| LocalAppError::Io(format!("{url}: {e}")))?
-            .text()
-            .await
-            .map_err(|e| LocalAppError::Io(format!("{url}: {e}")))?;
-        hubhost_metrics::parse(&text).map_err(|e| LocalAppError::Io(format!("{url}: {e}")))
+            .map_err(|e| format!("{url}: {e}"))?;
+        response.text().await.map_err(|e| format!("{url}: {e}"))
     }
 }
 

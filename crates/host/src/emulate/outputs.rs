@@ -54,6 +54,20 @@ struct PlannedOutput {
     action: OutputAction,
 }
 
+impl PlannedOutput {
+    /// The value an answer gives this output (`ReturnValue` for `$return`), as the host reads
+    /// it; `None` when the answer sets none.
+    fn value_in(&self, answer: &Value) -> Option<OutputValue> {
+        let value = if self.name == "$return" {
+            answer.get("ReturnValue")
+        } else {
+            answer.get("Outputs").and_then(|o| o.get(&self.name))
+        };
+        let value = value.filter(|v| !v.is_null())?;
+        Some(binding_value(self.binary, value.clone()))
+    }
+}
+
 enum OutputAction {
     EventHub {
         target: EventHubTarget,
@@ -139,15 +153,9 @@ impl OutputPlan {
     pub fn describe(&self, answer: &Value) -> serde_json::Map<String, Value> {
         let mut described = serde_json::Map::new();
         for output in &self.outputs {
-            let value = if output.name == "$return" {
-                answer.get("ReturnValue")
-            } else {
-                answer.get("Outputs").and_then(|o| o.get(&output.name))
-            };
-            let Some(value) = value.filter(|v| !v.is_null()) else {
+            let Some(value) = output.value_in(answer) else {
                 continue;
             };
-            let value = binding_value(output.binary, value.clone());
             let entry = match &output.action {
                 OutputAction::EventHub { target, .. } => serde_json::json!({
                     "type": "eventHub",
@@ -173,15 +181,9 @@ impl OutputPlan {
     pub async fn carry_out(&self, answer: &Value) -> Result<OutputsDone, String> {
         let mut done = OutputsDone::default();
         for output in &self.outputs {
-            let value = if output.name == "$return" {
-                answer.get("ReturnValue")
-            } else {
-                answer.get("Outputs").and_then(|o| o.get(&output.name))
-            };
-            let Some(value) = value.filter(|v| !v.is_null()) else {
+            let Some(value) = output.value_in(answer) else {
                 continue;
             };
-            let value = binding_value(output.binary, value.clone());
             match &output.action {
                 OutputAction::EventHub { target, sender } => {
                     let bodies = event_bodies(value);
