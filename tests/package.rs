@@ -223,3 +223,54 @@ fn the_reference_app_is_packaged_for_the_functions_linux_images() {
         assert!(err.contains(reason), "{name}: {err}");
     }
 }
+
+#[test]
+fn a_new_project_is_packaged_from_its_folder() {
+    common::require!(Tool::Zigbuild);
+    // The last step of the development loop on a project `hubhost new` made, run in its folder
+    // as its README says (built into this workspace's target folder, where the dependencies are
+    // compiled already).
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("orders-fn");
+    let framework = repo().join("crates/functions");
+    let (code, stdout, stderr) = common::hubhost(
+        &[
+            "new",
+            project.to_str().unwrap(),
+            "--framework",
+            framework.to_str().unwrap(),
+            "--function",
+            "CountOrders",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    std::fs::copy(repo().join("Cargo.lock"), project.join("Cargo.lock")).unwrap();
+    let target = Path::new(env!("CARGO_BIN_EXE_hubhost"))
+        .parent()
+        .and_then(Path::parent)
+        .unwrap();
+    let zip = dir.path().join("orders.zip");
+    let out = common::output_within(
+        Command::new(env!("CARGO_BIN_EXE_hubhost"))
+            .args(["package", "--app", "function_app", "--out"])
+            .arg(&zip)
+            .args(["--json"])
+            .env("PATH", tool_path())
+            .env("CARGO_TARGET_DIR", target)
+            .env("CARGO_NET_OFFLINE", "true")
+            .current_dir(&project),
+        Duration::from_secs(2400),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Profiles are set only for the crates the project builds: Cargo has nothing to warn about.
+    assert!(!stderr.contains("did not match any packages"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["executable"], "orders-fn");
+    let names: Vec<String> = entries(&zip).into_iter().map(|(n, _, _)| n).collect();
+    assert_eq!(
+        names,
+        ["host.json", "CountOrders/function.json", "orders-fn"]
+    );
+}

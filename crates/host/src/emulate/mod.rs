@@ -4,7 +4,7 @@
 //! (docs/host-contract.md): reads host.json, every function.json and local.settings.json
 //! (`settings`); starts the custom handler with `FUNCTIONS_CUSTOMHANDLER_PORT` and waits for
 //! any answer to `GET /` (`handler_process`); then, for each `eventHubTrigger` function, runs an
-//! [`EventProcessor`] on the function's event hub and consumer group, and delivers each batch
+//! [`EventProcessor`](hubhost_processor::EventProcessor) on the function's event hub and consumer group, and delivers each batch
 //! as `POST /{FunctionName}` with the exact request the host builds and the function's retry
 //! policy (`dispatch`). Several `hubhost emulate` processes on the same event hub and
 //! checkpoint store form one pool, as Functions instances do. `/metrics` is `metrics`.
