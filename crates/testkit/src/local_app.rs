@@ -15,7 +15,8 @@
 //!
 //! let app = LocalApp::start(
 //!     std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/function_app")),
-//!     std::path::Path::new(env!("CARGO_BIN_EXE_hubhost")), // your package's binary
+//!     // Your package's executable; in its integration tests, env!("CARGO_BIN_EXE_<name>").
+//!     std::path::Path::new("target/debug/my-function"),
 //! )
 //! .await?;
 //! app.send_texts("sensors", ["hello", "world"]).await?;
