@@ -25,7 +25,11 @@ use futures::StreamExt;
 
 use hubhost_app::fleet::{Fleet, SENSORS};
 use hubhost_eventhubs::{EventHubTarget, SendOutcomes, on_sending_thread};
+use hubhost_functions::contract::decode::decode_request;
+use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+use hubhost_functions::function_app::EventHubTrigger;
 use hubhost_hub::log::{LogOptions, PartitionLog};
+use hubhost_trigger::batch::{EventRecord, PartitionContext};
 
 use crate::local_hub::{HUB, HubProcess, LocalHubError, open_bare_receiver};
 
@@ -331,16 +335,42 @@ impl<'t> PartitionProducer<'t> {
 }
 
 /// Phase 3: one receiver per partition from the earliest event until `expected[p]` events of
-/// partition `p` arrived.
-/// Reads `expected[p]` events of every partition `p` from the earliest, `prefetch` credit per
-/// receiver.
+/// partition `p` arrived, `prefetch` credit per receiver.
 pub(crate) async fn rust_consumer(
     target: &EventHubTarget,
     expected: &[u64],
     prefetch: u32,
 ) -> Result<Figure, HubBenchError> {
+    read_partitions(target, expected, prefetch, None).await
+}
+
+/// What the host contract costs on top of reading: the same reads as [`rust_consumer`], each
+/// partition's events taken in batches of `BATCH` (the host's `maxEventBatchSize`), every batch
+/// turned into the trigger's records, encoded exactly as the Functions host encodes it for
+/// `trigger`, and decoded exactly as the handler decodes it — nothing else.
+pub(crate) async fn contract_floor(
+    target: &EventHubTarget,
+    expected: &[u64],
+    prefetch: u32,
+    trigger: EventHubTrigger,
+) -> Result<Figure, HubBenchError> {
+    read_partitions(target, expected, prefetch, Some(Arc::new(trigger))).await
+}
+
+/// The host's default `maxEventBatchSize`.
+const BATCH: usize = 100;
+
+async fn read_partitions(
+    target: &EventHubTarget,
+    expected: &[u64],
+    prefetch: u32,
+    contract: Option<Arc<EventHubTrigger>>,
+) -> Result<Figure, HubBenchError> {
     let partitions = expected.len() as u32;
-    const PHASE: &str = "Rust ConsumerClient, a receiver per partition";
+    let phase: &'static str = match contract {
+        None => "Rust ConsumerClient, a receiver per partition",
+        Some(_) => "Rust ConsumerClient + the host contract's encode and decode",
+    };
     // One connection per CONSUMER_SHARE partitions: a connection's frames are decoded by one
     // task in the SDK, so a single connection caps the read rate at what one core decodes.
     let mut consumers = Vec::new();
@@ -354,6 +384,14 @@ pub(crate) async fn rust_consumer(
         let consumer = consumers[(p / CONSUMER_SHARE) as usize].clone();
         let bytes = bytes.clone();
         let per_partition = expected[p as usize];
+        let contract = contract.clone();
+        let context = PartitionContext {
+            fully_qualified_namespace: Some(target.namespace.clone()),
+            event_hub_name: Some(target.hub.clone()),
+            consumer_group: Some("$Default".into()),
+            partition_id: p.to_string(),
+            is_checkpointing_after_invocation: Some(true),
+        };
         tasks.spawn(async move {
             let earliest = StartPosition {
                 location: StartLocation::Earliest,
@@ -361,28 +399,60 @@ pub(crate) async fn rust_consumer(
             };
             let receiver = open_bare_receiver(&consumer, p, earliest, prefetch)
                 .await
-                .map_err(client_error(PHASE))?;
+                .map_err(client_error(phase))?;
             let mut got = 0u64;
+            let mut batch = Vec::with_capacity(BATCH);
             let mut stream = Box::pin(receiver.stream_events());
             while got < per_partition {
                 let next = tokio::time::timeout(Duration::from_secs(30), stream.next()).await;
                 let Ok(Some(event)) = next else {
                     return Err(HubBenchError::Phase {
-                        phase: PHASE,
+                        phase,
                         message: format!(
                             "partition {p}: {got} of {per_partition} events within 30 s of the last"
                         ),
                     });
                 };
-                let event = event.map_err(client_error(PHASE))?;
-                let body = event.event_data().body().map_or(0, |b| b.len());
-                bytes.fetch_add(body as u64, Ordering::Relaxed);
+                let event = event.map_err(client_error(phase))?;
                 got += 1;
+                let Some(trigger) = &contract else {
+                    let body = event.event_data().body().map_or(0, |b| b.len());
+                    bytes.fetch_add(body as u64, Ordering::Relaxed);
+                    continue;
+                };
+                batch.push(hubhost_processor::to_record(&event));
+                if batch.len() == BATCH || got == per_partition {
+                    let decoded = through_contract(trigger, &context, &batch)
+                        .map_err(|message| HubBenchError::Phase { phase, message })?;
+                    bytes.fetch_add(decoded, Ordering::Relaxed);
+                    batch.clear();
+                }
             }
             Ok::<_, HubBenchError>(got)
         });
     }
-    figure(PHASE, tasks, &bytes, started).await
+    figure(phase, tasks, &bytes, started).await
+}
+
+/// One batch through the contract: the host's request, then the handler's decoding of it; the
+/// body bytes decoded (so that nothing can be skipped).
+fn through_contract(
+    trigger: &EventHubTrigger,
+    partition: &PartitionContext,
+    events: &[EventRecord],
+) -> Result<u64, String> {
+    let request = encode_request(&HostInvocation {
+        function: "Floor",
+        trigger,
+        partition,
+        events,
+        retry: None,
+        flavor: MetadataFlavor::Current,
+        now: chrono::Utc::now(),
+    })
+    .map_err(|e| e.to_string())?;
+    let batch = decode_request("Floor", trigger, &request).map_err(|e| e.to_string())?;
+    Ok(batch.events.iter().map(|e| e.body.len() as u64).sum())
 }
 
 /// Phase 4: the buffered producer with a partition key per event (the simulator's path).

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cpu::{self, CpuMeter};
-use super::hub::{HubBenchError, rust_consumer};
+use super::hub::{HubBenchError, contract_floor, rust_consumer};
 use crate::local_hub::{HubProcess, LocalHubError};
 use hubhost_metrics as metrics;
 use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
@@ -421,6 +421,11 @@ pub struct ThroughputRun {
     /// The baseline's CPU per event in the same repetition (`instances`: the SDK consumer;
     /// no handlers).
     pub baseline_cpu: PipelineCpu,
+    /// The contract floor's rate in the same repetition: the SDK consumer plus, per batch of
+    /// 100, the host's encode and the handler's decode.
+    pub floor_events_per_s: f64,
+    /// Its CPU per event (`instances`: the consumer and the contract, in one process).
+    pub floor_cpu: PipelineCpu,
 }
 
 /// Microseconds of CPU per event spent by each part of the pipeline.
@@ -455,6 +460,15 @@ pub struct ScaleOut {
     pub seconds: f64,
     pub moved: usize,
     pub minimum: usize,
+}
+
+/// The reference app's aggregator trigger, whose requests the contract floor encodes.
+fn reference_trigger() -> hubhost_functions::function_app::EventHubTrigger {
+    hubhost_app::handler::builtin_functions()
+        .iter()
+        .find(|f| f.name == hubhost_app::AGGREGATOR_FUNCTION)
+        .and_then(|f| f.event_hub_trigger().cloned())
+        .expect("the reference app declares its aggregator with an Event Hubs trigger")
 }
 
 fn note(line: impl AsRef<str>) {
@@ -959,6 +973,18 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
             "repetition {repetition} of {}: baseline: the SDK consumer alone reads {baseline:.0} events/s",
             opts.repeat
         ));
+        let meters = (CpuMeter::start([hub.pid()]), cpu::own_cpu());
+        let floor = contract_floor(&hub.target, &expected, opts.prefetch, reference_trigger())
+            .await?
+            .events_per_s();
+        let floor_cpu = PipelineCpu {
+            hub: cpu::micros_per_event(meters.0.spent(), total),
+            instances: cpu::micros_per_event(cpu::own_cpu().saturating_sub(meters.1), total),
+            handlers: 0.0,
+        };
+        note(format!(
+            "contract floor: the SDK consumer with the host's encode and the handler's decode reads {floor:.0} events/s"
+        ));
         for entry in &mut figures.throughput {
             let count = entry.instances;
             let run = throughput(&hub, &opts, count, total).await?;
@@ -975,6 +1001,8 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
                 duplicates,
                 cpu: run.cpu,
                 baseline_cpu,
+                floor_events_per_s: floor,
+                floor_cpu,
             });
             if repetition == 1 && count != 4 {
                 figures.drain.push(Drain {
@@ -1051,6 +1079,20 @@ fn print_throughput(f: &PoolFigures, opts: &PoolBenchOptions) {
         median,
         format!("1.00× ({low:.0}–{high:.0} ev/s)")
     );
+    if let Some(t) = f.throughput.first() {
+        let floor = median_and_range(t.runs.iter().map(|r| r.floor_events_per_s)).0;
+        let (median, low, high) = median_and_range(
+            t.runs
+                .iter()
+                .map(|r| r.floor_events_per_s / r.baseline_events_per_s.max(1e-9)),
+        );
+        println!(
+            "  {:<56} {:>12.0}  {:>24}",
+            "contract floor: the consumer + the host's encode + decode",
+            floor,
+            format!("{median:.2}× ({low:.2}–{high:.2})")
+        );
+    }
     println!();
     println!(
         "  {:<56} {:>8} {:>10} {:>9} {:>7}",
@@ -1073,6 +1115,11 @@ fn print_throughput(f: &PoolFigures, opts: &PoolBenchOptions) {
     if let Some(t) = f.throughput.first() {
         let runs: Vec<PipelineCpu> = t.runs.iter().map(|r| r.baseline_cpu).collect();
         cpu_row("baseline (instances: the SDK consumer)".into(), &runs);
+        let runs: Vec<PipelineCpu> = t.runs.iter().map(|r| r.floor_cpu).collect();
+        cpu_row(
+            "contract floor (instances: consumer + encode + decode)".into(),
+            &runs,
+        );
     }
 }
 

@@ -149,10 +149,16 @@ fn bench_pool_repeats_only_the_throughput_phase_when_asked() {
     for t in throughput {
         let runs = t["runs"].as_array().unwrap();
         assert_eq!(runs.len(), 2, "{t}");
-        // Each repetition measured its own baseline.
+        // Each repetition measured its own baselines: the bare consumer, and the consumer with
+        // the host contract's encode and decode.
         for run in runs {
             assert!(
                 run["baseline_events_per_s"].as_f64().unwrap() > 0.0,
+                "{run}"
+            );
+            assert!(run["floor_events_per_s"].as_f64().unwrap() > 0.0, "{run}");
+            assert!(
+                run["floor_cpu"]["instances"].as_f64().unwrap() > 0.0,
                 "{run}"
             );
         }

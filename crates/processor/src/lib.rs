@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use instance::{EventProcessor, ProcessorError};
 pub use options::ProcessorOptions;
-pub use pump::{BatchHandler, BatchOutcome, PartitionPump, PumpControl, PumpExit};
+pub use pump::{BatchHandler, BatchOutcome, PartitionPump, PumpControl, PumpExit, to_record};
 
 use crate::checkpoint::{CheckpointStore, ConsumerGroupKey};
 use hubhost_eventhubs::EventHubTarget;
