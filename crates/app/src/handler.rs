@@ -21,9 +21,8 @@ use std::sync::Arc;
 
 use hubhost_functions::batch::TriggerBatch;
 use hubhost_functions::context::FunctionContext;
-use hubhost_functions::function::{
-    CounterFamily, EventHubFunction, FunctionError, HistogramFamily,
-};
+use hubhost_functions::counters::{CounterFamily, HistogramFamily};
+use hubhost_functions::function::{EventHubFunction, FunctionError};
 use hubhost_functions::function_app::{
     BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
 };

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::batch::{PartitionContext, RetryContext, TriggerBatch};
-use crate::function::{CounterFamily, Counters, HistogramFamily};
+use crate::counters::{CounterFamily, Counters, HistogramFamily};
 
 /// One invocation of a function, as the function sees it.
 ///

@@ -6,8 +6,9 @@
 //!   [`contract::encode`] builds the request the host would send (for emulation and tests);
 //!   [`contract::response`] is the `{"Outputs","Logs","ReturnValue"}` answer.
 //! - [`function_app`]: host.json and `*/function.json` discovery, trigger and retry settings.
-//! - [`function`]: what a function is ([`function::EventHubFunction`]), how it fails and what it
-//!   counts; [`context`]: what it is told about an invocation and where it logs; [`server`]: the HTTP server the host calls, hosting the functions you register;
+//! - [`function`]: what a function is ([`function::EventHubFunction`]) and how it fails;
+//!   [`context`]: what it is told about an invocation and where it logs; [`counters`]: what it
+//!   counts; [`server`]: the HTTP server the host calls, hosting the functions you register;
 //!   [`output`]: what a function answers, output bindings included; [`http`]: HTTP-triggered
 //!   functions.
 //! - [`testing`]: a function called in-process, directly or exactly as the host calls it.
@@ -23,6 +24,7 @@
 pub use hubhost_trigger::batch;
 pub mod context;
 pub mod contract;
+pub mod counters;
 pub mod function;
 pub mod function_app;
 pub mod http;
@@ -34,9 +36,8 @@ pub mod testing;
 pub mod prelude {
     pub use crate::batch::{EventRecord, PartitionContext, RetryContext, TriggerBatch};
     pub use crate::context::FunctionContext;
-    pub use crate::function::{
-        CounterFamily, Counters, EventHubFunction, FunctionError, HistogramFamily,
-    };
+    pub use crate::counters::{CounterFamily, Counters, HistogramFamily};
+    pub use crate::function::{EventHubFunction, FunctionError};
     pub use crate::http::{HttpFunction, HttpRequest, HttpResponse};
     pub use crate::output::FunctionOutput;
     pub use crate::server::{FunctionServer, ServeError};

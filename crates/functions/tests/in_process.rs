@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use hubhost_functions::function::CounterFamily;
+use hubhost_functions::counters::CounterFamily;
 use hubhost_functions::function_app::{
     BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
 };

@@ -42,7 +42,8 @@ use crate::function_app::{FunctionApp, FunctionAppError, FunctionSpec, Trigger};
 use crate::http::HttpFunction;
 use hubhost_metrics::Exposition;
 
-use crate::function::{CounterFamily, EventHubFunction, HistogramFamily};
+use crate::counters::{CounterFamily, HistogramFamily};
+use crate::function::EventHubFunction;
 pub use lifecycle::{init_logging, shutdown_signal};
 use registry::{Bound, FunctionStats, Registered};
 

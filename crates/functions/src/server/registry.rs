@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::http::StatusCode;
 
-use crate::function::{CounterFamily, Counters, EventHubFunction, FunctionError, HistogramFamily};
+use crate::counters::{CounterFamily, Counters, HistogramFamily};
+use crate::function::{EventHubFunction, FunctionError};
 use crate::function_app::{EventHubTrigger, FunctionSpec};
 use crate::http::HttpFunction;
 use crate::output::FunctionOutput;
