@@ -462,6 +462,23 @@ pub struct ScaleOut {
     pub minimum: usize,
 }
 
+/// A baseline's rate, and its CPU per event over `events`: the hub's process (`hub_pid`) and
+/// this one, where the baseline's consumer runs (no handlers).
+async fn in_this_process(
+    hub_pid: u32,
+    events: u64,
+    baseline: impl std::future::Future<Output = Result<super::hub::Figure, HubBenchError>>,
+) -> Result<(f64, PipelineCpu), HubBenchError> {
+    let (hub, own) = (CpuMeter::start([hub_pid]), cpu::own_cpu());
+    let rate = baseline.await?.events_per_s();
+    let cpu = PipelineCpu {
+        hub: cpu::micros_per_event(hub.spent(), events),
+        instances: cpu::micros_per_event(cpu::own_cpu().saturating_sub(own), events),
+        handlers: 0.0,
+    };
+    Ok((rate, cpu))
+}
+
 /// The reference app's aggregator trigger, whose requests the contract floor encodes.
 fn reference_trigger() -> hubhost_functions::function_app::EventHubTrigger {
     hubhost_app::handler::builtin_functions()
@@ -959,29 +976,19 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
         })
         .collect();
     for repetition in 1..=opts.repeat {
-        let meters = (CpuMeter::start([hub.pid()]), cpu::own_cpu());
-        let baseline = rust_consumer(&hub.target, &expected, opts.prefetch)
-            .await?
-            .events_per_s();
-        let baseline_cpu = PipelineCpu {
-            hub: cpu::micros_per_event(meters.0.spent(), total),
-            instances: cpu::micros_per_event(cpu::own_cpu().saturating_sub(meters.1), total),
-            handlers: 0.0,
-        };
+        let (baseline, baseline_cpu) = in_this_process(hub.pid(), total, async {
+            rust_consumer(&hub.target, &expected, opts.prefetch).await
+        })
+        .await?;
         baselines.push(baseline);
         note(format!(
             "repetition {repetition} of {}: baseline: the SDK consumer alone reads {baseline:.0} events/s",
             opts.repeat
         ));
-        let meters = (CpuMeter::start([hub.pid()]), cpu::own_cpu());
-        let floor = contract_floor(&hub.target, &expected, opts.prefetch, reference_trigger())
-            .await?
-            .events_per_s();
-        let floor_cpu = PipelineCpu {
-            hub: cpu::micros_per_event(meters.0.spent(), total),
-            instances: cpu::micros_per_event(cpu::own_cpu().saturating_sub(meters.1), total),
-            handlers: 0.0,
-        };
+        let (floor, floor_cpu) = in_this_process(hub.pid(), total, async {
+            contract_floor(&hub.target, &expected, opts.prefetch, reference_trigger()).await
+        })
+        .await?;
         note(format!(
             "contract floor: the SDK consumer with the host's encode and the handler's decode reads {floor:.0} events/s"
         ));

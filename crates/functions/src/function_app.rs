@@ -153,6 +153,11 @@ impl BindingSpec {
         self.settings.get(key).and_then(Value::as_str)
     }
 
+    /// An `eventHub` output's event hub: `eventHubName`, or `path`, its older name.
+    pub fn event_hub_name(&self) -> Option<&str> {
+        self.setting("eventHubName").or(self.setting("path"))
+    }
+
     /// Whether `dataType` is `binary` (the host then skips its base64 decoding).
     pub fn is_binary(&self) -> bool {
         self.data_type

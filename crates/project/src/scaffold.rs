@@ -144,15 +144,6 @@ impl Scaffold {
         }
     }
 
-    /// `hubhost hub --hub` for the trigger's event hub and consumer group.
-    fn hub_flag(&self) -> String {
-        if self.consumer_group.eq_ignore_ascii_case("$Default") {
-            format!("{}:4", self.event_hub)
-        } else {
-            format!("{}:4:{}", self.event_hub, self.consumer_group)
-        }
-    }
-
     fn validate(&self) -> Result<(), ScaffoldError> {
         let starts_with_letter =
             |s: &str| s.chars().next().is_some_and(|c| c.is_ascii_alphabetic());
@@ -190,7 +181,6 @@ impl Scaffold {
                 .replace("{{function}}", &self.function)
                 .replace("{{hub}}", &self.event_hub)
                 .replace("{{group}}", &self.consumer_group)
-                .replace("{{hub_flag}}", &self.hub_flag())
                 .replace("{{framework}}", &self.framework.dependency())
                 .replace("{{testkit}}", &self.framework.testkit_dependency())
                 .replace("{{test_events}}", self.test_events())

@@ -101,7 +101,7 @@ impl LocalApp {
                 connections.extend(trigger.connection.clone());
             }
             for output in function.outputs().filter(|b| b.is("eventHub")) {
-                if let Some(hub) = output.setting("eventHubName") {
+                if let Some(hub) = output.event_hub_name() {
                     hubs.entry(expand(hub)?).or_default();
                 }
                 connections.extend(output.setting("connection").map(str::to_string));

@@ -93,6 +93,12 @@ pub struct RetryContext {
 }
 
 impl RetryContext {
+    /// An exception as the host passes one for a failure described by `message` (what a
+    /// custom handler's failed answer becomes on the host's side).
+    pub fn exception_from(message: &str) -> Value {
+        serde_json::json!({"ClassName": "System.Exception", "Message": message})
+    }
+
     /// The previous attempt's failure message (the exception's `Message`), if any.
     ///
     /// ```

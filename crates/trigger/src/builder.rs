@@ -128,7 +128,7 @@ impl BatchBuilder {
             max_retry_count: 1,
             exception: None,
         });
-        retry.exception = Some(json!({"ClassName": "System.Exception", "Message": message}));
+        retry.exception = Some(RetryContext::exception_from(message));
         self
     }
 

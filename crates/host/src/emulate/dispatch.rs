@@ -108,14 +108,12 @@ impl BatchHandler for FunctionDispatch {
         loop {
             let context = self.retry.as_ref().map(|p| {
                 RetryContext {
-                retry_count: i64::from(attempt),
-                max_retry_count: p.max_retry_count,
-                // The host passes the previous attempt's exception; a custom handler's failure
-                // reaches it as a plain exception carrying the answer.
-                exception: last_error.as_ref().map(|message| {
-                    serde_json::json!({"ClassName": "System.Exception", "Message": message})
-                }),
-            }
+                    retry_count: i64::from(attempt),
+                    max_retry_count: p.max_retry_count,
+                    // The host passes the previous attempt's exception; a custom handler's failure
+                    // reaches it as a plain exception carrying the answer.
+                    exception: last_error.as_deref().map(RetryContext::exception_from),
+                }
             });
             let error = match self.invoke_once(batch, context.as_ref()).await {
                 Ok(()) => return BatchOutcome::Succeeded,

@@ -18,7 +18,7 @@ use super::handler_process::{HandlerProcess, start_handler, stop_child};
 use super::{AppSettings, EmulateError, EventSender, OutputPlan, resolve_trigger};
 use crate::invoker::{InvokeError, Invoker};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
-use hubhost_functions::function_app::{Cardinality, FunctionApp, FunctionSpec};
+use hubhost_functions::function_app::{Cardinality, EventHubTrigger, FunctionApp, FunctionSpec};
 use hubhost_trigger::batch::TriggerBatch;
 
 /// What `hubhost invoke` was asked to do.
@@ -150,13 +150,17 @@ pub fn sample_events() -> Vec<EventSpec> {
     }]
 }
 
-/// The batches the host would deliver for `events`: one for cardinality `many`, one per
-/// event for `one`; with the first attempt's retry context when the function has a policy.
-pub fn batches(spec: &FunctionSpec, partition: &str, events: &[EventSpec]) -> Vec<TriggerBatch> {
-    let single = spec
-        .event_hub_trigger()
-        .is_some_and(|t| t.cardinality == Cardinality::One);
-    let groups: Vec<&[EventSpec]> = if single {
+/// The batches the host would deliver for `events` to `spec`, whose trigger (its `%Setting%`
+/// names expanded) reads `namespace`: one for cardinality `many`, one per event for `one`; with
+/// the first attempt's retry context when the function has a policy.
+pub fn batches(
+    spec: &FunctionSpec,
+    trigger: &EventHubTrigger,
+    namespace: &str,
+    partition: &str,
+    events: &[EventSpec],
+) -> Vec<TriggerBatch> {
+    let groups: Vec<&[EventSpec]> = if trigger.cardinality == Cardinality::One {
         events.chunks(1).collect()
     } else {
         vec![events]
@@ -165,11 +169,10 @@ pub fn batches(spec: &FunctionSpec, partition: &str, events: &[EventSpec]) -> Ve
     groups
         .into_iter()
         .map(|group| {
-            let hub = spec
-                .event_hub_trigger()
-                .map_or("sensors", |t| t.event_hub_name.as_str());
             let mut builder = TriggerBatch::builder(&spec.name)
-                .hub(hub)
+                .namespace(namespace)
+                .hub(&trigger.event_hub_name)
+                .consumer_group(&trigger.consumer_group)
                 .partition(partition)
                 .first_sequence_number(first_sequence_number);
             first_sequence_number += group.len() as i64;
@@ -227,7 +230,7 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
                 .collect::<Vec<_>>()
                 .join(", "),
         })?;
-    let Some((trigger, _)) = resolve_trigger(spec, &settings)? else {
+    let Some((trigger, target)) = resolve_trigger(spec, &settings)? else {
         return Err(InvokeCommandError::NotEventHub {
             function: spec.name.clone(),
             trigger: format!("{:?}", spec.trigger),
@@ -265,7 +268,7 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
     };
     let mut views = Vec::new();
     let mut outcome = Ok(());
-    for batch in batches(spec, &opts.partition, &events) {
+    for batch in batches(spec, &trigger, &target.namespace, &opts.partition, &events) {
         let body = encode_request(&HostInvocation {
             function: &spec.name,
             trigger: &trigger,
@@ -339,7 +342,9 @@ mod tests {
     #[test]
     fn the_host_delivers_a_batch_or_one_invocation_per_event() {
         let events = parse_events(r#"["a", {"body": {"b": 2}, "partitionKey": "k"}]"#).unwrap();
-        let many = batches(&spec("many", true), "3", &events);
+        let spec_many = spec("many", true);
+        let trigger = spec_many.event_hub_trigger().unwrap();
+        let many = batches(&spec_many, trigger, "localhost", "3", &events);
         assert_eq!(many.len(), 1);
         assert_eq!(many[0].events.len(), 2);
         assert_eq!(many[0].partition.partition_id, "3");
@@ -349,7 +354,14 @@ mod tests {
         let retry = many[0].retry.as_ref().unwrap();
         assert_eq!((retry.retry_count, retry.max_retry_count), (0, 4));
 
-        let one = batches(&spec("one", false), "0", &events);
+        let spec_one = spec("one", false);
+        let one = batches(
+            &spec_one,
+            spec_one.event_hub_trigger().unwrap(),
+            "localhost",
+            "0",
+            &events,
+        );
         assert_eq!(one.len(), 2);
         assert!(one.iter().all(|b| b.events.len() == 1 && b.retry.is_none()));
         assert_eq!(one[1].events[0].sequence_number, Some(1));

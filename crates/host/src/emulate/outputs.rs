@@ -109,8 +109,7 @@ impl OutputPlan {
             }
             let action = if binding.is("eventHub") {
                 let hub = binding
-                    .setting("eventHubName")
-                    .or(binding.setting("path"))
+                    .event_hub_name()
                     .ok_or_else(|| bad("no \"eventHubName\"".into()))?;
                 let hub = settings.expand(hub).map_err(&bad)?;
                 let setting = binding

@@ -69,10 +69,9 @@ impl InstanceTriggers {
     /// error or a bug ends one early; never resolves otherwise.
     pub async fn failure(&mut self) -> EmulateError {
         loop {
-            match self.processors.join_next().await {
-                Some(Ok(Err(e))) => return e.into(),
-                Some(Err(panic)) => return EmulateError::ProcessorPanicked(panic.to_string()),
-                Some(Ok(Ok(()))) => continue,
+            match self.processors.join_next().await.map(outcome) {
+                Some(Err(e)) => return e,
+                Some(Ok(())) => continue,
                 None => std::future::pending().await,
             }
         }
@@ -82,12 +81,9 @@ impl InstanceTriggers {
     pub async fn finish(mut self) -> Result<(), EmulateError> {
         let mut first = Ok(());
         while let Some(ended) = self.processors.join_next().await {
-            let outcome = match ended {
-                Ok(result) => result.map_err(EmulateError::from),
-                Err(panic) => Err(EmulateError::ProcessorPanicked(panic.to_string())),
-            };
+            let ended = outcome(ended);
             if first.is_ok() {
-                first = outcome;
+                first = ended;
             }
         }
         first
@@ -142,6 +138,16 @@ impl TriggerCounts {
         self.consumers
             .iter()
             .filter(move |c| c.function == function)
+    }
+}
+
+/// How a processor's task ended: its own result, or its panic.
+fn outcome(
+    joined: Result<Result<(), ProcessorError>, tokio::task::JoinError>,
+) -> Result<(), EmulateError> {
+    match joined {
+        Ok(result) => result.map_err(EmulateError::from),
+        Err(panic) => Err(EmulateError::ProcessorPanicked(panic.to_string())),
     }
 }
 
