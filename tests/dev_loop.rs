@@ -299,7 +299,11 @@ fn invoke_shows_what_the_host_would_do_with_each_output() {
     let mut host: Value =
         serde_json::from_str(&std::fs::read_to_string(&host_json).unwrap()).unwrap();
     host["customHandler"]["description"]["defaultExecutablePath"] =
-        kit::binary("forward-alarms").display().to_string().into();
+        kit::build_examples(&["forward-alarms"])
+            .join("forward-alarms")
+            .display()
+            .to_string()
+            .into();
     std::fs::write(&host_json, host.to_string()).unwrap();
     let events = dir.path().join("events.ndjson");
     std::fs::write(

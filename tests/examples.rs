@@ -17,27 +17,10 @@ use common::{Hub, KEY};
 use hubhost_storage::StorageLocation;
 use hubhost_testkit::pool::EmulatePool;
 
-/// Builds the examples (a no-op after `cargo test --workspace --all-targets`) and returns the
-/// directory their binaries are in: beside this build of `hubhost`.
+/// Builds the examples and returns the directory their binaries are in: beside this build of
+/// `hubhost`.
 fn build_examples() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "count-readings",
-            "-p",
-            "forward-alarms",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "the examples build");
-    Path::new(env!("CARGO_BIN_EXE_hubhost"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    common::build_examples(&["count-readings", "forward-alarms"])
 }
 
 /// A copy of `examples/{name}/function_app` in `dir`, its executable path made absolute (the

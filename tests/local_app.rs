@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hubhost_testkit::{LocalApp, binary};
+use hubhost_testkit::{LocalApp, build_examples};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -13,7 +13,8 @@ async fn a_function_app_runs_from_a_test_and_its_outputs_are_read_back() {
         env!("CARGO_MANIFEST_DIR"),
         "/examples/forward-alarms/function_app"
     );
-    let app = LocalApp::start(app_folder.as_ref(), &binary("forward-alarms"))
+    let handler = build_examples(&["forward-alarms"]).join("forward-alarms");
+    let app = LocalApp::start(app_folder.as_ref(), &handler)
         .await
         .expect("the app starts");
 

@@ -33,8 +33,8 @@ pub use azurite::Azurite;
 pub use hub::{Hub, InProcessHub, KEY};
 pub use local_app::{LocalApp, LocalAppError};
 pub use process::{
-    COMMAND_LIMIT, binary, copy_dir, free_port, hubhost, output_within, try_free_port,
-    wait_for_port, wait_within,
+    COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, hubhost, output_within,
+    try_free_port, wait_for_port, wait_within,
 };
 pub use python::{python_json, python_output};
 pub use requests::{host_request, partition_context};

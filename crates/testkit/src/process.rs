@@ -108,6 +108,24 @@ pub fn binary(name: &str) -> PathBuf {
     })
 }
 
+/// Builds the workspace's example packages `names` (`cargo build -p …`, a no-op once built) and
+/// returns the folder their executables are in. `cargo test` builds a package's executable only
+/// for that package's own tests, and the examples have none, so a test that runs one builds it.
+pub fn build_examples(names: &[&str]) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.args(["build", "-q"]).current_dir(crate::repository());
+    for name in names {
+        build.args(["-p", name]);
+    }
+    let status = build.status().expect("cargo runs");
+    assert!(status.success(), "the examples {names:?} build");
+    binary(names[0])
+        .parent()
+        .expect("an executable's folder")
+        .to_path_buf()
+}
+
 /// [`binary`], or `None` where it is nowhere to be found.
 pub fn find_binary(name: &str) -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("HUBHOST_BIN_DIR") {
