@@ -8,7 +8,8 @@
 //! framework that only counts the events (`hubhost-bench trivial-handler`: the framework's own
 //! cost — HTTP, body limit, decoding, task, answer). Reported per handler: median events/s with
 //! the range over repetitions, MB/s, p50/p99 batch latency; and, on the same requests, decoding
-//! against a plain `serde_json` parse of the same bytes.
+//! against a plain `serde_json` parse of the same bytes — and the host's side, encoding batches
+//! like them against serializing the same request as a `serde_json::Value`.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -81,6 +82,8 @@ pub struct RunFigures {
     pub bytes: usize,
     pub decode_us: f64,
     pub plain_parse_us: f64,
+    pub encode_us: f64,
+    pub plain_serialize_us: f64,
     pub reference: Vec<Run>,
     pub trivial: Vec<Run>,
 }
@@ -158,6 +161,8 @@ pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
             bytes: prepared.bytes,
             decode_us: prepared.decode_us,
             plain_parse_us: prepared.plain_parse_us,
+            encode_us: prepared.encode_us,
+            plain_serialize_us: prepared.plain_serialize_us,
             reference: Vec::new(),
             trivial: Vec::new(),
         };
@@ -174,7 +179,7 @@ pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
         all.push(figures);
     }
     println!(
-        "decode = hubhost's request decoding (contract → typed batch), best of 3 on 40 requests; parse = serde_json::from_slice::<Value> of the same bytes"
+        "decode = hubhost's request decoding (contract → typed batch), best of 3 on 40 requests; parse = serde_json::from_slice::<Value> of the same bytes; encode = the emulated host's request encoding (events → contract), best of 3 on 40 batches; serialize = serde_json::to_vec of the same request as a Value"
     );
     Ok(all)
 }
@@ -188,6 +193,12 @@ fn print_figures(f: &RunFigures) {
         f.decode_us,
         f.plain_parse_us,
         f.decode_us / f.plain_parse_us
+    );
+    println!(
+        "  the host's side: encode {:.0} µs vs plain serialize {:.0} µs per request = {:.2}×",
+        f.encode_us,
+        f.plain_serialize_us,
+        f.encode_us / f.plain_serialize_us
     );
     println!(
         "  {:<17} {:>10} {:>21} {:>7} {:>8} {:>8}",
@@ -220,6 +231,8 @@ struct Prepared {
     bytes: usize,
     decode_us: f64,
     plain_parse_us: f64,
+    encode_us: f64,
+    plain_serialize_us: f64,
 }
 
 fn prepare(opts: &BenchOptions, batch_size: usize) -> Prepared {
@@ -270,6 +283,34 @@ fn prepare(opts: &BenchOptions, batch_size: usize) -> Prepared {
     let decode_us = time(&|r| {
         std::hint::black_box(decode_request(&spec.name, &trigger, r).expect("decodes"));
     });
+    // The emulated host's side, on 40 batches like them: encoding the events as the host does
+    // against serializing the same request's JSON value.
+    let mut feed = PartitionFeed::new(&fleet, 0, start);
+    let batches: Vec<Vec<EventRecord>> = (0..40).map(|_| feed.next_batch(batch_size)).collect();
+    let values: Vec<serde_json::Value> = batches
+        .iter()
+        .map(|events| {
+            serde_json::from_slice(&host_request(&spec.name, &trigger, 0, events))
+                .expect("valid JSON")
+        })
+        .collect();
+    let best_of_3 = |f: &dyn Fn(usize)| {
+        (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                for i in 0..batches.len() {
+                    f(i);
+                }
+                t.elapsed().as_secs_f64() * 1e6 / batches.len() as f64
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let encode_us = best_of_3(&|i| {
+        std::hint::black_box(host_request(&spec.name, &trigger, 0, &batches[i]));
+    });
+    let plain_serialize_us = best_of_3(&|i| {
+        std::hint::black_box(serde_json::to_vec(&values[i]).expect("serializes"));
+    });
 
     Prepared {
         batch_size,
@@ -280,6 +321,8 @@ fn prepare(opts: &BenchOptions, batch_size: usize) -> Prepared {
         bytes,
         decode_us,
         plain_parse_us,
+        encode_us,
+        plain_serialize_us,
     }
 }
 

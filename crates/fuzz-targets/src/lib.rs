@@ -26,6 +26,7 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target)] = &[
     ("host_request", host_request),
     ("host_request_roundtrip", host_request_roundtrip),
+    ("json_text", json_text),
     ("connection_string", connection_string),
     ("host_json", host_json),
     ("function_json", function_json),
@@ -82,6 +83,69 @@ pub fn host_request(data: &[u8]) {
                 let _ = batch.system_properties.of(i);
             }
         }
+    }
+}
+
+/// The contract's own JSON string reader against serde_json on any text: the same content
+/// or both refusing; an array of strings read only as serde_json reads it; an object's members
+/// (strings unescaped, other values as their exact text) as serde_json reads them, and every
+/// object serde_json reads, read.
+pub fn json_text(data: &[u8]) {
+    use hubhost_functions::contract::json_text::{Member, ObjectReader, string_array, unescape};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let theirs = serde_json::from_str::<String>(text).ok();
+    let ours = unescape(text).ok().map(|s| s.into_owned());
+    assert_eq!(
+        ours, theirs,
+        "unescape disagrees with serde_json on {text:?}"
+    );
+
+    if let Some(strings) = string_array(text) {
+        let theirs: Vec<String> = serde_json::from_str(text).unwrap_or_else(|e| {
+            panic!("string_array read {text:?}, which serde_json refuses: {e}")
+        });
+        assert_eq!(strings, theirs);
+    }
+
+    let read = || -> Result<Vec<(String, Member)>, _> {
+        let mut object = ObjectReader::new(text, 0)?;
+        let mut members = Vec::new();
+        while let Some(key) = object.next_key()? {
+            members.push((key.into_owned(), object.value()?));
+        }
+        if !object.at_end() {
+            return Err(hubhost_functions::contract::json_text::TextError::TrailingCharacters);
+        }
+        Ok(members)
+    };
+    let theirs = serde_json::from_str::<serde_json::Map<String, Value>>(text);
+    match (read(), theirs) {
+        (Ok(members), Ok(map)) => {
+            let mut last = BTreeMap::new();
+            for (key, value) in members {
+                let value = match value {
+                    Member::Text(t) => Value::String(t.into_owned()),
+                    Member::Raw(raw) => serde_json::from_str(raw).expect("serde_json read it"),
+                };
+                last.insert(key, value);
+            }
+            assert_eq!(last.len(), map.len(), "members of {text:?}");
+            for (key, value) in &map {
+                assert_eq!(last.get(key), Some(value), "member {key:?} of {text:?}");
+            }
+        }
+        // serde_json's own raw values check escapes more leniently than its strings do.
+        (Ok(members), Err(e)) => assert!(
+            members.iter().any(|(_, value)| matches!(value,
+                Member::Raw(raw) if serde_json::from_str::<Value>(raw).is_err())),
+            "the object reader read {text:?}, which serde_json refuses: {e}"
+        ),
+        (Err(e), Ok(_)) => {
+            panic!("the object reader refused {text:?}, which serde_json reads: {e}")
+        }
+        (Err(_), Err(_)) => {}
     }
 }
 

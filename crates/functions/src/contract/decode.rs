@@ -17,61 +17,151 @@ use std::collections::HashMap;
 
 use base64::Engine;
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::ContractError;
+use super::json_text::{self, Member, ObjectReader};
 use crate::batch::{EventRecord, PartitionContext, RetryContext, SystemProperties, TriggerBatch};
 use crate::function_app::{Cardinality, DataType, EventHubTrigger};
 use hubhost_trigger::time::parse_host_time;
 
-#[derive(Deserialize)]
+/// The request's `Data` and `Metadata` members, each value as read.
 struct Envelope<'a> {
-    #[serde(rename = "Data", alias = "data", borrow, default)]
-    data: Option<HashMap<String, &'a RawValue>>,
-    #[serde(rename = "Metadata", alias = "metadata", borrow, default)]
-    metadata: Option<HashMap<String, &'a RawValue>>,
+    data: Option<Members<'a>>,
+    metadata: Option<Members<'a>>,
 }
 
-struct Metadata<'a>(HashMap<String, &'a RawValue>);
+type Members<'a> = Vec<(Cow<'a, str>, Member<'a>)>;
+
+impl<'a> Envelope<'a> {
+    /// The envelope in one pass: strings unescaped as they are read (the batch's events and
+    /// most metadata are JSON text inside strings), the system properties left as text for
+    /// [`SystemProperties`] to read when asked. Whatever this does not read — not JSON, or
+    /// not the envelope's shape — [`Envelope::parse`] reads or refuses with serde_json's message.
+    fn read(text: &'a str) -> Result<Self, json_text::TextError> {
+        let mut top = ObjectReader::new(text, 0)?;
+        let mut envelope = Envelope {
+            data: None,
+            metadata: None,
+        };
+        let (mut seen_data, mut seen_metadata) = (false, false);
+        while let Some(key) = top.next_key()? {
+            let (slot, seen) = match &*key {
+                "Data" | "data" => (&mut envelope.data, &mut seen_data),
+                "Metadata" | "metadata" => (&mut envelope.metadata, &mut seen_metadata),
+                _ => {
+                    top.raw()?;
+                    continue;
+                }
+            };
+            if std::mem::replace(seen, true) {
+                // serde_json names the duplicate.
+                return Err(json_text::TextError::NotAnObject);
+            }
+            if let Some(mut object) = top.object()? {
+                let mut members = Vec::new();
+                while let Some(key) = object.next_key()? {
+                    let value = if is_system_properties(&key) {
+                        Member::Raw(object.raw()?)
+                    } else {
+                        object.value()?
+                    };
+                    members.push((key, value));
+                }
+                top.resume(&object);
+                *slot = Some(members);
+            }
+        }
+        if !top.at_end() {
+            return Err(json_text::TextError::TrailingCharacters);
+        }
+        Ok(envelope)
+    }
+
+    /// The envelope through serde_json: every value kept as its JSON text.
+    fn parse(body: &'a [u8]) -> Result<Self, ContractError> {
+        #[derive(Deserialize)]
+        struct Parsed<'a> {
+            #[serde(rename = "Data", alias = "data", borrow, default)]
+            data: Option<HashMap<String, &'a RawValue>>,
+            #[serde(rename = "Metadata", alias = "metadata", borrow, default)]
+            metadata: Option<HashMap<String, &'a RawValue>>,
+        }
+        let parsed: Parsed = serde_json::from_slice(body)
+            .map_err(|e| ContractError::MalformedJson(e.to_string()))?;
+        let members = |map: HashMap<String, &'a RawValue>| {
+            map.into_iter()
+                .map(|(k, v)| (Cow::Owned(k), Member::Raw(v.get())))
+                .collect()
+        };
+        Ok(Envelope {
+            data: parsed.data.map(members),
+            metadata: parsed.metadata.map(members),
+        })
+    }
+}
+
+fn is_system_properties(key: &str) -> bool {
+    key.eq_ignore_ascii_case("SystemPropertiesArray")
+        || key.eq_ignore_ascii_case("SystemProperties")
+}
+
+/// A member by name: the exact key first (what the host sends; the last one when repeated),
+/// then case-insensitive (hand-written requests).
+fn member<'m, 'a>(members: &'m Members<'a>, key: &str) -> Option<&'m Member<'a>> {
+    members
+        .iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .or_else(|| members.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)))
+        .map(|(_, v)| v)
+}
+
+/// A member's JSON text as the host meant it: a string's content (JSON text inside a string),
+/// or the value itself.
+fn json_inside<'m>(value: &'m Member<'_>) -> Result<Cow<'m, str>, json_text::TextError> {
+    match value {
+        Member::Text(text) => Ok(Cow::Borrowed(text)),
+        Member::Raw(text) if text.starts_with('"') => json_text::unescape(text),
+        Member::Raw(text) => Ok(Cow::Borrowed(text)),
+    }
+}
+
+struct Metadata<'a>(Members<'a>);
 
 impl<'a> Metadata<'a> {
-    /// Exact key first (what the host sends), then case-insensitive (hand-written requests).
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.0.get(key).copied().or_else(|| {
-            self.0
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(key))
-                .map(|(_, v)| *v)
-        })
+    fn get(&self, key: &str) -> Option<&Member<'a>> {
+        member(&self.0, key)
     }
 
     /// A value that may be JSON text wrapped in a string (`"[10,11]"`) or plain JSON.
     fn parse<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ContractError> {
-        let Some(raw) = self.get(key) else {
+        let Some(value) = self.get(key) else {
             return Ok(None);
         };
-        let bad = |e: serde_json::Error| ContractError::BadMetadata {
+        let bad = |problem: String| ContractError::BadMetadata {
             key: key.to_string(),
-            problem: e.to_string(),
+            problem,
         };
-        let text = raw.get();
-        if text == "null" {
-            return Ok(None);
-        }
-        if text.starts_with('"') {
-            let inner: Cow<str> = serde_json::from_str(text).map_err(bad)?;
-            match serde_json::from_str(&inner) {
-                Ok(v) => Ok(Some(v)),
-                // Some values are plain strings that were not JSON-encoded a second time.
-                Err(e) => serde_json::from_value(Value::String(inner.into_owned()))
-                    .map(Some)
-                    .map_err(|_| bad(e)),
+        match value {
+            Member::Raw("null") => Ok(None),
+            Member::Raw(text) if !text.starts_with('"') => serde_json::from_str(text)
+                .map(Some)
+                .map_err(|e| bad(e.to_string())),
+            string => {
+                let inner = json_inside(string).map_err(|e| bad(e.to_string()))?;
+                match serde_json::from_str(&inner) {
+                    Ok(v) => Ok(Some(v)),
+                    // Some values are plain strings that were not JSON-encoded a second time.
+                    Err(e) => serde_json::from_value(Value::String(inner.into_owned()))
+                        .map(Some)
+                        .map_err(|_| bad(e.to_string())),
+                }
             }
-        } else {
-            serde_json::from_str(text).map(Some).map_err(bad)
         }
     }
 
@@ -98,12 +188,94 @@ impl<'a> Metadata<'a> {
 }
 
 /// A JSON scalar that the host may write as a number or as a string (offsets, sequence numbers).
-#[derive(Deserialize, Clone)]
-#[serde(untagged)]
+#[derive(Clone)]
 enum Scalar {
     Int(i64),
     Text(String),
     Float(f64),
+}
+
+/// By the JSON type read (serde's untagged enums buffer every value first).
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ScalarVisitor;
+        impl serde::de::Visitor<'_> for ScalarVisitor {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number or a string")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(i64::try_from(v).map_or(Scalar::Float(v as f64), Scalar::Int))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Float(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v.to_string()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v))
+            }
+        }
+        deserializer.deserialize_any(ScalarVisitor)
+    }
+}
+
+/// A metadata date: parsed when it is a string in one of the host's forms, nothing otherwise.
+struct HostTime(Option<DateTime<Utc>>);
+
+impl HostTime {
+    fn of(value: &Value) -> Self {
+        HostTime(value.as_str().and_then(parse_host_time))
+    }
+}
+
+impl<'de> Deserialize<'de> for HostTime {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TimeVisitor;
+        impl<'de> serde::de::Visitor<'de> for TimeVisitor {
+            type Value = HostTime;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a date")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<HostTime, E> {
+                Ok(HostTime(parse_host_time(v)))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<HostTime, E> {
+                Ok(HostTime(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<HostTime, E> {
+                Ok(HostTime(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<HostTime, E> {
+                Ok(HostTime(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<HostTime, E> {
+                Ok(HostTime(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<HostTime, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(HostTime(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<HostTime, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(HostTime(None))
+            }
+        }
+        deserializer.deserialize_any(TimeVisitor)
+    }
 }
 
 impl Scalar {
@@ -128,7 +300,8 @@ impl Scalar {
 struct Annotations {
     sequence_number: Option<i64>,
     offset: Option<String>,
-    enqueued_time: Option<Value>,
+    /// `Some` when the host sent a value, even one that is not a date.
+    enqueued_time: Option<HostTime>,
     partition_key: Option<String>,
     properties: Map<String, Value>,
 }
@@ -174,28 +347,26 @@ pub fn decode_request(
     trigger: &EventHubTrigger,
     body: &[u8],
 ) -> Result<TriggerBatch, ContractError> {
-    let envelope: Envelope =
-        serde_json::from_slice(body).map_err(|e| ContractError::MalformedJson(e.to_string()))?;
+    let read = std::str::from_utf8(body)
+        .ok()
+        .and_then(|text| Envelope::read(text).ok());
+    let envelope = match read {
+        Some(envelope) => envelope,
+        None => Envelope::parse(body)?,
+    };
     let data = envelope.data.ok_or(ContractError::MissingData)?;
     let metadata = Metadata(envelope.metadata.unwrap_or_default());
     let binding = trigger.binding_name.as_str();
-    let raw = data
-        .get(binding)
-        .copied()
-        .or_else(|| {
-            data.iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(binding))
-                .map(|(_, v)| *v)
-        })
-        .ok_or_else(|| {
-            let mut found: Vec<String> = data.keys().cloned().collect();
-            found.sort();
-            ContractError::MissingBinding {
-                function: function.to_string(),
-                expected: binding.to_string(),
-                found,
-            }
-        })?;
+    let raw = member(&data, binding).ok_or_else(|| {
+        let mut found: Vec<String> = data.iter().map(|(k, _)| k.to_string()).collect();
+        found.sort();
+        found.dedup();
+        ContractError::MissingBinding {
+            function: function.to_string(),
+            expected: binding.to_string(),
+            found,
+        }
+    })?;
 
     let bodies = match trigger.cardinality {
         Cardinality::Many => decode_many(binding, trigger.data_type, raw)?,
@@ -221,10 +392,7 @@ pub fn decode_request(
             body,
             sequence_number: a.sequence_number,
             offset: a.offset,
-            enqueued_time: a.enqueued_time.as_ref().and_then(|v| match v {
-                Value::String(s) => parse_host_time(s),
-                _ => None,
-            }),
+            enqueued_time: a.enqueued_time.and_then(|t| t.0),
             partition_key: a.partition_key,
             properties: a.properties,
         })
@@ -232,10 +400,10 @@ pub fn decode_request(
     let system_properties = match trigger.cardinality {
         Cardinality::Many => metadata
             .get("SystemPropertiesArray")
-            .map(|raw| SystemProperties::from_json(raw.get())),
+            .map(|value| SystemProperties::from_json(member_text(value))),
         Cardinality::One => metadata
             .get("SystemProperties")
-            .map(|raw| SystemProperties::from_single_json(raw.get())),
+            .map(|value| SystemProperties::from_single_json(member_text(value))),
     }
     .unwrap_or_default();
     Ok(TriggerBatch {
@@ -247,32 +415,35 @@ pub fn decode_request(
     })
 }
 
+/// A member's text for [`SystemProperties`], which reads both forms.
+fn member_text<'m>(value: &'m Member<'_>) -> &'m str {
+    match value {
+        Member::Text(text) => text,
+        Member::Raw(text) => text,
+    }
+}
+
 /// The JSON text inside `Data.<binding>`: unwraps the host's string encoding, and accepts a
 /// plain JSON value from hand-written requests.
-fn unwrap_string_encoded<'a>(
+fn unwrap_string_encoded<'m>(
     binding: &str,
-    raw: &'a RawValue,
-) -> Result<Cow<'a, str>, ContractError> {
-    let text = raw.get();
-    if text.starts_with('"') {
-        serde_json::from_str::<Cow<str>>(text).map_err(|e| ContractError::BadData {
-            binding: binding.to_string(),
-            problem: e.to_string(),
-        })
-    } else {
-        Ok(Cow::Borrowed(text))
-    }
+    raw: &'m Member<'_>,
+) -> Result<Cow<'m, str>, ContractError> {
+    json_inside(raw).map_err(|e| ContractError::BadData {
+        binding: binding.to_string(),
+        problem: e.to_string(),
+    })
 }
 
 fn decode_many(
     binding: &str,
     data_type: DataType,
-    raw: &RawValue,
+    raw: &Member,
 ) -> Result<Vec<Bytes>, ContractError> {
     let text = unwrap_string_encoded(binding, raw)?;
     // Fast path for the usual shape of dataType string: an array of strings, in one pass.
     if data_type == DataType::String
-        && let Ok(bodies) = serde_json::from_str::<Vec<String>>(&text)
+        && let Some(bodies) = json_text::string_array(&text)
     {
         return Ok(bodies.into_iter().map(Bytes::from).collect());
     }
@@ -319,7 +490,7 @@ fn decode_many(
         .collect()
 }
 
-fn decode_one(binding: &str, data_type: DataType, raw: &RawValue) -> Result<Bytes, ContractError> {
+fn decode_one(binding: &str, data_type: DataType, raw: &Member) -> Result<Bytes, ContractError> {
     let once = unwrap_string_encoded(binding, raw)?;
     match data_type {
         DataType::Binary => base64::engine::general_purpose::STANDARD
@@ -347,7 +518,7 @@ fn annotations_many(
         Some(o) => Some(o),
         None => meta.array::<Option<Scalar>>("OffsetArray", binding, n)?,
     };
-    let times = meta.array::<Option<Value>>("EnqueuedTimeUtcArray", binding, n)?;
+    let times = meta.array::<Option<HostTime>>("EnqueuedTimeUtcArray", binding, n)?;
     let keys = meta.array::<Option<String>>("PartitionKeyArray", binding, n)?;
     let props = meta.array::<Option<Map<String, Value>>>("PropertiesArray", binding, n)?;
     // Only needed when the current keys are missing (older extensions): parse it lazily.
@@ -357,22 +528,30 @@ fn annotations_many(
     } else {
         None
     };
-    let pick = |v: &Option<Vec<Option<Scalar>>>, i: usize| v.as_ref().and_then(|v| v[i].clone());
-    Ok((0..n)
-        .map(|i| {
-            let sys = system.as_ref().and_then(|s| s[i].as_ref());
+    // Each array yields its entries in order, or nothing when the host did not send it.
+    fn entries<T>(array: Option<Vec<Option<T>>>, n: usize) -> impl Iterator<Item = Option<T>> {
+        let missing = if array.is_some() { 0 } else { n };
+        array
+            .into_iter()
+            .flatten()
+            .chain(std::iter::repeat_with(|| None).take(missing))
+    }
+    let mut system = entries(system, n);
+    Ok(entries(seqs, n)
+        .zip(entries(offsets, n))
+        .zip(entries(times, n))
+        .zip(entries(keys, n))
+        .zip(entries(props, n))
+        .map(|((((sequence_number, offset), time), key), properties)| {
             let mut a = Annotations {
-                sequence_number: seqs.as_ref().and_then(|s| s[i]),
-                offset: pick(&offsets, i).map(Scalar::into_string),
-                enqueued_time: times.as_ref().and_then(|t| t[i].clone()),
-                partition_key: keys.as_ref().and_then(|k| k[i].clone()),
-                properties: props
-                    .as_ref()
-                    .and_then(|p| p[i].clone())
-                    .unwrap_or_default(),
+                sequence_number,
+                offset: offset.map(Scalar::into_string),
+                enqueued_time: time,
+                partition_key: key,
+                properties: properties.unwrap_or_default(),
             };
-            if let Some(sys) = sys {
-                fill_from_system_properties(&mut a, sys);
+            if let Some(sys) = system.next().flatten() {
+                fill_from_system_properties(&mut a, &sys);
             }
             a
         })
@@ -388,7 +567,7 @@ fn annotations_one(meta: &Metadata) -> Result<Annotations, ContractError> {
             Some(o) => Some(o.into_string()),
             None => meta.parse::<Scalar>("Offset")?.map(Scalar::into_string),
         },
-        enqueued_time: meta.parse::<Value>("EnqueuedTimeUtc")?,
+        enqueued_time: meta.parse::<HostTime>("EnqueuedTimeUtc")?,
         partition_key: meta.parse::<String>("PartitionKey")?,
         properties: meta
             .parse::<Map<String, Value>>("Properties")?
@@ -422,7 +601,7 @@ fn fill_from_system_properties(a: &mut Annotations, sys: &Map<String, Value>) {
         });
     }
     if a.enqueued_time.is_none() {
-        a.enqueued_time = get(&["EnqueuedTimeUtc", "x-opt-enqueued-time"]).cloned();
+        a.enqueued_time = get(&["EnqueuedTimeUtc", "x-opt-enqueued-time"]).map(HostTime::of);
     }
     if a.partition_key.is_none() {
         a.partition_key = get(&["PartitionKey", "x-opt-partition-key"])

@@ -8,10 +8,12 @@
 //!   cardinality one/many, dataType string/binary/unset) into a typed [`crate::batch::TriggerBatch`];
 //! - [`encode`] builds, byte for byte, the request the host would send for a batch — used by the
 //!   demo, the tests, the benchmark and the emulated host;
-//! - [`response`] is the answer.
+//! - [`response`] is the answer;
+//! - [`json_text`] is the JSON-text-in-a-string encoding both directions share, in one pass.
 
 pub mod decode;
 pub mod encode;
+pub mod json_text;
 pub mod response;
 
 /// Why a request cannot be decoded. Each message names the offending part of the request.
