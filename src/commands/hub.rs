@@ -43,6 +43,10 @@ pub struct Args {
     /// Hours an event is kept at least (whole segments are deleted after it).
     #[arg(long, default_value_t = 24.0)]
     pub retention_hours: f64,
+    /// Size in MiB at which a partition's segment file is closed and the next begun: retention
+    /// deletes whole segments, so smaller ones free space sooner.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub segment_mb: u64,
     /// Flush every acknowledged send to disk (survives power loss, not only kill -9).
     #[arg(long)]
     pub fsync: bool,
@@ -249,6 +253,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         data_dir,
         in_memory,
         retention_hours,
+        segment_mb,
         fsync,
         keys,
         entra_issuer,
@@ -274,6 +279,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         return Err("--retention-hours must be positive".into());
     }
     config.retention = std::time::Duration::from_secs_f64(retention_hours * 3600.0);
+    config.segment_bytes = segment_mb * 1024 * 1024;
     config.fsync = fsync;
     config.limits = limits.limits()?;
     if !keys.is_empty() {

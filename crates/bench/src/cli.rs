@@ -184,6 +184,35 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The reference load for a long time through a pool of `hubhost emulate` instances, with
+    /// the page polled: per window, the applied and page p99, events sent and applied per
+    /// second, each process's memory and open files, the hub's and the store's disk; then
+    /// whether anything grew (memory, files, disk beyond retention, p99 beyond 2× the first
+    /// window's).
+    Soak {
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=32))]
+        instances: u64,
+        /// Seconds measured, after the warm-up.
+        #[arg(long, default_value = "3600", value_parser = positive_seconds)]
+        duration: std::time::Duration,
+        /// Seconds per window.
+        #[arg(long, default_value = "600", value_parser = positive_seconds)]
+        window: std::time::Duration,
+        /// Seconds before measuring (partitions claimed, every home seen once).
+        #[arg(long, default_value = "90", value_parser = positive_seconds)]
+        warmup: std::time::Duration,
+        /// The hub's retention in seconds: short, so that it deletes segments during the run.
+        #[arg(long, default_value = "600", value_parser = positive_seconds)]
+        retention: std::time::Duration,
+        /// The hub's segment size in MiB.
+        #[arg(long, default_value_t = 16)]
+        segment_mb: u64,
+        /// Print the figures as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Drive `hubhost serve` over loopback HTTP with Event Hubs batches; baseline: plain JSON parse.
     Handler {
         #[arg(long, value_delimiter = ',', default_value = "100,1000")]
@@ -483,6 +512,32 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
                     warmup,
                     interval,
                     page_poll: std::time::Duration::from_millis(250),
+                    json,
+                    work_dir,
+                })
+            })
+            .await
+        }
+        BenchCommand::Soak {
+            workload,
+            instances,
+            duration,
+            window,
+            warmup,
+            retention,
+            segment_mb,
+            json,
+        } => {
+            in_bench_dir(|work_dir| {
+                bench::soak::run(bench::soak::SoakOptions {
+                    workload: workload.into_workload(),
+                    instances: instances as usize,
+                    duration,
+                    window,
+                    warmup,
+                    retention,
+                    segment_mb,
+                    page_poll: std::time::Duration::from_secs(1),
                     json,
                     work_dir,
                 })

@@ -183,6 +183,7 @@ async fn one_run(opts: &CostOptions, config: CostConfig) -> Result<CostRun, Cost
             } else {
                 &[]
             },
+            hub_args: &[],
         },
     )
     .await?;

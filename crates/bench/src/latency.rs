@@ -36,7 +36,7 @@ use hubhost_eventhubs::EventHubTarget;
 use hubhost_metrics::{self as metrics, Buckets, Histogram};
 
 /// The consumer group the baseline reads (the hub `bench` starts has it).
-const APPLIED: &str = "hubhost_handler_applied_age_seconds";
+pub(crate) const APPLIED: &str = "hubhost_handler_applied_age_seconds";
 
 #[derive(Debug, Clone)]
 pub struct LatencyOptions {
@@ -127,6 +127,7 @@ async fn one_run(opts: &LatencyOptions, count: usize) -> Result<LatencyRun, Late
             pool: Pool::Fixed(count),
             functions: &[AGGREGATOR],
             event_hubs: &[],
+            hub_args: &[],
         },
     )
     .await?;
@@ -285,7 +286,12 @@ async fn baseline_consumer(
 
 /// Polls the fleet view; each alarm but an intrusion counts once, from its enqueued time to the first
 /// poll that lists it. Alarms listed by the first poll are older than the watch and skipped.
-async fn watch_page(url: String, every: Duration, ages: Arc<Histogram>, stop: CancellationToken) {
+pub(crate) async fn watch_page(
+    url: String,
+    every: Duration,
+    ages: Arc<Histogram>,
+    stop: CancellationToken,
+) {
     let http = reqwest::Client::new();
     let mut seen: BTreeSet<(String, String, String)> = BTreeSet::new();
     let mut first = true;

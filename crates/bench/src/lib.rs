@@ -16,6 +16,8 @@
 //!   enqueued → received.
 //! - `startup`: a handler executable's size, cold start (exec → `GET /` answered) and idle
 //!   memory; baseline: another executable, started alternately.
+//! - `soak`: the reference load for a long time through a pool, per window: p99, each process's
+//!   memory and open files, the hub's and the store's disk; baseline: the run's own first windows.
 //! - `pool`: a pool of `hubhost emulate` processes — takeover, handoff, rebalancing, steady
 //!   ownership, end-to-end throughput, store traffic; baseline: the bare SDK consumer.
 
@@ -29,6 +31,7 @@ pub mod latency;
 pub mod load;
 pub mod local_hub;
 pub mod pool;
+pub mod soak;
 pub mod startup;
 
 pub use checkpoints::checkpoint_bench_key;

@@ -68,6 +68,8 @@ pub struct LoadOptions<'a> {
     /// Other host.json `extensions.eventHubs` keys (the host's load-balancing timings, for
     /// instance).
     pub event_hubs: &'a [(&'a str, Value)],
+    /// More `hubhost hub` arguments (its retention, for instance).
+    pub hub_args: &'a [String],
 }
 
 /// One instance as the harness reaches it.
@@ -94,7 +96,7 @@ impl RunningLoad {
         let workload = opts.workload;
         let io = |e: std::io::Error| LoadError::Other(format!("{}: {e}", dir.display()));
         std::fs::create_dir_all(dir.join("store")).map_err(io)?;
-        let hub = HubProcess::start(&dir.join("hub"), workload.partitions)?;
+        let hub = HubProcess::start_with(&dir.join("hub"), workload.partitions, opts.hub_args)?;
         let exe = crate::hubhost_exe().map_err(io)?;
         AppFolder {
             handler: (&exe, &["serve"]),
@@ -173,6 +175,23 @@ impl RunningLoad {
             stop,
             simulator,
         })
+    }
+
+    /// The processes of the load by name: `hub`, each instance, and each instance's handler
+    /// (`NAME handler`) once it has one; the pid with each.
+    pub fn processes(&self) -> Vec<(String, u32)> {
+        let mut processes = vec![("hub".to_string(), self.hub.pid())];
+        if let Some(pool) = &self.pool {
+            for name in pool.live() {
+                if let Some(pid) = pool.pid(&name) {
+                    processes.push((name.clone(), pid));
+                }
+                if let Some(pid) = pool.handler_pid(&name, "serve") {
+                    processes.push((format!("{name} handler"), pid));
+                }
+            }
+        }
+        processes
     }
 
     pub fn target(&self) -> &EventHubTarget {

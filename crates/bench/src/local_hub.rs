@@ -35,6 +35,15 @@ pub(crate) struct HubProcess {
 
 impl HubProcess {
     pub(crate) fn start(data_dir: &Path, partitions: u32) -> Result<Self, LocalHubError> {
+        Self::start_with(data_dir, partitions, &[])
+    }
+
+    /// [`HubProcess::start`] with more `hubhost hub` arguments.
+    pub(crate) fn start_with(
+        data_dir: &Path,
+        partitions: u32,
+        args: &[String],
+    ) -> Result<Self, LocalHubError> {
         let port =
             hubhost_testkit::try_free_port().map_err(|e| LocalHubError::Start(e.to_string()))?;
         let exe = crate::hubhost_exe().map_err(|e| LocalHubError::Start(e.to_string()))?;
@@ -47,6 +56,7 @@ impl HubProcess {
             .args(["--hub", "alarms:4"])
             .arg("--data-dir")
             .arg(data_dir)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

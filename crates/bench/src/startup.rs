@@ -178,7 +178,7 @@ fn probe(port: u16) -> bool {
 }
 
 /// VmRSS of a process, in KiB.
-fn resident_kib(pid: u32) -> Option<u64> {
+pub(crate) fn resident_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
