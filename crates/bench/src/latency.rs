@@ -146,13 +146,7 @@ async fn one_run(opts: &LatencyOptions, count: usize) -> Result<LatencyRun, Late
         baseline.clone(),
         stop.clone(),
     ));
-    let page = Arc::new(Histogram::new(metrics::fine_latency_buckets()));
-    let page_task = tokio::spawn(watch_page(
-        format!("{}/api/dashboard/fleet.json", handlers[0]),
-        opts.page_poll,
-        page.clone(),
-        stop.clone(),
-    ));
+    let (page, page_task) = open_page(&handlers[0], opts.page_poll, &stop);
 
     note(format!(
         "{count} instance(s), {} homes in real time: {} s to warm up, then {} s measured",
@@ -284,14 +278,26 @@ async fn baseline_consumer(
     Ok(())
 }
 
+/// The page open on `handler`'s fleet view, polled every `every` until `stop`: the histogram
+/// of alarms' ages when first listed, and the polling task.
+pub(crate) fn open_page(
+    handler: &str,
+    every: Duration,
+    stop: &CancellationToken,
+) -> (Arc<Histogram>, tokio::task::JoinHandle<()>) {
+    let page = Arc::new(Histogram::new(metrics::fine_latency_buckets()));
+    let task = tokio::spawn(watch_page(
+        format!("{handler}/api/dashboard/fleet.json"),
+        every,
+        page.clone(),
+        stop.clone(),
+    ));
+    (page, task)
+}
+
 /// Polls the fleet view; each alarm but an intrusion counts once, from its enqueued time to the first
 /// poll that lists it. Alarms listed by the first poll are older than the watch and skipped.
-pub(crate) async fn watch_page(
-    url: String,
-    every: Duration,
-    ages: Arc<Histogram>,
-    stop: CancellationToken,
-) {
+async fn watch_page(url: String, every: Duration, ages: Arc<Histogram>, stop: CancellationToken) {
     let http = reqwest::Client::new();
     let mut seen: BTreeSet<(String, String, String)> = BTreeSet::new();
     let mut first = true;

@@ -12,12 +12,11 @@
 //! segment per partition), p99 within 2× of the first window's.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::latency::{APPLIED, watch_page};
+use super::latency::{APPLIED, open_page};
 use super::load::{AGGREGATOR, LoadError, LoadOptions, Pool, RunningLoad, Workload, fetch_text};
 use hubhost_metrics::{self as metrics, Buckets, Histogram};
 
@@ -139,13 +138,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport, SoakError> {
         )));
     }
     let stop = CancellationToken::new();
-    let page = Arc::new(Histogram::new(metrics::fine_latency_buckets()));
-    let page_task = tokio::spawn(watch_page(
-        format!("{}/api/dashboard/fleet.json", handlers[0]),
-        opts.page_poll,
-        page.clone(),
-        stop.clone(),
-    ));
+    let (page, page_task) = open_page(&handlers[0], opts.page_poll, &stop);
     note(format!(
         "{} instance(s), {} homes in real time: {} s to warm up, then {} s in windows of {} s",
         opts.instances,
