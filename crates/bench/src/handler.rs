@@ -266,22 +266,13 @@ fn prepare(opts: &BenchOptions, batch_size: usize) -> Prepared {
 
     // Baseline, same bytes: decoding vs a plain parse, on a sample, best of 3.
     let sample: Vec<&Vec<u8>> = requests.iter().flat_map(|(_, b)| b).take(40).collect();
-    let time = |f: &dyn Fn(&[u8])| {
-        (0..3)
-            .map(|_| {
-                let t = Instant::now();
-                for r in &sample {
-                    f(r);
-                }
-                t.elapsed().as_secs_f64() * 1e6 / sample.len() as f64
-            })
-            .fold(f64::INFINITY, f64::min)
-    };
-    let plain_parse_us = time(&|r| {
-        std::hint::black_box(serde_json::from_slice::<serde_json::Value>(r).expect("valid JSON"));
+    let plain_parse_us = best_of_3_per_item(sample.len(), &|i| {
+        std::hint::black_box(
+            serde_json::from_slice::<serde_json::Value>(sample[i]).expect("valid JSON"),
+        );
     });
-    let decode_us = time(&|r| {
-        std::hint::black_box(decode_request(&spec.name, &trigger, r).expect("decodes"));
+    let decode_us = best_of_3_per_item(sample.len(), &|i| {
+        std::hint::black_box(decode_request(&spec.name, &trigger, sample[i]).expect("decodes"));
     });
     // The emulated host's side, on 40 batches like them: encoding the events as the host does
     // against serializing the same request's JSON value.
@@ -294,21 +285,10 @@ fn prepare(opts: &BenchOptions, batch_size: usize) -> Prepared {
                 .expect("valid JSON")
         })
         .collect();
-    let best_of_3 = |f: &dyn Fn(usize)| {
-        (0..3)
-            .map(|_| {
-                let t = Instant::now();
-                for i in 0..batches.len() {
-                    f(i);
-                }
-                t.elapsed().as_secs_f64() * 1e6 / batches.len() as f64
-            })
-            .fold(f64::INFINITY, f64::min)
-    };
-    let encode_us = best_of_3(&|i| {
+    let encode_us = best_of_3_per_item(batches.len(), &|i| {
         std::hint::black_box(host_request(&spec.name, &trigger, 0, &batches[i]));
     });
-    let plain_serialize_us = best_of_3(&|i| {
+    let plain_serialize_us = best_of_3_per_item(batches.len(), &|i| {
         std::hint::black_box(serde_json::to_vec(&values[i]).expect("serializes"));
     });
 
@@ -324,6 +304,19 @@ fn prepare(opts: &BenchOptions, batch_size: usize) -> Prepared {
         encode_us,
         plain_serialize_us,
     }
+}
+
+/// Microseconds per item of `f` over items `0..n`, the best of 3 passes.
+fn best_of_3_per_item(n: usize, f: &dyn Fn(usize)) -> f64 {
+    (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            for i in 0..n {
+                f(i);
+            }
+            t.elapsed().as_secs_f64() * 1e6 / n as f64
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// One timed run of a fresh handler process of `kind` on the prepared requests.

@@ -179,7 +179,10 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport, SoakError> {
         let seconds = mark.at.duration_since(previous.at).as_secs_f64();
         let applied = mark.applied.since(&previous.applied);
         let listing = files_under(&dir.join("hub"));
-        let hub_files_deleted = hub_listing.difference(&listing).count();
+        let hub_files_deleted = hub_listing
+            .keys()
+            .filter(|f| !listing.contains_key(*f))
+            .count();
         hub_listing = listing;
         windows.push(Window {
             end_s: started.elapsed().as_secs_f64(),
@@ -188,10 +191,10 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport, SoakError> {
             applied_p99_s: applied.quantile(0.99),
             page_p99_s: mark.page.since(&previous.page).quantile(0.99),
             processes: peaks,
-            hub_bytes: disk_usage(&dir.join("hub")).0,
+            hub_bytes: hub_listing.values().sum(),
             hub_files: hub_listing.len(),
             hub_files_deleted,
-            store_bytes: disk_usage(&dir.join("store")).0,
+            store_bytes: files_under(&dir.join("store")).values().sum(),
         });
         note(format!(
             "{:.0} of {} s",
@@ -260,36 +263,19 @@ fn sample((name, pid): &(String, u32)) -> ProcessSample {
     }
 }
 
-/// The paths of the files under `dir`.
-fn files_under(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
-    let mut files = std::collections::BTreeSet::new();
+/// The files under `dir`, each with its size in bytes.
+fn files_under(dir: &Path) -> std::collections::BTreeMap<PathBuf, u64> {
+    let mut files = std::collections::BTreeMap::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        match entry.file_type() {
-            Ok(t) if t.is_dir() => files.extend(files_under(&entry.path())),
-            Ok(_) => {
-                files.insert(entry.path());
+        match entry.metadata() {
+            Ok(m) if m.is_dir() => files.extend(files_under(&entry.path())),
+            Ok(m) => {
+                files.insert(entry.path(), m.len());
             }
             Err(_) => {}
         }
     }
     files
-}
-
-/// Bytes and files under `dir`.
-fn disk_usage(dir: &Path) -> (u64, usize) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return (0, 0);
-    };
-    entries
-        .flatten()
-        .fold((0, 0), |(bytes, files), entry| match entry.metadata() {
-            Ok(m) if m.is_dir() => {
-                let (b, f) = disk_usage(&entry.path());
-                (bytes + b, files + f)
-            }
-            Ok(m) => (bytes + m.len(), files + 1),
-            Err(_) => (bytes, files),
-        })
 }
 
 /// The verdicts from the windows (pure: the run's figures in, the judgement out).

@@ -369,6 +369,17 @@ fn encode_one(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
             as_json_text(&Value::String(body))
         }
     };
+    Ok(request_from_values(inv, metadata, data_value, from_body))
+}
+
+/// The request from its event metadata and binding value as `Value`s: adds the partition
+/// context, the retry context and `sys`, then `from_body` over everything.
+fn request_from_values(
+    inv: &HostInvocation,
+    mut metadata: Map<String, Value>,
+    data_value: Value,
+    from_body: Map<String, Value>,
+) -> Vec<u8> {
     let context = partition_context(inv);
     if inv.flavor == MetadataFlavor::Current {
         metadata.insert("TriggerPartitionContext".into(), context.clone());
@@ -382,7 +393,7 @@ fn encode_one(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     let mut data = Map::new();
     data.insert(inv.trigger.binding_name.clone(), data_value);
     let request = json!({"Data": data, "Metadata": metadata});
-    Ok(serde_json::to_vec(&request).expect("a JSON value always serializes"))
+    serde_json::to_vec(&request).expect("a JSON value always serializes")
 }
 
 #[cfg(test)]
@@ -471,18 +482,7 @@ mod tests {
                     .collect::<Vec<_>>(),
             ),
         );
-        let context = partition_context(inv);
-        if inv.flavor == MetadataFlavor::Current {
-            metadata.insert("TriggerPartitionContext".into(), context.clone());
-        }
-        metadata.insert("PartitionContext".into(), context);
-        if let Some(r) = inv.retry {
-            metadata.insert("RetryContext".into(), retry_context(r));
-        }
-        metadata.insert("sys".into(), sys(inv));
-        let mut data = Map::new();
-        data.insert(inv.trigger.binding_name.clone(), data_value);
-        serde_json::to_vec(&json!({"Data": data, "Metadata": metadata})).unwrap()
+        request_from_values(inv, metadata, data_value, Map::new())
     }
 
     /// The request with its random `RandGuid` blanked, to compare two encodings.

@@ -64,20 +64,25 @@ pub fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
 #[inline]
 fn push_escape(out: &mut Vec<u8>, b: u8, escape: u8) {
     if escape == b'u' {
-        out.extend_from_slice(&[
-            b'\\',
-            b'u',
-            b'0',
-            b'0',
-            HEX[(b >> 4) as usize],
-            HEX[(b & 0xf) as usize],
-        ]);
+        out.extend_from_slice(&unicode_escape(b));
     } else {
         out.extend_from_slice(&[b'\\', escape]);
     }
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `\u00xx` for control byte `b`, as serde_json writes it.
+fn unicode_escape(b: u8) -> [u8; 6] {
+    [
+        b'\\',
+        b'u',
+        b'0',
+        b'0',
+        HEX[(b >> 4) as usize],
+        HEX[(b & 0xf) as usize],
+    ]
+}
 
 /// A writer that escapes everything written through it into a JSON string's content.
 pub struct EscapedText<'a>(pub &'a mut Vec<u8>);
@@ -148,13 +153,8 @@ pub fn write_strings_as_text<S: AsRef<str>>(
             match ESCAPE[b as usize] {
                 b'"' => out.extend_from_slice(b"\\\""),
                 b'\\' => out.extend_from_slice(b"\\\\"),
-                b'u' => out.extend_from_slice(&[
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[(b >> 4) as usize],
-                    HEX[(b & 0xf) as usize],
-                ]),
+                // The backslash is already written, doubled.
+                b'u' => out.extend_from_slice(&unicode_escape(b)[1..]),
                 letter => out.push(letter),
             }
             start = at + 1;
