@@ -36,8 +36,9 @@ for tool in openssl:openssl unshare:util-linux ip:iproute2; do
 done
 
 # The official Python SDK packages, as independent peers in the interop tests.
-PY_PACKAGES=("azure-eventhub==5.15.1" "azure-eventhub-checkpointstoreblob==1.2.0")
-if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.eventhub.extensions.checkpointstoreblob" 2>/dev/null; then
+# websocket-client and aiohttp carry the SDK's AMQP over WebSockets (sync and async clients).
+PY_PACKAGES=("azure-eventhub==5.15.1" "azure-eventhub-checkpointstoreblob==1.2.0" "websocket-client==1.8.0" "aiohttp==3.11.18")
+if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.eventhub.extensions.checkpointstoreblob, websocket, aiohttp" 2>/dev/null; then
   echo "== installing ${PY_PACKAGES[*]} into .tools/venv"
   if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv --help >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null

@@ -1,7 +1,9 @@
 //! `hubhost hub` under abuse, from a raw-frame AMQP client (no SDK): malformed performatives,
 //! wrong channels and handles, frames over the negotiated size, link names and properties of
 //! extreme size, credit overflow, transfers on the wrong link, deliveries never finished,
-//! thousands of links, connections that never finish their header, tokens for another hub.
+//! thousands of links, connections that never finish their header, tokens for another hub; and
+//! on the hub's AMQP-over-WebSockets listener, bad upgrades and WebSocket frames that declare
+//! more than they send or more than the hub takes.
 //!
 //! Every case runs against one real hub process with small limits, while a well-behaved Rust
 //! SDK producer sends to it the whole time. Each case checks what the offending connection gets
@@ -431,8 +433,12 @@ fn token(hub: &Hub, resource_path: &str) -> (String, String) {
 
 const PARTITION: &str = "5";
 
+/// The WebSocket port of each hub under test, by its AMQP port.
+static WEBSOCKET_PORTS: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
+
 fn abuse_hub() -> Hub {
-    Hub::start_with_flags(&[
+    let websocket_port = common::free_port();
+    let hub = Hub::start_with_flags(&[
         "--max-connections",
         &MAX_CONNECTIONS.to_string(),
         "--max-links",
@@ -441,7 +447,20 @@ fn abuse_hub() -> Hub {
         &MAX_SESSIONS.to_string(),
         "--open-timeout",
         &OPEN_TIMEOUT.as_secs_f64().to_string(),
-    ])
+        "--websocket-port",
+        &websocket_port.to_string(),
+    ]);
+    common::wait_for_port(websocket_port, "the hub's WebSocket listener");
+    WEBSOCKET_PORTS
+        .lock()
+        .unwrap()
+        .push((hub.port, websocket_port));
+    hub
+}
+
+fn websocket_port(hub: &Hub) -> u16 {
+    let ports = WEBSOCKET_PORTS.lock().unwrap();
+    ports.iter().find(|(amqp, _)| *amqp == hub.port).unwrap().1
 }
 
 fn is_closed(ending: &Option<Ending>) -> bool {
@@ -930,6 +949,128 @@ async fn read_partition_zero(port: u16, connection_string: &str, total: u64) -> 
 
 type Case = (&'static str, fn(&Hub));
 
+/// An upgrade request for AMQP over WebSockets, to `path`, offering `subprotocol`.
+fn upgrade_request(path: &str, subprotocol: Option<&str>) -> String {
+    let offer = subprotocol
+        .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{offer}\r\n"
+    )
+}
+
+/// The HTTP response head to an upgrade request, and the bytes that came after it in the same
+/// reads (the hub may send its AMQP header at once, before the client's).
+fn upgrade(hub: &Hub, request: &str) -> (Raw, String, Vec<u8>) {
+    let mut raw = Raw::connect(websocket_port(hub));
+    raw.write(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !response.windows(4).any(|w| w == b"\r\n\r\n") {
+        match raw.stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => response.extend_from_slice(&buf[..n]),
+        }
+    }
+    let end = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(response.len(), |at| at + 4);
+    let after = response.split_off(end);
+    (raw, String::from_utf8_lossy(&response).into_owned(), after)
+}
+
+/// A client's WebSocket frame header (FIN, `opcode`, masked) declaring `len` payload bytes.
+fn websocket_frame_header(opcode: u8, len: u64) -> Vec<u8> {
+    let mut header = vec![0x80 | opcode];
+    match len {
+        0..=125 => header.push(0x80 | len as u8),
+        126..=0xffff => {
+            header.push(0x80 | 126);
+            header.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            header.push(0x80 | 127);
+            header.extend_from_slice(&len.to_be_bytes());
+        }
+    }
+    header.extend_from_slice(&[0, 0, 0, 0]); // a zero mask: the payload goes as it is
+    header
+}
+
+fn websocket_abuse(hub: &Hub) {
+    // Upgrades the hub does not serve: the answer says what was wrong, then the socket closes.
+    let (mut raw, response, _) = upgrade(hub, &upgrade_request("/", Some("AMQPWSB10")));
+    assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+    assert!(
+        raw.closed_within(Duration::from_secs(5)),
+        "closed after a 404"
+    );
+    let (mut raw, response, _) = upgrade(hub, &upgrade_request("/$servicebus/websocket", None));
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    assert!(
+        raw.closed_within(Duration::from_secs(5)),
+        "closed after a 400"
+    );
+    // Not HTTP at all (AMQP's header on the WebSocket port).
+    let mut raw = Raw::connect(websocket_port(hub));
+    raw.write(b"AMQP\x03\x01\x00\x00").unwrap();
+    assert!(
+        raw.closed_within(OPEN_TIMEOUT + Duration::from_secs(5)),
+        "not an upgrade: closed"
+    );
+    // An upgrade that never ends its headers is held no longer than the open timeout.
+    let mut raw = Raw::connect(websocket_port(hub));
+    raw.write(b"GET /$servicebus/websocket HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    assert!(raw.closed_within(OPEN_TIMEOUT + Duration::from_secs(5)));
+
+    let served = || {
+        let request = upgrade_request("/$servicebus/websocket", Some("AMQPWSB10"));
+        let (raw, response, after) = upgrade(hub, &request);
+        assert!(response.starts_with("HTTP/1.1 101"), "{response}");
+        assert!(
+            response
+                .to_ascii_lowercase()
+                .contains("sec-websocket-protocol: amqpwsb10"),
+            "{response}"
+        );
+        (raw, after)
+    };
+    // A frame that declares more than it sends: the connection never opens, and is closed at
+    // the open timeout.
+    let (mut raw, _) = served();
+    let mut frame = websocket_frame_header(0x2, 1000);
+    frame.extend_from_slice(b"AMQP\x03\x01\x00\x00");
+    raw.write(&frame).unwrap();
+    let started = Instant::now();
+    assert!(raw.closed_within(OPEN_TIMEOUT + Duration::from_secs(5)));
+    assert!(started.elapsed() >= OPEN_TIMEOUT - Duration::from_millis(500));
+    // A frame declaring a terabyte: closed at once, nothing allocated for it.
+    let (mut raw, _) = served();
+    raw.write(&websocket_frame_header(0x2, 1 << 40)).unwrap();
+    assert!(raw.closed_within(Duration::from_secs(5)));
+    // A text message: AMQP travels in binary ones.
+    let (mut raw, _) = served();
+    let mut frame = websocket_frame_header(0x1, 8);
+    frame.extend_from_slice(b"AMQP\x03\x01\x00\x00");
+    raw.write(&frame).unwrap();
+    assert!(raw.closed_within(Duration::from_secs(5)));
+    // And a well-formed one is served: the hub's SASL header comes in a binary message (sent
+    // before or after the client's).
+    let (mut raw, mut answer) = served();
+    let mut frame = websocket_frame_header(0x2, 8);
+    frame.extend_from_slice(b"AMQP\x03\x01\x00\x00");
+    raw.write(&frame).unwrap();
+    if answer.len() < 10 {
+        let more = raw.read_exact(10 - answer.len(), Duration::from_secs(10));
+        answer.extend(more.expect("an answer"));
+    }
+    assert_eq!(answer[0], 0x82, "a binary message: {answer:02x?}");
+    assert_eq!(&answer[2..10], b"AMQP\x03\x01\x00\x00", "{answer:02x?}");
+}
+
 const CASES: &[Case] = &[
     ("slow header", slow_header),
     ("garbage header", garbage_header),
@@ -950,6 +1091,7 @@ const CASES: &[Case] = &[
     ),
     ("thousands of links", thousands_of_links),
     ("tokens for something else", tokens_for_something_else),
+    ("websocket abuse", websocket_abuse),
 ];
 
 fn rss_kib(pid: u32) -> u64 {
@@ -1023,6 +1165,10 @@ case_test!(
 case_test!(
     a_token_for_another_hub_or_entity_is_refused,
     tokens_for_something_else
+);
+case_test!(
+    bad_websocket_upgrades_and_frames_close_their_connection,
+    websocket_abuse
 );
 
 /// Every case, one after another, while a well-behaved Rust SDK producer sends to the same hub:

@@ -7,6 +7,10 @@ use hubhost_hub::ClientLimits;
 
 /// The admin endpoint's port when the hub listens on the official emulator's port.
 pub const DEFAULT_ADMIN_PORT: u16 = 5380;
+/// AMQPS, as on Event Hubs.
+const DEFAULT_TLS_PORT: u16 = 5671;
+/// Event Hubs serves WebSockets on 443, which needs privileges here; 5443 echoes it.
+const DEFAULT_WEBSOCKET_PORT: u16 = 5443;
 const DEFAULT_ADMIN: &str = "http://127.0.0.1:5380";
 
 /// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672), with an
@@ -62,7 +66,58 @@ pub struct Args {
     #[arg(long, requires = "entra_issuer")]
     pub entra_jwks: Option<std::path::PathBuf>,
     #[command(flatten)]
+    pub transports: TransportArgs,
+    #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// AMQP over TLS and over WebSockets, beside plain AMQP (README: "Connecting over TLS or
+/// WebSockets").
+#[derive(clap::Args)]
+pub struct TransportArgs {
+    /// Also serve AMQP over TLS (AMQPS), as Event Hubs does, on --tls-port.
+    #[arg(long)]
+    pub tls: bool,
+    /// The AMQPS port (implies --tls; 0: any free one) [default: 5671].
+    #[arg(long)]
+    pub tls_port: Option<u16>,
+    /// The certificate chain (PEM) to serve instead of the hub's own (implies --tls).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Where the hub keeps the certificate it makes for localhost when given none: clients
+    /// trust `ca.pem` there.
+    #[arg(long, default_value = "hubhost-data/tls")]
+    pub tls_dir: PathBuf,
+    /// Also serve AMQP over WebSockets (path /$servicebus/websocket), on --websocket-port:
+    /// `wss` with --tls, else `ws`.
+    #[arg(long)]
+    pub websocket: bool,
+    /// The WebSocket port (implies --websocket; 0: any free one) [default: 5443].
+    #[arg(long)]
+    pub websocket_port: Option<u16>,
+}
+
+impl TransportArgs {
+    fn apply(self, bind: IpAddr, config: &mut hubhost_hub::HubConfig) {
+        let tls = self.tls || self.tls_port.is_some() || self.tls_cert.is_some();
+        if tls {
+            let certificate = match (self.tls_cert, self.tls_key) {
+                (Some(cert), Some(key)) => hubhost_hub::tls::CertificateSource::Files { cert, key },
+                _ => hubhost_hub::tls::CertificateSource::Generated { dir: self.tls_dir },
+            };
+            config.tls = Some(hubhost_hub::TlsSettings {
+                listen: (bind, self.tls_port.unwrap_or(DEFAULT_TLS_PORT)).into(),
+                certificate,
+            });
+        }
+        if self.websocket || self.websocket_port.is_some() {
+            let port = self.websocket_port.unwrap_or(DEFAULT_WEBSOCKET_PORT);
+            config.websocket = Some((bind, port).into());
+        }
+    }
 }
 
 /// What one client can hold of the hub (see the README's limits table).
@@ -258,6 +313,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         keys,
         entra_issuer,
         entra_jwks,
+        transports,
         limits,
     } = args;
     if let Some(action) = action {
@@ -282,6 +338,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     config.segment_bytes = segment_mb * 1024 * 1024;
     config.fsync = fsync;
     config.limits = limits.limits()?;
+    transports.apply(bind, &mut config);
     if !keys.is_empty() {
         config.keys = keys
             .iter()

@@ -279,7 +279,7 @@ fn simple_json(value: &SimpleValue) -> serde_json::Value {
 
 /// A stored event as the explorer shows it.
 pub fn event_view(event: &log::StoredEvent) -> Option<EventView> {
-    let message = super::links::to_received(event)?;
+    let message = super::links::to_received(event, None)?;
     let body = match &message.body {
         Body::Data(batch) => batch.iter().flat_map(|d| d.0.iter().copied()).collect(),
         Body::Value(v) => match &v.0 {

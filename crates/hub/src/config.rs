@@ -26,6 +26,17 @@ pub struct HubConfig {
     pub cache_bytes: usize,
     pub fsync: bool,
     pub limits: ClientLimits,
+    /// AMQP over TLS too, and the certificate served there and to `wss` clients.
+    pub tls: Option<TlsSettings>,
+    /// AMQP over WebSockets too, on this address: `wss` when `tls` is set, else `ws`.
+    pub websocket: Option<SocketAddr>,
+}
+
+/// Where the hub serves AMQPS, and with which certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub listen: SocketAddr,
+    pub certificate: crate::tls::CertificateSource,
 }
 
 /// How much of the hub one client can hold, so that a misbehaving or hostile client cannot
@@ -325,6 +336,8 @@ impl HubConfig {
             cache_bytes: 8 * 1024 * 1024,
             fsync: false,
             limits: ClientLimits::default(),
+            tls: None,
+            websocket: None,
         }
     }
 }

@@ -15,7 +15,8 @@ use crate::requests::AmqpMessage;
 /// The stored message `payload` as a consumer receives it, both ways: for every payload the
 /// hub can store (one that decodes), the fast path that splices bytes (`received`) must give
 /// exactly the message of the typed path that decodes and encodes (`links::to_received`), or
-/// leave the message to it. Panics when they disagree.
+/// leave the message to it; both for a receiver that tracks the partition's last enqueued event
+/// and for one that does not. Panics when they disagree.
 pub fn received_paths_agree(payload: &[u8], sequence: i64, offset: i64, enqueued_ms: i64) {
     let event = StoredEvent {
         sequence,
@@ -25,15 +26,25 @@ pub fn received_paths_agree(payload: &[u8], sequence: i64, offset: i64, enqueued
     };
     // Only messages that decode are ever stored: a producer's delivery (and every event of a
     // batch) is decoded before it is appended. Bytes that do not decode never reach either path.
-    let Some(typed) = crate::links::to_received(&event) else {
-        return;
+    let last = crate::received::LastEnqueued {
+        sequence: sequence.wrapping_add(7),
+        offset: offset.wrapping_add(1000),
+        enqueued_ms: enqueued_ms.wrapping_add(5),
+        retrieved_ms: enqueued_ms.wrapping_add(9),
     };
-    let Some(fast) = crate::received::received_bytes(payload, sequence, offset, enqueued_ms) else {
-        return;
-    };
-    let decoded: Deserializable<AmqpMessage> = serde_amqp::from_slice(&fast)
-        .unwrap_or_else(|e| panic!("the fast path's bytes do not decode ({e}): {fast:02x?}"));
-    assert_eq!(decoded.0, typed, "the two paths disagree on {payload:02x?}");
+    for last in [None, Some(&last)] {
+        let Some(typed) = crate::links::to_received(&event, last) else {
+            return;
+        };
+        let Some(fast) =
+            crate::received::received_bytes(payload, sequence, offset, enqueued_ms, last)
+        else {
+            continue;
+        };
+        let decoded: Deserializable<AmqpMessage> = serde_amqp::from_slice(&fast)
+            .unwrap_or_else(|e| panic!("the fast path's bytes do not decode ({e}): {fast:02x?}"));
+        assert_eq!(decoded.0, typed, "the two paths disagree on {payload:02x?}");
+    }
 }
 
 /// An encoded AMQP message made from `data`: its body (data or a string value), application

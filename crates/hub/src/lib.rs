@@ -22,6 +22,8 @@ pub(crate) mod received;
 pub(crate) mod requests;
 pub mod sas;
 pub(crate) mod server;
+pub mod tls;
+pub mod websocket;
 pub(crate) mod wire;
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,7 +36,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-pub use config::{ClientLimits, HubConfig, HubSpec};
+pub use config::{ClientLimits, HubConfig, HubSpec, TlsSettings};
 use log::{LogError, LogOptions, PartitionLog};
 use sas::SharedAccessKey;
 
@@ -411,9 +413,15 @@ pub async fn run(config: HubConfig) -> Result<(), HubError> {
 }
 
 /// Where a running hub listens.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Listening {
     pub amqp: SocketAddr,
+    /// AMQP over TLS, when configured.
+    pub amqps: Option<SocketAddr>,
+    /// AMQP over WebSockets (`wss` when TLS is configured, else `ws`), when configured.
+    pub websocket: Option<SocketAddr>,
+    /// The certificate authority clients trust, when the hub made its certificate.
+    pub ca_file: Option<PathBuf>,
     /// The admin endpoint (always on loopback), when configured.
     pub admin: Option<SocketAddr>,
 }
@@ -439,6 +447,22 @@ fn print_connection(config: &HubConfig, namespace: &Namespace, local: Listening)
             .map(|k| k.name.as_str())
             .unwrap_or("-")
     );
+    if let Some(amqps) = local.amqps {
+        println!("hubhost hub listening on amqps://{amqps}");
+    }
+    if let Some(websocket) = local.websocket {
+        let scheme = if config.tls.is_some() { "wss" } else { "ws" };
+        println!(
+            "hubhost hub listening on {scheme}://{websocket}{}",
+            websocket::PATH
+        );
+    }
+    if let Some(ca) = &local.ca_file {
+        println!(
+            "certificate authority to trust: {} (Python: connection_verify=; OpenSSL: SSL_CERT_FILE=; Node: NODE_EXTRA_CA_CERTS=)",
+            ca.display()
+        );
+    }
     if let Some(admin) = local.admin {
         println!("admin: http://{admin}");
     }
@@ -451,14 +475,44 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), HubError> {
     let namespace = Arc::new(Namespace::open(&config)?);
-    let listener = wire::listen(config.listen).map_err(|source| HubError::Listen {
-        address: config.listen.to_string(),
-        source,
-    })?;
-    let local = listener.local_addr().map_err(|source| HubError::Listen {
-        address: config.listen.to_string(),
-        source,
-    })?;
+    let listen = |address: SocketAddr, what: &str| {
+        let failed = |source| HubError::Listen {
+            address: format!("{address}{what}"),
+            source,
+        };
+        let listener = wire::listen(address).map_err(failed)?;
+        let local = listener.local_addr().map_err(failed)?;
+        Ok::<_, HubError>((listener, local))
+    };
+    let (listener, local) = listen(config.listen, "")?;
+    let mut listeners = vec![(listener, server::Transport::Tcp)];
+    let (tls, ca_file) = match &config.tls {
+        Some(settings) => {
+            let identity = tls::Identity::load(&settings.certificate)?;
+            (
+                Some((identity.acceptor()?, settings.listen)),
+                identity.ca_file,
+            )
+        }
+        None => (None, None),
+    };
+    let amqps = match &tls {
+        Some((acceptor, address)) => {
+            let (listener, local) = listen(*address, " (amqps)")?;
+            listeners.push((listener, server::Transport::Tls(acceptor.clone())));
+            Some(local)
+        }
+        None => None,
+    };
+    let websocket = match config.websocket {
+        Some(address) => {
+            let (listener, local) = listen(address, " (websocket)")?;
+            let tls = tls.as_ref().map(|(acceptor, _)| acceptor.clone());
+            listeners.push((listener, server::Transport::WebSocket(tls)));
+            Some(local)
+        }
+        None => None,
+    };
     let admin = match config.admin_port {
         Some(port) => {
             let (admin_listener, admin_local) =
@@ -488,6 +542,9 @@ pub async fn serve(
         &namespace,
         Listening {
             amqp: local,
+            amqps,
+            websocket,
+            ca_file,
             admin: admin.as_ref().map(|(_, a)| *a),
         },
     );
@@ -505,8 +562,22 @@ pub async fn serve(
             }
         })
     };
+    let open_connections = Arc::new(AtomicUsize::new(0));
+    let mut serving = tokio::task::JoinSet::new();
+    for (listener, transport) in listeners {
+        serving.spawn(server::serve(
+            listener,
+            transport,
+            namespace.clone(),
+            config.limits,
+            open_connections.clone(),
+        ));
+    }
     tokio::select! {
-        result = server::serve(listener, namespace, config.limits) => result.map_err(HubError::Accept)?,
+        Some(result) = serving.join_next() => match result {
+            Ok(result) => result.map_err(HubError::Accept)?,
+            Err(panic) => std::panic::resume_unwind(panic.into_panic()),
+        },
         _ = shutdown => tracing::info!("stopping"),
     }
     retention.abort();
@@ -531,4 +602,6 @@ pub enum HubError {
     Accept(std::io::Error),
     #[error("what the data directory remembers of added hubs cannot be read: {0}")]
     Additions(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
 }

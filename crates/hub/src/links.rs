@@ -13,12 +13,12 @@ use fe2o3_amqp::link::{Receiver, Sender};
 use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
 use fe2o3_amqp::types::messaging::annotations::OwnedKey;
 use fe2o3_amqp::types::messaging::message::__private::{Deserializable, Serializable};
-use fe2o3_amqp::types::messaging::{Body, Message, MessageAnnotations};
+use fe2o3_amqp::types::messaging::{Body, DeliveryAnnotations, Message, MessageAnnotations};
 use fe2o3_amqp::types::primitives::{Binary, Timestamp, Value};
 
 use super::filter::StartFilter;
 use super::log::{Seek, StoredEvent};
-use super::received;
+use super::received::{self, LastEnqueued};
 use super::requests::AmqpMessage;
 use super::wire::PRE_ENCODED;
 use super::{Hub, MAX_MESSAGE_BYTES, Partition, ReceiverLease};
@@ -229,14 +229,15 @@ fn encode(message: &AmqpMessage) -> Result<Bytes, definitions::Error> {
 
 /// The encoded message a consumer receives for `event`: spliced without decoding where
 /// `received` can, else decoded, stamped and encoded again.
-fn received_bytes(event: &StoredEvent) -> Option<Vec<u8>> {
+fn received_bytes(event: &StoredEvent, last: Option<&LastEnqueued>) -> Option<Vec<u8>> {
     received::received_bytes(
         &event.payload,
         event.sequence,
         event.offset,
         event.enqueued_ms,
+        last,
     )
-    .or_else(|| serde_amqp::to_vec(&Serializable(to_received(event)?)).ok())
+    .or_else(|| serde_amqp::to_vec(&Serializable(to_received(event, last)?)).ok())
 }
 
 /// Decodes bytes a client sent as a message, guarded against the decoder's own faults, which
@@ -258,9 +259,31 @@ fn decode_message(bytes: &[u8]) -> Result<AmqpMessage, String> {
 }
 
 /// The stored event as the message a consumer receives: as sent, plus the annotations the
-/// service stamps (sequence number, offset as a string, enqueued time).
-pub fn to_received(event: &StoredEvent) -> Option<AmqpMessage> {
+/// service stamps (sequence number, offset as a string, enqueued time), and `last` as its
+/// delivery annotations (replacing any the producer sent) when the receiver asked for it.
+pub fn to_received(event: &StoredEvent, last: Option<&LastEnqueued>) -> Option<AmqpMessage> {
     let mut message = decode_message(&event.payload).ok()?;
+    if let Some(last) = last {
+        let mut annotations = DeliveryAnnotations::default();
+        let entries = &mut annotations.0;
+        entries.insert(
+            OwnedKey::from(received::LAST_ENQUEUED_SEQUENCE_NUMBER),
+            Value::Long(last.sequence),
+        );
+        entries.insert(
+            OwnedKey::from(received::LAST_ENQUEUED_OFFSET),
+            Value::String(last.offset.to_string()),
+        );
+        entries.insert(
+            OwnedKey::from(received::LAST_ENQUEUED_TIME),
+            Value::Timestamp(Timestamp::from_milliseconds(last.enqueued_ms)),
+        );
+        entries.insert(
+            OwnedKey::from(received::RETRIEVAL_TIME),
+            Value::Timestamp(Timestamp::from_milliseconds(last.retrieved_ms)),
+        );
+        message.delivery_annotations = Some(annotations);
+    }
     let annotations = &mut message
         .message_annotations
         .get_or_insert_with(MessageAnnotations::default)
@@ -306,12 +329,25 @@ pub fn start_sequence(
     }
 }
 
-/// Serves a consumer's link from sequence number `next` on.
+/// The partition's newest event now, as a receiver tracking it gets it.
+fn last_enqueued(partition: &Partition) -> LastEnqueued {
+    let (sequence, offset, enqueued_ms) = partition.summary().last.unwrap_or((-1, -1, 0));
+    LastEnqueued {
+        sequence,
+        offset,
+        enqueued_ms,
+        retrieved_ms: chrono::Utc::now().timestamp_millis(),
+    }
+}
+
+/// Serves a consumer's link from sequence number `next` on; with `track_last_enqueued`, each
+/// delivery carries the partition's newest event (looked up once per chunk read).
 pub async fn deliver(
     mut sender: Sender,
     partition: Arc<Partition>,
     mut next: i64,
     mut lease: ReceiverLease,
+    track_last_enqueued: bool,
 ) {
     let mut appended = partition.subscribe();
     let stolen = loop {
@@ -334,9 +370,10 @@ pub async fn deliver(
             continue;
         }
         let mut stop = None;
+        let last = track_last_enqueued.then(|| last_enqueued(&partition));
         for event in &events {
             next = event.sequence + 1;
-            let Some(bytes) = received_bytes(event) else {
+            let Some(bytes) = received_bytes(event, last.as_ref()) else {
                 tracing::warn!(partition = %partition.id, sequence = event.sequence, "skipping an undecodable stored event");
                 continue;
             };

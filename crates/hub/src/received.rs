@@ -8,12 +8,18 @@
 //! (a section described by a symbol, a stamp the producer already set, bytes that do not parse)
 //! returns `None`, and the caller takes the typed path (`links::to_received`), which handles every
 //! message fe2o3 can decode.
+//!
+//! A receiver that asked for the partition's runtime metric (`RUNTIME_METRIC` among its link's
+//! desired capabilities: the SDKs' "track last enqueued event properties") also gets, in each
+//! delivery's delivery-annotations section, the partition's newest event at the time of the
+//! delivery and when that was looked up (`LastEnqueued`), as Event Hubs sends them.
 
 use super::encoding::{self, CompoundKind, value_len};
 
 /// Section descriptors (AMQP 1.0 §3.2), in the order a message carries them: header (0x70),
 /// delivery annotations (0x71), message annotations, then the bare message up to the footer (0x78).
 const HEADER: u8 = 0x70;
+const DELIVERY_ANNOTATIONS: u8 = 0x71;
 const MESSAGE_ANNOTATIONS: u8 = 0x72;
 const DATA: u8 = 0x75;
 const SEQUENCE: u8 = 0x76;
@@ -24,15 +30,62 @@ pub const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
 pub const OFFSET: &str = "x-opt-offset";
 pub const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
 
+/// The link capability a receiver desires to get `LastEnqueued` with every delivery.
+pub const RUNTIME_METRIC: &str = "com.microsoft:enable-receiver-runtime-metric";
+pub const LAST_ENQUEUED_SEQUENCE_NUMBER: &str = "last_enqueued_sequence_number";
+pub const LAST_ENQUEUED_OFFSET: &str = "last_enqueued_offset";
+pub const LAST_ENQUEUED_TIME: &str = "last_enqueued_time_utc";
+pub const RETRIEVAL_TIME: &str = "runtime_info_retrieval_time_utc";
+
+/// A partition's newest event when a delivery was made, and when that was looked up: what a
+/// receiver tracking the last enqueued event's properties gets with each delivery. For an empty
+/// partition, Event Hubs' values for "none": sequence number and offset -1, time 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastEnqueued {
+    pub sequence: i64,
+    pub offset: i64,
+    pub enqueued_ms: i64,
+    pub retrieved_ms: i64,
+}
+
+impl LastEnqueued {
+    /// The delivery-annotations section carrying it: symbol keys, a long, the offset as a
+    /// string, and two timestamps.
+    fn section(&self) -> Option<Vec<u8>> {
+        let mut entries = Vec::with_capacity(160);
+        symbol(&mut entries, LAST_ENQUEUED_SEQUENCE_NUMBER);
+        entries.push(0x81);
+        entries.extend_from_slice(&self.sequence.to_be_bytes());
+        symbol(&mut entries, LAST_ENQUEUED_OFFSET);
+        string(&mut entries, &self.offset.to_string());
+        symbol(&mut entries, LAST_ENQUEUED_TIME);
+        entries.push(0x83);
+        entries.extend_from_slice(&self.enqueued_ms.to_be_bytes());
+        symbol(&mut entries, RETRIEVAL_TIME);
+        entries.push(0x83);
+        entries.extend_from_slice(&self.retrieved_ms.to_be_bytes());
+        let mut section = vec![0x00, 0x53, DELIVERY_ANNOTATIONS];
+        encoding::write_compound_header(&mut section, CompoundKind::Map, 8, entries.len())?;
+        section.extend_from_slice(&entries);
+        Some(section)
+    }
+}
+
 /// The stored message `payload` as a consumer receives it, stamped with its sequence number,
-/// offset and enqueued time; `None` when the bytes are not a message this fast path handles.
+/// offset and enqueued time, and with `last` in its delivery annotations when the receiver
+/// asked for it; `None` when the bytes are not a message this fast path handles.
 pub fn received_bytes(
     payload: &[u8],
     sequence: i64,
     offset: i64,
     enqueued_ms: i64,
+    last: Option<&LastEnqueued>,
 ) -> Option<Vec<u8>> {
     let stamps = stamps(sequence, offset, enqueued_ms);
+    let mut delivery_annotations = match last {
+        Some(last) => Some(last.section()?),
+        None => None,
+    };
     let mut out = Vec::with_capacity(payload.len() + stamps.len() + 16);
     let mut stamped = false;
     let mut previous: Option<u8> = None;
@@ -57,6 +110,15 @@ pub fn received_bytes(
             return None;
         }
         previous = Some(code);
+        if code >= DELIVERY_ANNOTATIONS
+            && let Some(section) = delivery_annotations.take()
+        {
+            if code == DELIVERY_ANNOTATIONS {
+                // The producer's own delivery annotations: the typed path replaces them.
+                return None;
+            }
+            out.extend_from_slice(&section);
+        }
         if !stamped && code >= MESSAGE_ANNOTATIONS {
             let stored = if code == MESSAGE_ANNOTATIONS {
                 Some(map_items(&rest[value_at..len])?)
@@ -78,6 +140,9 @@ pub fn received_bytes(
     }
     if !stamped {
         // A message without a body section (header or annotations only).
+        if let Some(section) = delivery_annotations.take() {
+            out.extend_from_slice(&section);
+        }
         write_annotations(&mut out, None, &stamps)?;
     }
     Some(out)
@@ -90,14 +155,18 @@ fn stamps(sequence: i64, offset: i64, enqueued_ms: i64) -> Vec<u8> {
     entries.push(0x81);
     entries.extend_from_slice(&sequence.to_be_bytes());
     symbol(&mut entries, OFFSET);
-    let offset = offset.to_string();
-    entries.push(0xa1);
-    entries.push(offset.len() as u8);
-    entries.extend_from_slice(offset.as_bytes());
+    string(&mut entries, &offset.to_string());
     symbol(&mut entries, ENQUEUED_TIME);
     entries.push(0x83);
     entries.extend_from_slice(&enqueued_ms.to_be_bytes());
     entries
+}
+
+/// A short string (a number's digits: always under 256 bytes).
+fn string(out: &mut Vec<u8>, text: &str) {
+    out.push(0xa1);
+    out.push(text.len() as u8);
+    out.extend_from_slice(text.as_bytes());
 }
 
 fn symbol(out: &mut Vec<u8>, name: &str) {
@@ -284,9 +353,14 @@ mod tests {
                 event.sequence,
                 event.offset,
                 event.enqueued_ms,
+                None,
             )
             .unwrap_or_else(|| panic!("the fast path refused {shape:?}"));
-            assert_eq!(decode(&spliced), to_received(&event).unwrap(), "{shape:?}");
+            assert_eq!(
+                decode(&spliced),
+                to_received(&event, None).unwrap(),
+                "{shape:?}"
+            );
             // The stored sections are kept byte for byte, around the annotations.
             let body = encode(&message(shape.body.clone()));
             assert!(spliced.ends_with(&body) || shape.footer.is_some());
@@ -313,9 +387,10 @@ mod tests {
             event.sequence,
             event.offset,
             event.enqueued_ms,
+            None,
         )
         .expect("the fast path takes it");
-        assert_eq!(decode(&spliced), to_received(&event).unwrap());
+        assert_eq!(decode(&spliced), to_received(&event, None).unwrap());
     }
 
     #[test]
@@ -323,9 +398,9 @@ mod tests {
         let mut stamped = message(Body::Empty);
         stamped.message_annotations = Some(annotations(&[(OFFSET, Value::String("1".into()))]));
         let event = stored(&stamped);
-        assert_eq!(received_bytes(&event.payload, 1, 2, 3), None);
+        assert_eq!(received_bytes(&event.payload, 1, 2, 3, None), None);
         // The typed path overwrites the producer's stamp with the hub's.
-        let typed = to_received(&event).unwrap();
+        let typed = to_received(&event, None).unwrap();
         let offset = typed
             .message_annotations
             .unwrap()
@@ -341,31 +416,91 @@ mod tests {
         sym32.extend_from_slice(OFFSET.as_bytes());
         sym32.extend_from_slice(&[0xa1, 1, b'1']);
         sym32[4] = (sym32.len() - 5) as u8;
-        assert_eq!(received_bytes(&sym32, 1, 2, 3), None, "32-bit symbol key");
+        assert_eq!(
+            received_bytes(&sym32, 1, 2, 3, None),
+            None,
+            "32-bit symbol key"
+        );
 
         let good = encode(&shapes()[2]);
         assert_eq!(
-            received_bytes(&good[..good.len() - 1], 1, 2, 3),
+            received_bytes(&good[..good.len() - 1], 1, 2, 3, None),
             None,
             "truncated"
         );
         assert_eq!(
-            received_bytes(&[0x00, 0xa3, 0x01, b'x', 0x40], 1, 2, 3),
+            received_bytes(&[0x00, 0xa3, 0x01, b'x', 0x40], 1, 2, 3, None),
             None,
             "symbol descriptor"
         );
         assert_eq!(
-            received_bytes(&[0x41, 0x41], 1, 2, 3),
+            received_bytes(&[0x41, 0x41], 1, 2, 3, None),
             None,
             "not a section"
         );
         let mut twice = good.clone();
         twice.extend_from_slice(&encode(&shapes()[3])); // annotations after a body
-        assert_eq!(received_bytes(&twice, 1, 2, 3), None);
+        assert_eq!(received_bytes(&twice, 1, 2, 3, None), None);
         assert_eq!(
-            received_bytes(&[0x00; 64], 1, 2, 3),
+            received_bytes(&[0x00; 64], 1, 2, 3, None),
             None,
             "nested descriptors"
         );
+    }
+
+    #[test]
+    fn a_receiver_tracking_the_last_enqueued_event_gets_it_in_the_delivery_annotations() {
+        use fe2o3_amqp::types::messaging::annotations::AnnotationKey;
+        use fe2o3_amqp::types::primitives::Timestamp;
+        let last = LastEnqueued {
+            sequence: 4_000_000_999,
+            offset: 98_765_999_000,
+            enqueued_ms: 1_763_900_100_000,
+            retrieved_ms: 1_763_900_100_500,
+        };
+        for shape in shapes() {
+            let event = stored(&shape);
+            let typed = to_received(&event, Some(&last)).unwrap();
+            let annotations = typed.delivery_annotations.clone().unwrap().0;
+            let get = |key: &str| annotations.get(&key as &dyn AnnotationKey).cloned();
+            assert_eq!(annotations.len(), 4, "{shape:?}");
+            assert_eq!(
+                get(LAST_ENQUEUED_SEQUENCE_NUMBER),
+                Some(Value::Long(last.sequence))
+            );
+            assert_eq!(
+                get(LAST_ENQUEUED_OFFSET),
+                Some(Value::String(last.offset.to_string()))
+            );
+            assert_eq!(
+                get(LAST_ENQUEUED_TIME),
+                Some(Value::Timestamp(Timestamp::from_milliseconds(
+                    last.enqueued_ms
+                )))
+            );
+            assert_eq!(
+                get(RETRIEVAL_TIME),
+                Some(Value::Timestamp(Timestamp::from_milliseconds(
+                    last.retrieved_ms
+                )))
+            );
+            match received_bytes(
+                &event.payload,
+                event.sequence,
+                event.offset,
+                event.enqueued_ms,
+                Some(&last),
+            ) {
+                Some(spliced) => assert_eq!(decode(&spliced), typed, "{shape:?}"),
+                // Only a message that carries its producer's delivery annotations is left to
+                // the typed path, which replaces them.
+                None => assert!(shape.delivery_annotations.is_some(), "refused {shape:?}"),
+            }
+            // Without the capability nothing is added.
+            assert_eq!(
+                to_received(&event, None).unwrap().delivery_annotations,
+                shape.delivery_annotations
+            );
+        }
     }
 }

@@ -31,14 +31,18 @@ use fe2o3_amqp::types::definitions::{AmqpError, Fields, LinkError, ReceiverSettl
 use fe2o3_amqp::types::messaging::{Body, TargetArchetype};
 use fe2o3_amqp::types::performatives::Attach;
 use fe2o3_amqp::types::primitives::{Symbol, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
 
 use super::config::ClientLimits;
 use super::inbound::FrameGuard;
 use super::links::{self, Address};
+use super::received;
 use super::requests::{self, AmqpMessage};
 use super::sas::{self, Grant};
+use super::websocket;
 use super::{MAX_MESSAGE_BYTES, Namespace};
 
 /// What one client connection has proven, and where its replies go.
@@ -84,13 +88,37 @@ impl ConnectionState {
     }
 }
 
-/// Accepts connections until the listener fails.
+/// How a listener's connections carry AMQP.
+#[derive(Clone)]
+pub enum Transport {
+    /// AMQP over TCP, as the official emulator serves it (5672).
+    Tcp,
+    /// AMQP over TLS, as Event Hubs serves it (5671).
+    Tls(TlsAcceptor),
+    /// AMQP over WebSockets (Event Hubs: `wss` on 443), with TLS (`wss`) or without (`ws`).
+    WebSocket(Option<TlsAcceptor>),
+}
+
+impl Transport {
+    fn name(&self) -> &'static str {
+        match self {
+            Transport::Tcp => "amqp",
+            Transport::Tls(_) => "amqps",
+            Transport::WebSocket(None) => "ws",
+            Transport::WebSocket(Some(_)) => "wss",
+        }
+    }
+}
+
+/// Accepts connections on `listener` until it fails. `open_connections` counts the connections
+/// of every listener of the hub: `--max-connections` bounds them together.
 pub async fn serve(
     listener: TcpListener,
+    transport: Transport,
     namespace: Arc<Namespace>,
     limits: ClientLimits,
+    open_connections: Arc<AtomicUsize>,
 ) -> std::io::Result<()> {
-    let open_connections = Arc::new(AtomicUsize::new(0));
     loop {
         let (stream, peer) = listener.accept().await?;
         let Some(counted) = Counted::take(&open_connections, limits.max_connections) else {
@@ -105,20 +133,92 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let namespace = namespace.clone();
+        let transport = transport.clone();
         tokio::spawn(async move {
-            tracing::debug!(%peer, "connection");
-            connection(stream, namespace, limits).await;
+            tracing::debug!(%peer, transport = transport.name(), "connection");
+            // TLS, the WebSocket upgrade and the AMQP open all count against one open timeout.
+            let deadline = tokio::time::Instant::now() + limits.open_timeout;
+            let amqp = Amqp {
+                namespace,
+                limits,
+                deadline,
+            };
+            match transport {
+                Transport::Tcp => amqp.serve(stream).await,
+                Transport::Tls(tls) => {
+                    if let Some(stream) = amqp.opened("TLS handshake", tls.accept(stream)).await {
+                        amqp.serve(stream).await
+                    }
+                }
+                Transport::WebSocket(None) => {
+                    let upgrade = websocket::accept(stream, limits.max_frame_bytes as usize);
+                    if let Some(stream) = amqp.opened("WebSocket upgrade", upgrade).await {
+                        amqp.serve(stream).await
+                    }
+                }
+                Transport::WebSocket(Some(tls)) => {
+                    if let Some(stream) = amqp.opened("TLS handshake", tls.accept(stream)).await {
+                        let upgrade = websocket::accept(stream, limits.max_frame_bytes as usize);
+                        if let Some(stream) = amqp.opened("WebSocket upgrade", upgrade).await {
+                            amqp.serve(stream).await
+                        }
+                    }
+                }
+            }
             tracing::debug!(%peer, "connection closed");
             drop(counted);
         });
     }
 }
 
-async fn connection(
-    stream: tokio::net::TcpStream,
+/// What serving one connection needs, whatever carries it.
+struct Amqp {
     namespace: Arc<Namespace>,
     limits: ClientLimits,
-) {
+    /// When the AMQP open must be complete.
+    deadline: tokio::time::Instant,
+}
+
+impl Amqp {
+    /// The outcome of a step before AMQP (TLS, the WebSocket upgrade), or `None` when it
+    /// failed or did not finish before the deadline (said in the log).
+    async fn opened<T, E: std::fmt::Display>(
+        &self,
+        step: &str,
+        step_done: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Option<T> {
+        match tokio::time::timeout_at(self.deadline, step_done).await {
+            Ok(Ok(stream)) => Some(stream),
+            Ok(Err(e)) => {
+                tracing::info!(error = %e, "connection refused: {step} failed");
+                None
+            }
+            Err(_) => {
+                tracing::info!(
+                    timeout = ?self.limits.open_timeout,
+                    "connection closed: no {step} within the open timeout"
+                );
+                None
+            }
+        }
+    }
+
+    async fn serve<S>(&self, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        connection(stream, self.namespace.clone(), self.limits, self.deadline).await
+    }
+}
+
+async fn connection<S>(
+    stream: S,
+    namespace: Arc<Namespace>,
+    limits: ClientLimits,
+    deadline: tokio::time::Instant,
+) where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
     // Python's AMQP stack decodes performatives as complete lists: a frame whose trailing null
     // fields are left out (legal AMQP, and fe2o3's default) fails there. Setting the last field,
     // `properties`, makes every performative we open carry all its fields.
@@ -131,7 +231,7 @@ async fn connection(
         .build();
     let guard = FrameGuard::new(limits.max_frame_bytes as usize, limits.max_unfinished_bytes);
     let opening = acceptor.accept(super::wire::WireStream::new(stream, guard));
-    let mut connection = match tokio::time::timeout(limits.open_timeout, opening).await {
+    let mut connection = match tokio::time::timeout_at(deadline, opening).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             tracing::info!(error = %e, "AMQP connection refused");
@@ -188,19 +288,22 @@ async fn session_loop(
             .fallback_receiver_settle_mode(ReceiverSettleMode::First)
             .max_message_size(max_message_size)
             .properties(product_properties())
-            .build()
     };
     // What a client sends is held to the service's limit. What it receives is not: the three
     // stamps take an event sent at the limit past it, and a limit there would end the link at
     // that event every time the consumer came back — its partition stuck for good. So the hub
     // sets none on the links it sends on, and passes over the one a receiver states (Python's
     // says 1 MiB, and neither SDK checks what arrives), as the service delivers such events.
-    let links_clients_send_on = acceptor(MAX_MESSAGE_BYTES);
-    let links_clients_receive_on = acceptor(0);
+    let links_clients_send_on = acceptor(MAX_MESSAGE_BYTES).build();
+    // Receivers may ask for the partition's newest event with each delivery.
+    let links_clients_receive_on = acceptor(0)
+        .add_offered_capabilities(received::RUNTIME_METRIC)
+        .build();
     while let Some(mut attach) = session.next_incoming_attach().await {
         let address = link_address(&attach);
         let owner_level = owner_level(&attach);
         let filter = selector(&attach);
+        let track_last_enqueued = desires(&attach, received::RUNTIME_METRIC);
         let name = attach.name.clone();
         let acceptor = match attach.role {
             Role::Sender => &links_clients_send_on,
@@ -240,8 +343,14 @@ async fn session_loop(
                     client_sends(receiver, address, namespace, state).await
                 }
                 LinkEndpoint::Sender(sender) => {
-                    client_receives(sender, address, owner_level, filter, name, namespace, state)
-                        .await
+                    let receiver = ReceiverLink {
+                        address,
+                        owner_level,
+                        filter,
+                        name,
+                        track_last_enqueued,
+                    };
+                    client_receives(sender, receiver, namespace, state).await
                 }
             }
         });
@@ -358,16 +467,39 @@ async fn client_sends(
     }
 }
 
+/// What a client asked for when it attached a link to receive on.
+struct ReceiverLink {
+    address: Option<String>,
+    owner_level: Option<i64>,
+    /// The start position (a selector filter), when given.
+    filter: Option<String>,
+    name: String,
+    /// The receiver desires the runtime metric: the partition's newest event with each delivery.
+    track_last_enqueued: bool,
+}
+
+/// Whether a link's attach desires `capability`.
+fn desires(attach: &Attach, capability: &str) -> bool {
+    attach
+        .desired_capabilities
+        .as_ref()
+        .is_some_and(|c| c.0.iter().any(|s| s.as_str() == capability))
+}
+
 /// A link on which the client receives: replies from `$cbs`/`$management`, or a partition's events.
 async fn client_receives(
     sender: Sender,
-    address: Option<String>,
-    owner_level: Option<i64>,
-    filter: Option<String>,
-    name: String,
+    link: ReceiverLink,
     namespace: Arc<Namespace>,
     state: Arc<ConnectionState>,
 ) {
+    let ReceiverLink {
+        address,
+        owner_level,
+        filter,
+        name,
+        track_last_enqueued,
+    } = link;
     match address.as_deref().and_then(links::parse_address) {
         Some(Address::Node(node)) => reply_loop(sender, node, state).await,
         Some(Address::Receive {
@@ -419,7 +551,7 @@ async fn client_receives(
                 from_sequence = next,
                 "receiver attached"
             );
-            links::deliver(sender, partition_state, next, lease).await
+            links::deliver(sender, partition_state, next, lease, track_last_enqueued).await
         }
         _ => {
             let text = format!("cannot receive from {address:?}");

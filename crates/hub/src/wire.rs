@@ -315,7 +315,12 @@ async fn write_out<W: AsyncWrite + Unpin>(mut socket: W, outbox: Arc<Outbox>) {
                 }
                 break;
             }
-            if let Err(e) = socket.write_all(&batch).await {
+            // Flushed for the transports that buffer (TLS, WebSocket messages); a no-op on TCP.
+            let written = match socket.write_all(&batch).await {
+                Ok(()) => socket.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
                 let mut state = outbox.state.lock().expect("outbox lock");
                 state.failed = Some(e.kind());
                 if let Some(waiting) = state.blocked.take() {
