@@ -13,11 +13,16 @@ if ! command -v npm >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
 fi
 PLAYWRIGHT_VERSION=1.65.1  # playwright-core only: it drives Debian's chromium, downloads no browser
-if [ ! -x .tools/node_modules/.bin/azurite-blob ] || [ ! -d .tools/node_modules/playwright-core ]; then
-  echo "== installing azurite@${AZURITE_VERSION} and playwright-core@${PLAYWRIGHT_VERSION} into .tools/"
+# The official JavaScript Event Hubs SDK and its WebSocket constructor, as a peer of the hub.
+EVENTHUBS_JS_VERSION=6.0.4
+WS_VERSION=8.23.0
+if [ ! -x .tools/node_modules/.bin/azurite-blob ] || [ ! -d .tools/node_modules/playwright-core ] \
+  || [ ! -d .tools/node_modules/@azure/event-hubs ] || [ ! -d .tools/node_modules/ws ]; then
+  echo "== installing azurite@${AZURITE_VERSION}, playwright-core@${PLAYWRIGHT_VERSION}, @azure/event-hubs@${EVENTHUBS_JS_VERSION} and ws@${WS_VERSION} into .tools/"
   mkdir -p .tools
   npm install --prefix .tools --no-audit --no-fund --loglevel=error \
-    "azurite@${AZURITE_VERSION}" "playwright-core@${PLAYWRIGHT_VERSION}" >/dev/null
+    "azurite@${AZURITE_VERSION}" "playwright-core@${PLAYWRIGHT_VERSION}" \
+    "@azure/event-hubs@${EVENTHUBS_JS_VERSION}" "ws@${WS_VERSION}" >/dev/null
 fi
 
 # Headless Chromium for the dashboard's browser test (Debian's package).

@@ -1,7 +1,7 @@
 //! `hubhost hub` the way clients reach Event Hubs beyond plain AMQP: over TLS (AMQPS), over
 //! WebSockets (`ws` and `wss`), and with the last enqueued event's properties on each delivery.
-//! The official Python package (sync and async clients) and the Rust SDK are the peers; wrong
-//! certificates and wrong keys are refused with the client's own error.
+//! The official Python package (sync and async clients), the JavaScript package and the Rust SDK
+//! are the peers; wrong certificates and wrong keys are refused with the client's own error.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -229,6 +229,91 @@ fn a_receiver_tracking_the_last_enqueued_event_gets_the_partitions_newest() {
     assert!(
         events.iter().all(|e| e["last_enqueued"].is_null()),
         "{untracked}"
+    );
+}
+
+/// Runs the JavaScript peer (tests/js/eventhubs_peer.cjs), trusting `ca` when given; its JSON.
+fn js_peer(cs: &str, options: &Value, op: &str, args: &[&str], ca: Option<&str>) -> Value {
+    let script = common::repository().join("tests/js/eventhubs_peer.cjs");
+    let mut command = std::process::Command::new("node");
+    command
+        .arg(script)
+        .args([cs, HUB, &options.to_string(), op])
+        .args(args)
+        .env("NODE_PATH", common::js_sdk_node_modules());
+    if let Some(ca) = ca {
+        command.env("NODE_EXTRA_CA_CERTS", ca);
+    }
+    let out = common::output_within(&mut command, common::COMMAND_LIMIT);
+    assert!(
+        out.status.success(),
+        "the JavaScript peer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the JavaScript peer printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// The JavaScript package over plain AMQP, TLS and WebSockets (always `wss` there), tracking the
+/// last enqueued event's properties; without the authority trusted, TLS is refused.
+#[test]
+fn the_js_sdk_reaches_the_hub_over_amqp_tls_and_websockets_tracking_the_last_event() {
+    common::require!(Tool::JsSdk);
+    let tls = start_tls_hub();
+    let ca = shared_ca();
+    let cases = [
+        (tls.hub.connection_string(KEY), json!({}), "amqp"),
+        (
+            tls_connection_string(KEY),
+            json!({"customEndpointAddress": format!("sb://localhost:{}", tls.tls_port)}),
+            "amqps",
+        ),
+        (
+            tls_connection_string(KEY),
+            json!({
+                "customEndpointAddress": format!("sb://localhost:{}", tls.websocket_port),
+                "websocket": true,
+            }),
+            "wss",
+        ),
+    ];
+    for (cs, options, tag) in &cases {
+        let result = js_peer(cs, options, "roundtrip", &[tag], Some(&ca));
+        assert_eq!(result["body"], format!("{tag}-js"), "{result}");
+        let seen = &result["last_enqueued"];
+        assert_eq!(
+            seen["sequence_number"], result["partition_last"],
+            "{tag}: {result}"
+        );
+        assert_eq!(
+            seen["offset"], result["partition_last_offset"],
+            "{tag}: {result}"
+        );
+        assert!(seen["retrieval_time"].as_i64() >= seen["enqueued_time"].as_i64());
+    }
+    let (cs, options, _) = &cases[2];
+    let refused = js_peer(cs, options, "refused", &[], None);
+    let error = refused["error"]
+        .as_str()
+        .expect("refused without the authority");
+    assert!(error.contains("self-signed certificate"), "{error}");
+    let wrong_key = js_peer(
+        &tls_connection_string("not-the-key"),
+        options,
+        "refused",
+        &[],
+        Some(&ca),
+    );
+    let error = wrong_key["error"]
+        .as_str()
+        .expect("refused with a wrong key");
+    assert!(
+        error.contains("401") || error.contains("nauthorized"),
+        "{error}"
     );
 }
 

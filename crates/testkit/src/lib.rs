@@ -39,7 +39,7 @@ pub use process::{
 pub use python::{python_json, python_output};
 pub use requests::{host_request, partition_context};
 pub use serve::Server;
-pub use tools::{Tool, azurite_bin, node_modules, python};
+pub use tools::{Tool, azurite_bin, js_sdk_node_modules, node_modules, python};
 
 /// The repository the test kit is built in: where `scripts/test.sh` installs the tools
 /// (`.tools/`) and where the Python peers live (`tests/python/`).

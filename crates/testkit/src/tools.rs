@@ -21,6 +21,8 @@ pub enum Tool {
     PythonSdk,
     /// Debian's Chromium driven by `playwright-core` (npm).
     Browser,
+    /// Node.js with the official `@azure/event-hubs` package and `ws` (npm).
+    JsSdk,
     /// `cargo-zigbuild` and Zig, to build for glibc 2.28.
     Zigbuild,
     /// `openssl`, `unshare` and `ip`: certificates, keys and network namespaces.
@@ -34,6 +36,7 @@ impl Tool {
             Tool::Azurite => "Azurite",
             Tool::PythonSdk => "the official Python Event Hubs SDK",
             Tool::Browser => "Chromium and playwright-core",
+            Tool::JsSdk => "Node.js with the official JavaScript Event Hubs SDK",
             Tool::Zigbuild => "cargo-zigbuild and Zig",
             Tool::SystemTools => "openssl, unshare and ip",
         }
@@ -47,6 +50,11 @@ impl Tool {
             Tool::Browser => {
                 node_modules_path().join("playwright-core").exists()
                     && on_path("chromium").is_some()
+            }
+            Tool::JsSdk => {
+                node_modules_path().join("@azure/event-hubs").exists()
+                    && node_modules_path().join("ws").exists()
+                    && on_path("node").is_some()
             }
             Tool::Zigbuild => {
                 let tools = repository().join(".tools");
@@ -143,6 +151,12 @@ pub fn azurite_bin() -> PathBuf {
 /// `scripts/test.sh` installs it).
 pub fn node_modules() -> PathBuf {
     installed(Tool::Browser, node_modules_path())
+}
+
+/// The `node_modules` that holds `@azure/event-hubs` and `ws` (HUBHOST_NODE_MODULES, else where
+/// `scripts/test.sh` installs them).
+pub fn js_sdk_node_modules() -> PathBuf {
+    installed(Tool::JsSdk, node_modules_path())
 }
 
 /// The Python that has the official Azure SDK packages (HUBHOST_PYTHON, else the virtualenv
