@@ -1,7 +1,9 @@
 //! `hubhost hub`: a local Event Hubs namespace that the official SDKs connect to unchanged, over
-//! plain AMQP 1.0 on 127.0.0.1:5672, as the official (Docker-only) emulator does.
+//! plain AMQP 1.0 on 127.0.0.1:5672, as the official (Docker-only) emulator does, and on request
+//! over TLS (`tls`) and WebSockets (`websocket`), as Event Hubs does.
 //!
-//! The data flows: a TCP connection → `server` (SASL, sessions, links) → either `requests`
+//! The data flows: a connection (TCP, TLS or a WebSocket) → `server` (SASL, sessions, links) →
+//! either `requests`
 //! (`$cbs` put-token, `$management` reads) or `links` (a producer's link appends to a
 //! `Partition`; a consumer's link reads from one) → `log` (segment files or memory). This module
 //! holds the namespace's configuration and its shared state: hubs, partitions, and which
