@@ -245,17 +245,7 @@ fn js_peer(cs: &str, options: &Value, op: &str, args: &[&str], ca: Option<&str>)
         command.env("NODE_EXTRA_CA_CERTS", ca);
     }
     let out = common::output_within(&mut command, common::COMMAND_LIMIT);
-    assert!(
-        out.status.success(),
-        "the JavaScript peer failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the JavaScript peer printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
+    common::json_output(&format!("the JavaScript peer {op}"), &out)
 }
 
 /// The JavaScript package over plain AMQP, TLS and WebSockets (always `wss` there), tracking the

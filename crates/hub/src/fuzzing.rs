@@ -26,12 +26,12 @@ pub fn received_paths_agree(payload: &[u8], sequence: i64, offset: i64, enqueued
     };
     // Only messages that decode are ever stored: a producer's delivery (and every event of a
     // batch) is decoded before it is appended. Bytes that do not decode never reach either path.
-    let last = crate::received::LastEnqueued {
-        sequence: sequence.wrapping_add(7),
-        offset: offset.wrapping_add(1000),
-        enqueued_ms: enqueued_ms.wrapping_add(5),
-        retrieved_ms: enqueued_ms.wrapping_add(9),
-    };
+    let last = crate::received::LastEnqueued::new(
+        sequence.wrapping_add(7),
+        offset.wrapping_add(1000),
+        enqueued_ms.wrapping_add(5),
+        enqueued_ms.wrapping_add(9),
+    );
     for last in [None, Some(&last)] {
         let Some(typed) = crate::links::to_received(&event, last) else {
             return;

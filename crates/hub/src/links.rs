@@ -332,12 +332,8 @@ pub fn start_sequence(
 /// The partition's newest event now, as a receiver tracking it gets it.
 fn last_enqueued(partition: &Partition) -> LastEnqueued {
     let (sequence, offset, enqueued_ms) = partition.summary().last.unwrap_or((-1, -1, 0));
-    LastEnqueued {
-        sequence,
-        offset,
-        enqueued_ms,
-        retrieved_ms: chrono::Utc::now().timestamp_millis(),
-    }
+    let retrieved_ms = chrono::Utc::now().timestamp_millis();
+    LastEnqueued::new(sequence, offset, enqueued_ms, retrieved_ms)
 }
 
 /// Serves a consumer's link from sequence number `next` on; with `track_last_enqueued`, each

@@ -40,18 +40,33 @@ pub const RETRIEVAL_TIME: &str = "runtime_info_retrieval_time_utc";
 /// A partition's newest event when a delivery was made, and when that was looked up: what a
 /// receiver tracking the last enqueued event's properties gets with each delivery. For an empty
 /// partition, Event Hubs' values for "none": sequence number and offset -1, time 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// It is encoded once, when made: every delivery of a chunk read carries the same one.
+#[derive(Debug, Clone)]
 pub struct LastEnqueued {
     pub sequence: i64,
     pub offset: i64,
     pub enqueued_ms: i64,
     pub retrieved_ms: i64,
+    /// The delivery-annotations section carrying it (`None` if it could not be encoded).
+    section: Option<Vec<u8>>,
 }
 
 impl LastEnqueued {
+    pub fn new(sequence: i64, offset: i64, enqueued_ms: i64, retrieved_ms: i64) -> Self {
+        let mut last = LastEnqueued {
+            sequence,
+            offset,
+            enqueued_ms,
+            retrieved_ms,
+            section: None,
+        };
+        last.section = last.encode();
+        last
+    }
+
     /// The delivery-annotations section carrying it: symbol keys, a long, the offset as a
     /// string, and two timestamps.
-    fn section(&self) -> Option<Vec<u8>> {
+    fn encode(&self) -> Option<Vec<u8>> {
         let mut entries = Vec::with_capacity(160);
         symbol(&mut entries, LAST_ENQUEUED_SEQUENCE_NUMBER);
         entries.push(0x81);
@@ -82,8 +97,8 @@ pub fn received_bytes(
     last: Option<&LastEnqueued>,
 ) -> Option<Vec<u8>> {
     let stamps = stamps(sequence, offset, enqueued_ms);
-    let mut delivery_annotations = match last {
-        Some(last) => Some(last.section()?),
+    let mut delivery_annotations: Option<&[u8]> = match last {
+        Some(last) => Some(last.section.as_deref()?),
         None => None,
     };
     let mut out = Vec::with_capacity(payload.len() + stamps.len() + 16);
@@ -117,7 +132,7 @@ pub fn received_bytes(
                 // The producer's own delivery annotations: the typed path replaces them.
                 return None;
             }
-            out.extend_from_slice(&section);
+            out.extend_from_slice(section);
         }
         if !stamped && code >= MESSAGE_ANNOTATIONS {
             let stored = if code == MESSAGE_ANNOTATIONS {
@@ -141,7 +156,7 @@ pub fn received_bytes(
     if !stamped {
         // A message without a body section (header or annotations only).
         if let Some(section) = delivery_annotations.take() {
-            out.extend_from_slice(&section);
+            out.extend_from_slice(section);
         }
         write_annotations(&mut out, None, &stamps)?;
     }
@@ -452,12 +467,12 @@ mod tests {
     fn a_receiver_tracking_the_last_enqueued_event_gets_it_in_the_delivery_annotations() {
         use fe2o3_amqp::types::messaging::annotations::AnnotationKey;
         use fe2o3_amqp::types::primitives::Timestamp;
-        let last = LastEnqueued {
-            sequence: 4_000_000_999,
-            offset: 98_765_999_000,
-            enqueued_ms: 1_763_900_100_000,
-            retrieved_ms: 1_763_900_100_500,
-        };
+        let last = LastEnqueued::new(
+            4_000_000_999,
+            98_765_999_000,
+            1_763_900_100_000,
+            1_763_900_100_500,
+        );
         for shape in shapes() {
             let event = stored(&shape);
             let typed = to_received(&event, Some(&last)).unwrap();

@@ -203,75 +203,72 @@ impl Amqp {
         }
     }
 
+    /// Serves AMQP on `stream`, whatever carries it: the open (by the deadline), then its
+    /// sessions.
     async fn serve<S>(&self, stream: S)
     where
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        connection(stream, self.namespace.clone(), self.limits, self.deadline).await
-    }
-}
-
-async fn connection<S>(
-    stream: S,
-    namespace: Arc<Namespace>,
-    limits: ClientLimits,
-    deadline: tokio::time::Instant,
-) where
-    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    // Python's AMQP stack decodes performatives as complete lists: a frame whose trailing null
-    // fields are left out (legal AMQP, and fe2o3's default) fails there. Setting the last field,
-    // `properties`, makes every performative we open carry all its fields.
-    let acceptor = ConnectionAcceptor::builder()
-        .container_id("hubhost")
-        .max_frame_size(limits.max_frame_bytes)
-        .session_max(limits.max_sessions_per_connection)
-        .properties(product_properties())
-        .sasl_acceptor(SaslAnonymousMechanism::new())
-        .build();
-    let guard = FrameGuard::new(limits.max_frame_bytes as usize, limits.max_unfinished_bytes);
-    let opening = acceptor.accept(super::wire::WireStream::new(stream, guard));
-    let mut connection = match tokio::time::timeout_at(deadline, opening).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            tracing::info!(error = %e, "AMQP connection refused");
-            return;
-        }
-        Err(_) => {
-            tracing::info!(
-                timeout = ?limits.open_timeout,
-                "connection closed: no AMQP open within the open timeout"
-            );
-            return;
-        }
-    };
-    let state = Arc::new(ConnectionState::default());
-    // Python's AMQP stack compares against the session's handle-max without a default for it, so
-    // it must be on the wire (the AMQP default, u32::MAX, would be left out).
-    let sessions = SessionAcceptor::builder()
-        .handle_max(u32::MAX - 1)
-        .properties(product_properties())
-        .build();
-    while let Some(incoming) = connection.next_incoming_session().await {
-        match sessions
-            .accept_incoming_session(incoming, &mut connection)
-            .await
-        {
-            Ok(session) => {
-                tokio::spawn(session_loop(
-                    session,
-                    namespace.clone(),
-                    state.clone(),
-                    limits,
-                ));
+        let Amqp {
+            namespace,
+            limits,
+            deadline,
+        } = self;
+        let (limits, deadline) = (*limits, *deadline);
+        // Python's AMQP stack decodes performatives as complete lists: a frame whose trailing null
+        // fields are left out (legal AMQP, and fe2o3's default) fails there. Setting the last field,
+        // `properties`, makes every performative we open carry all its fields.
+        let acceptor = ConnectionAcceptor::builder()
+            .container_id("hubhost")
+            .max_frame_size(limits.max_frame_bytes)
+            .session_max(limits.max_sessions_per_connection)
+            .properties(product_properties())
+            .sasl_acceptor(SaslAnonymousMechanism::new())
+            .build();
+        let guard = FrameGuard::new(limits.max_frame_bytes as usize, limits.max_unfinished_bytes);
+        let opening = acceptor.accept(super::wire::WireStream::new(stream, guard));
+        let mut connection = match tokio::time::timeout_at(deadline, opening).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                tracing::info!(error = %e, "AMQP connection refused");
+                return;
             }
-            Err(e) => {
-                tracing::info!(error = %e, "session refused");
-                break;
+            Err(_) => {
+                tracing::info!(
+                    timeout = ?limits.open_timeout,
+                    "connection closed: no AMQP open within the open timeout"
+                );
+                return;
+            }
+        };
+        let state = Arc::new(ConnectionState::default());
+        // Python's AMQP stack compares against the session's handle-max without a default for it, so
+        // it must be on the wire (the AMQP default, u32::MAX, would be left out).
+        let sessions = SessionAcceptor::builder()
+            .handle_max(u32::MAX - 1)
+            .properties(product_properties())
+            .build();
+        while let Some(incoming) = connection.next_incoming_session().await {
+            match sessions
+                .accept_incoming_session(incoming, &mut connection)
+                .await
+            {
+                Ok(session) => {
+                    tokio::spawn(session_loop(
+                        session,
+                        namespace.clone(),
+                        state.clone(),
+                        limits,
+                    ));
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "session refused");
+                    break;
+                }
             }
         }
+        let _ = connection.close().await;
     }
-    let _ = connection.close().await;
 }
 
 async fn session_loop(

@@ -36,7 +36,7 @@ pub use process::{
     COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, hubhost, output_within,
     try_free_port, wait_for_port, wait_within,
 };
-pub use python::{python_json, python_output};
+pub use python::{json_output, python_json, python_output};
 pub use requests::{host_request, partition_context};
 pub use serve::Server;
 pub use tools::{Tool, azurite_bin, js_sdk_node_modules, node_modules, python};

@@ -17,15 +17,20 @@ pub fn python_output(script: &str, args: &[&str]) -> Output {
 
 /// Runs a Python script from tests/python with arguments; returns its stdout parsed as JSON.
 pub fn python_json(script: &str, args: &[&str]) -> Value {
-    let out = python_output(script, args);
+    json_output(&format!("{script} {args:?}"), &python_output(script, args))
+}
+
+/// What a peer program that ran to completion printed, as JSON; the test fails when it failed
+/// (with its stderr) or printed something else. `what` names it in the failure.
+pub fn json_output(what: &str, out: &Output) -> Value {
     assert!(
         out.status.success(),
-        "{script} {args:?} failed: {}",
+        "{what} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
-            "{script} printed no JSON ({e}): {}",
+            "{what} printed no JSON ({e}): {}",
             String::from_utf8_lossy(&out.stdout)
         )
     })
