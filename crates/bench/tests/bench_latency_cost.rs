@@ -53,8 +53,11 @@ fn the_latency_benchmark_times_every_applied_reading_against_the_bare_consumer()
         baseline["count"].as_f64().unwrap(),
         applied["count"].as_f64().unwrap(),
     );
-    // Both see the same stream over the same interval (scraped a moment apart).
-    assert!(received > 0.8 * sent * 12.0, "{baseline}");
+    // Both see the same stream over the same interval (scraped a moment apart). The floor is the
+    // fleet's own rate, not the measured send rate: a catch-up burst late in the window raises
+    // the sent figure with events that are received after the window closes.
+    let fleet_per_s = 3000.0 * 8.0 / 60.0;
+    assert!(received > 0.8 * fleet_per_s * 12.0, "{baseline}");
     assert!(
         (timed - received).abs() < 0.2 * received,
         "{applied} vs {baseline}"
