@@ -12,6 +12,8 @@ const DEFAULT_TLS_PORT: u16 = 5671;
 /// Event Hubs serves WebSockets on 443, which needs privileges here; 5443 echoes it.
 const DEFAULT_WEBSOCKET_PORT: u16 = 5443;
 const DEFAULT_ADMIN: &str = "http://127.0.0.1:5380";
+/// The Kafka endpoint, on the official emulator's port.
+const DEFAULT_KAFKA_PORT: u16 = 9092;
 
 /// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672), with an
 /// admin endpoint on loopback (http://127.0.0.1:5380) that adds hubs and consumer groups while
@@ -98,10 +100,27 @@ pub struct TransportArgs {
     /// The WebSocket port (implies --websocket; 0: any free one) [default: 5443].
     #[arg(long)]
     pub websocket_port: Option<u16>,
+    /// The Kafka endpoint's port (SASL_PLAINTEXT; 0: any free one) [default: 9092 when --port
+    /// is 5672, else none].
+    #[arg(long, conflicts_with = "no_kafka")]
+    pub kafka_port: Option<u16>,
+    /// No Kafka endpoint.
+    #[arg(long)]
+    pub no_kafka: bool,
 }
 
 impl TransportArgs {
-    fn apply(self, bind: IpAddr, config: &mut hubhost_hub::HubConfig) {
+    fn apply(self, bind: IpAddr, amqp_port: u16, config: &mut hubhost_hub::HubConfig) {
+        // Kafka beside AMQP on the official emulator's ports; on other ports only when asked, so
+        // that hubs started side by side (tests, several projects) do not contend for 9092.
+        let kafka_port = self
+            .kafka_port
+            .or((amqp_port == 5672).then_some(DEFAULT_KAFKA_PORT));
+        if !self.no_kafka
+            && let Some(port) = kafka_port
+        {
+            config.kafka = Some((bind, port).into());
+        }
         let tls = self.tls || self.tls_port.is_some() || self.tls_cert.is_some();
         if tls {
             let certificate = match (self.tls_cert, self.tls_key) {
@@ -338,7 +357,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     config.segment_bytes = segment_mb * 1024 * 1024;
     config.fsync = fsync;
     config.limits = limits.limits()?;
-    transports.apply(bind, &mut config);
+    transports.apply(bind, port, &mut config);
     if !keys.is_empty() {
         config.keys = keys
             .iter()

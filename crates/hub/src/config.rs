@@ -30,6 +30,8 @@ pub struct HubConfig {
     pub tls: Option<TlsSettings>,
     /// AMQP over WebSockets too, on this address: `wss` when `tls` is set, else `ws`.
     pub websocket: Option<SocketAddr>,
+    /// The Kafka endpoint, on this address (SASL_PLAINTEXT); `None`: no Kafka.
+    pub kafka: Option<SocketAddr>,
 }
 
 /// Where the hub serves AMQPS, and with which certificate.
@@ -338,6 +340,7 @@ impl HubConfig {
             limits: ClientLimits::default(),
             tls: None,
             websocket: None,
+            kafka: None,
         }
     }
 }

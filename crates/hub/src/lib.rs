@@ -17,6 +17,7 @@ pub mod filter;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod inbound;
+pub mod kafka;
 pub(crate) mod links;
 pub mod log;
 pub mod partition_key;
@@ -153,6 +154,11 @@ impl Namespace {
             retention: config.retention,
             storage,
         })
+    }
+
+    /// Where partitions and what else the hub keeps live; `None` for a hub in memory.
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        self.storage.data_dir.as_deref()
     }
 
     pub fn hub(&self, name: &str) -> Option<Arc<Hub>> {
@@ -422,6 +428,8 @@ pub struct Listening {
     pub amqps: Option<SocketAddr>,
     /// AMQP over WebSockets (`wss` when TLS is configured, else `ws`), when configured.
     pub websocket: Option<SocketAddr>,
+    /// The Kafka endpoint (SASL_PLAINTEXT), when configured.
+    pub kafka: Option<SocketAddr>,
     /// The certificate authority clients trust, when the hub made its certificate.
     pub ca_file: Option<PathBuf>,
     /// The admin endpoint (always on loopback), when configured.
@@ -457,6 +465,11 @@ fn print_connection(config: &HubConfig, namespace: &Namespace, local: Listening)
         println!(
             "hubhost hub listening on {scheme}://{websocket}{}",
             websocket::PATH
+        );
+    }
+    if let Some(kafka) = local.kafka {
+        println!(
+            "hubhost hub listening on Kafka {kafka} (SASL_PLAINTEXT, PLAIN: user $ConnectionString, password the connection string)"
         );
     }
     if let Some(ca) = &local.ca_file {
@@ -515,6 +528,14 @@ pub async fn serve(
         }
         None => None,
     };
+    let kafka = match config.kafka {
+        Some(address) => {
+            let (listener, local) = listen(address, " (kafka)")?;
+            let endpoint = kafka::Kafka::open(namespace.clone()).map_err(HubError::KafkaOffsets)?;
+            Some((listener, local, endpoint))
+        }
+        None => None,
+    };
     let admin = match config.admin_port {
         Some(port) => {
             let (admin_listener, admin_local) =
@@ -546,6 +567,7 @@ pub async fn serve(
             amqp: local,
             amqps,
             websocket,
+            kafka: kafka.as_ref().map(|(_, local, _)| *local),
             ca_file,
             admin: admin.as_ref().map(|(_, a)| *a),
         },
@@ -571,6 +593,14 @@ pub async fn serve(
             listener,
             transport,
             namespace.clone(),
+            config.limits,
+            open_connections.clone(),
+        ));
+    }
+    if let Some((listener, _, endpoint)) = kafka {
+        serving.spawn(kafka::serve(
+            listener,
+            endpoint,
             config.limits,
             open_connections.clone(),
         ));
@@ -606,4 +636,6 @@ pub enum HubError {
     Additions(String),
     #[error("TLS: {0}")]
     Tls(#[from] tls::TlsError),
+    #[error("the Kafka endpoint's committed offsets cannot be opened: {0}")]
+    KafkaOffsets(std::io::Error),
 }

@@ -146,7 +146,8 @@ fn percent_decode(text: &str) -> String {
         .into_owned()
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Compares secrets in time that does not depend on where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

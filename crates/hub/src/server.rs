@@ -57,11 +57,11 @@ struct ConnectionState {
 
 /// One counted thing (a connection, a link): the count goes down when it is dropped, however
 /// its task ends.
-struct Counted(Arc<AtomicUsize>);
+pub(crate) struct Counted(Arc<AtomicUsize>);
 
 impl Counted {
     /// Counts one more, unless `limit` are already counted.
-    fn take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Counted> {
+    pub(crate) fn take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Counted> {
         counter
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < limit).then_some(n + 1)

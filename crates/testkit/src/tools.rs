@@ -23,6 +23,9 @@ pub enum Tool {
     Browser,
     /// Node.js with the official `@azure/event-hubs` package and `ws` (npm).
     JsSdk,
+    /// Kafka clients in the Python of `PythonSdk`: `confluent-kafka` (librdkafka) and the pure
+    /// Python `kafka-python`.
+    KafkaClients,
     /// `cargo-zigbuild` and Zig, to build for glibc 2.28.
     Zigbuild,
     /// `openssl`, `unshare` and `ip`: certificates, keys and network namespaces.
@@ -37,6 +40,7 @@ impl Tool {
             Tool::PythonSdk => "the official Python Event Hubs SDK",
             Tool::Browser => "Chromium and playwright-core",
             Tool::JsSdk => "Node.js with the official JavaScript Event Hubs SDK",
+            Tool::KafkaClients => "confluent-kafka and kafka-python",
             Tool::Zigbuild => "cargo-zigbuild and Zig",
             Tool::SystemTools => "openssl, unshare and ip",
         }
@@ -55,6 +59,17 @@ impl Tool {
                 node_modules_path().join("@azure/event-hubs").exists()
                     && node_modules_path().join("ws").exists()
                     && on_path("node").is_some()
+            }
+            Tool::KafkaClients => {
+                let lib = repository().join(".tools/venv/lib");
+                std::fs::read_dir(lib)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|python| {
+                        let packages = python.path().join("site-packages");
+                        packages.join("confluent_kafka").exists() && packages.join("kafka").exists()
+                    })
             }
             Tool::Zigbuild => {
                 let tools = repository().join(".tools");

@@ -1,0 +1,197 @@
+//! The consumer groups of one hub, with the requests that wait on them: `groups` decides,
+//! this module parks a JoinGroup or SyncGroup that must wait and answers it when a later request
+//! or the clock (`tick`, every quarter second) completes it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::groups::{Effect, Group, JoinOutcome, JoinRequest, Reply, SyncOutcome};
+
+#[derive(Default)]
+struct State {
+    groups: HashMap<String, Group>,
+    joins: HashMap<(String, String), oneshot::Sender<JoinOutcome>>,
+    syncs: HashMap<(String, String), oneshot::Sender<SyncOutcome>>,
+}
+
+pub struct Coordinator {
+    state: Mutex<State>,
+    started: Instant,
+}
+
+/// A group's state for the explorer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GroupView {
+    pub state: String,
+    pub generation: i32,
+    pub protocol: Option<String>,
+    pub members: Vec<String>,
+}
+
+impl Default for Coordinator {
+    fn default() -> Self {
+        Coordinator {
+            state: Mutex::new(State::default()),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Coordinator {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub async fn join(&self, group: &str, request: JoinRequest) -> JoinOutcome {
+        let fresh = format!("{}-{}", request.client_id, uuid::Uuid::new_v4());
+        let member = if request.member_id.is_empty() {
+            fresh.clone()
+        } else {
+            request.member_id.clone()
+        };
+        let waiting = {
+            let mut state = self.state.lock().expect("groups lock");
+            let now = self.now();
+            let (reply, effects) = state
+                .groups
+                .entry(group.to_string())
+                .or_default()
+                .join(request, fresh, now);
+            let waiting = match reply {
+                Reply::Now(outcome) => {
+                    deliver(&mut state, group, effects);
+                    return outcome;
+                }
+                Reply::Wait => {
+                    // Parked under the id the group knows the member by.
+                    let (send, receive) = oneshot::channel();
+                    state.joins.insert((group.to_string(), member), send);
+                    receive
+                }
+            };
+            deliver(&mut state, group, effects);
+            waiting
+        };
+        waiting.await.unwrap_or(JoinOutcome::Failed {
+            code: kafka_protocol::error::ResponseError::RebalanceInProgress.code(),
+            member_id: String::new(),
+        })
+    }
+
+    pub async fn sync(
+        &self,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+        assignments: Vec<(String, bytes::Bytes)>,
+    ) -> SyncOutcome {
+        let waiting = {
+            let mut state = self.state.lock().expect("groups lock");
+            let now = self.now();
+            let Some(g) = state.groups.get_mut(group) else {
+                return SyncOutcome::Failed(
+                    kafka_protocol::error::ResponseError::UnknownMemberId.code(),
+                );
+            };
+            let (reply, effects) = g.sync(member_id, generation, assignments, now);
+            let waiting = match reply {
+                Reply::Now(outcome) => {
+                    deliver(&mut state, group, effects);
+                    return outcome;
+                }
+                Reply::Wait => {
+                    let (send, receive) = oneshot::channel();
+                    state
+                        .syncs
+                        .insert((group.to_string(), member_id.to_string()), send);
+                    receive
+                }
+            };
+            deliver(&mut state, group, effects);
+            waiting
+        };
+        waiting.await.unwrap_or(SyncOutcome::Failed(
+            kafka_protocol::error::ResponseError::RebalanceInProgress.code(),
+        ))
+    }
+
+    pub fn heartbeat(&self, group: &str, member_id: &str, generation: i32) -> i16 {
+        let mut state = self.state.lock().expect("groups lock");
+        let now = self.now();
+        match state.groups.get_mut(group) {
+            Some(g) => g.heartbeat(member_id, generation, now),
+            None => kafka_protocol::error::ResponseError::UnknownMemberId.code(),
+        }
+    }
+
+    pub fn leave(&self, group: &str, member_id: &str) -> i16 {
+        let mut state = self.state.lock().expect("groups lock");
+        let now = self.now();
+        let Some(g) = state.groups.get_mut(group) else {
+            return kafka_protocol::error::ResponseError::UnknownMemberId.code();
+        };
+        let (code, effects) = g.leave(member_id, now);
+        deliver(&mut state, group, effects);
+        code
+    }
+
+    pub fn may_commit(&self, group: &str, member_id: &str, generation: i32) -> i16 {
+        let state = self.state.lock().expect("groups lock");
+        match state.groups.get(group) {
+            Some(g) => g.may_commit(member_id, generation),
+            None => Group::default().may_commit(member_id, generation),
+        }
+    }
+
+    /// Expires silent members and overdue rebalances in every group.
+    pub fn tick(&self) {
+        let mut state = self.state.lock().expect("groups lock");
+        let now = self.now();
+        let names: Vec<String> = state.groups.keys().cloned().collect();
+        for name in names {
+            let effects = state.groups.get_mut(&name).expect("group").tick(now);
+            deliver(&mut state, &name, effects);
+        }
+    }
+
+    pub fn views(&self) -> Vec<(String, GroupView)> {
+        let state = self.state.lock().expect("groups lock");
+        let mut views: Vec<(String, GroupView)> = state
+            .groups
+            .iter()
+            .map(|(name, g)| {
+                (
+                    name.clone(),
+                    GroupView {
+                        state: format!("{:?}", g.state()),
+                        generation: g.generation(),
+                        protocol: g.protocol().map(str::to_string),
+                        members: g.members(),
+                    },
+                )
+            })
+            .collect();
+        views.sort_by(|a, b| a.0.cmp(&b.0));
+        views
+    }
+}
+
+fn deliver(state: &mut State, group: &str, effects: Vec<Effect>) {
+    for effect in effects {
+        match effect {
+            Effect::Join { member_id, outcome } => {
+                if let Some(send) = state.joins.remove(&(group.to_string(), member_id)) {
+                    let _ = send.send(outcome);
+                }
+            }
+            Effect::Sync { member_id, outcome } => {
+                if let Some(send) = state.syncs.remove(&(group.to_string(), member_id)) {
+                    let _ = send.send(outcome);
+                }
+            }
+        }
+    }
+}

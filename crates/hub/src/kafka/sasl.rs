@@ -1,0 +1,239 @@
+//! Who a Kafka client is: SASL PLAIN with Event Hubs' convention (user `$ConnectionString`, the
+//! connection string as the password) or OAUTHBEARER with an Entra ID token, checked against the
+//! same keys and trusted issuer as AMQP. What a client may touch is an `Access`: every hub, or
+//! the one its connection string names (`EntityPath`, or a shared access signature for one hub).
+
+use crate::entra::TrustedIssuer;
+use crate::sas::{self, SharedAccessKey};
+
+pub const PLAIN: &str = "PLAIN";
+pub const OAUTHBEARER: &str = "OAUTHBEARER";
+pub const MECHANISMS: [&str; 2] = [PLAIN, OAUTHBEARER];
+/// The user name Event Hubs expects with PLAIN.
+pub const CONNECTION_STRING_USER: &str = "$ConnectionString";
+
+/// What an authenticated client may read and write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    AllHubs,
+    /// One hub, lowercased.
+    Hub(String),
+}
+
+impl Access {
+    pub fn covers(&self, hub: &str) -> bool {
+        match self {
+            Access::AllHubs => true,
+            Access::Hub(name) => name.eq_ignore_ascii_case(hub),
+        }
+    }
+}
+
+/// Why authentication failed, in words the client shows its user (no secret in any of them).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("PLAIN credentials are `authzid NUL user NUL password`; these are not")]
+    PlainFormat,
+    #[error(
+        "the user name must be `$ConnectionString` (with the connection string as the password), not {0:?}"
+    )]
+    User(String),
+    #[error("the password is not a connection string: it lacks {0}")]
+    ConnectionString(&'static str),
+    #[error("the connection string names the key {0:?}, which this hub does not have")]
+    UnknownKey(String),
+    #[error("the connection string's key does not match the key {0:?}")]
+    WrongKey(String),
+    #[error("the connection string's shared access signature is refused: {0}")]
+    Signature(sas::SasError),
+    #[error("OAUTHBEARER credentials are `n,,\\x01auth=Bearer <token>\\x01\\x01`; these are not")]
+    BearerFormat,
+    #[error(
+        "this hub accepts no Entra ID tokens (start it with --entra-issuer and --entra-jwks), use PLAIN"
+    )]
+    NoIssuer,
+    #[error("the Entra ID token is refused: {0}")]
+    Token(crate::entra::JwtError),
+}
+
+/// Checks PLAIN credentials; `now` in Unix seconds.
+pub fn plain(auth: &[u8], keys: &[SharedAccessKey], now: i64) -> Result<Access, AuthError> {
+    let text = std::str::from_utf8(auth).map_err(|_| AuthError::PlainFormat)?;
+    let mut parts = text.split('\0');
+    let (Some(_authzid), Some(user), Some(password), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(AuthError::PlainFormat);
+    };
+    if user != CONNECTION_STRING_USER {
+        return Err(AuthError::User(user.chars().take(64).collect()));
+    }
+    connection_string(password, keys, now)
+}
+
+/// What a connection string grants: its key checked against the hub's keys, or its shared access
+/// signature validated; `EntityPath` narrows it to one hub.
+pub fn connection_string(
+    text: &str,
+    keys: &[SharedAccessKey],
+    now: i64,
+) -> Result<Access, AuthError> {
+    let mut endpoint = None;
+    let mut key_name = None;
+    let mut key = None;
+    let mut signature = None;
+    let mut entity = None;
+    for pair in text.split(';') {
+        let Some((name, value)) = pair.split_once('=') else {
+            continue;
+        };
+        match name.trim().to_ascii_lowercase().as_str() {
+            "endpoint" => endpoint = Some(value.trim()),
+            "sharedaccesskeyname" => key_name = Some(value.trim()),
+            "sharedaccesskey" => key = Some(value.trim()),
+            "sharedaccesssignature" => signature = Some(value.trim()),
+            "entitypath" => entity = Some(value.trim().to_ascii_lowercase()),
+            _ => {}
+        }
+    }
+    endpoint.ok_or(AuthError::ConnectionString("Endpoint="))?;
+    let access = match (signature, key_name, key) {
+        (Some(token), _, _) => {
+            let grant = sas::validate(token, keys, now).map_err(AuthError::Signature)?;
+            let path = grant.resource.split_once('/').map(|(_, p)| p).unwrap_or("");
+            match path.split('/').next().unwrap_or("") {
+                "" => Access::AllHubs,
+                hub => Access::Hub(hub.to_ascii_lowercase()),
+            }
+        }
+        (None, Some(name), Some(presented)) => {
+            let known = keys
+                .iter()
+                .find(|k| k.name == name)
+                .ok_or_else(|| AuthError::UnknownKey(name.chars().take(64).collect()))?;
+            if !sas::constant_time_eq(known.key.as_bytes(), presented.as_bytes()) {
+                return Err(AuthError::WrongKey(known.name.clone()));
+            }
+            Access::AllHubs
+        }
+        (None, None, _) => return Err(AuthError::ConnectionString("SharedAccessKeyName=")),
+        (None, Some(_), None) => return Err(AuthError::ConnectionString("SharedAccessKey=")),
+    };
+    Ok(match (access, entity) {
+        (Access::AllHubs, Some(hub)) => Access::Hub(hub),
+        (access, _) => access,
+    })
+}
+
+/// Checks OAUTHBEARER credentials (RFC 7628's client first message); returns the access and
+/// when the token expires (Unix seconds).
+pub fn oauthbearer(
+    auth: &[u8],
+    issuer: Option<&TrustedIssuer>,
+    now: i64,
+) -> Result<(Access, i64), AuthError> {
+    let text = std::str::from_utf8(auth).map_err(|_| AuthError::BearerFormat)?;
+    let token = text
+        .split('\x01')
+        .find_map(|field| field.strip_prefix("auth="))
+        .and_then(|auth| {
+            auth.strip_prefix("Bearer ")
+                .or_else(|| auth.strip_prefix("bearer "))
+        })
+        .ok_or(AuthError::BearerFormat)?;
+    let issuer = issuer.ok_or(AuthError::NoIssuer)?;
+    let expires = issuer.validate(token, now).map_err(AuthError::Token)?;
+    Ok((Access::AllHubs, expires))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Vec<SharedAccessKey> {
+        vec![SharedAccessKey {
+            name: sas::EMULATOR_KEY_NAME.into(),
+            key: sas::EMULATOR_KEY.into(),
+        }]
+    }
+
+    fn credentials(user: &str, password: &str) -> Vec<u8> {
+        format!("\0{user}\0{password}").into_bytes()
+    }
+
+    const EMULATOR: &str = "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;";
+
+    #[test]
+    fn the_emulators_connection_string_grants_every_hub_and_entity_path_one() {
+        assert_eq!(
+            plain(&credentials("$ConnectionString", EMULATOR), &keys(), 0),
+            Ok(Access::AllHubs)
+        );
+        let scoped = format!("{EMULATOR}EntityPath=Sensors");
+        let access = plain(&credentials("$ConnectionString", &scoped), &keys(), 0).unwrap();
+        assert_eq!(access, Access::Hub("sensors".into()));
+        assert!(access.covers("SENSORS") && !access.covers("alarms"));
+    }
+
+    #[test]
+    fn a_signature_for_one_hub_grants_that_hub() {
+        let token = sas::sign("sb://localhost/alarms", &keys()[0], 2_000_000_000);
+        let text = format!("Endpoint=sb://localhost;SharedAccessSignature={token}");
+        assert_eq!(
+            plain(&credentials("$ConnectionString", &text), &keys(), 0),
+            Ok(Access::Hub("alarms".into()))
+        );
+        assert!(matches!(
+            plain(
+                &credentials("$ConnectionString", &text),
+                &keys(),
+                2_000_000_001
+            ),
+            Err(AuthError::Signature(sas::SasError::Expired { .. }))
+        ));
+    }
+
+    #[test]
+    fn wrong_credentials_are_refused_by_name_without_the_secret() {
+        let wrong = EMULATOR.replace("SAS_KEY_VALUE", "guess");
+        let error = plain(&credentials("$ConnectionString", &wrong), &keys(), 0).unwrap_err();
+        assert_eq!(
+            error,
+            AuthError::WrongKey("RootManageSharedAccessKey".into())
+        );
+        assert!(!error.to_string().contains("guess"));
+        assert!(matches!(
+            plain(&credentials("alice", EMULATOR), &keys(), 0),
+            Err(AuthError::User(_))
+        ));
+        assert_eq!(
+            plain(b"no separators", &keys(), 0),
+            Err(AuthError::PlainFormat)
+        );
+        assert!(matches!(
+            plain(
+                &credentials("$ConnectionString", "SharedAccessKeyName=x"),
+                &keys(),
+                0
+            ),
+            Err(AuthError::ConnectionString(_))
+        ));
+        let other = EMULATOR.replace("RootManageSharedAccessKey", "Listen");
+        assert_eq!(
+            plain(&credentials("$ConnectionString", &other), &keys(), 0),
+            Err(AuthError::UnknownKey("Listen".into()))
+        );
+    }
+
+    #[test]
+    fn oauthbearer_needs_a_trusted_issuer() {
+        assert_eq!(
+            oauthbearer(b"n,,\x01auth=Bearer abc\x01\x01", None, 0),
+            Err(AuthError::NoIssuer)
+        );
+        assert_eq!(
+            oauthbearer(b"n,,\x01\x01", None, 0),
+            Err(AuthError::BearerFormat)
+        );
+    }
+}

@@ -1,0 +1,245 @@
+//! `hubhost hub`'s Kafka endpoint with Kafka clients from PyPI as independent peers:
+//! confluent-kafka (librdkafka) and kafka-python produce keyed records with headers that the
+//! Event Hubs SDK receives over AMQP with the same partitions, sequence numbers, keys and
+//! properties; AMQP-sent events are consumed by a Kafka consumer group of two members that
+//! rebalance; the group's commits survive `kill -9` of the hub; refusals come with the client's
+//! own error while the hub keeps serving.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+
+use hubhost_testkit as common;
+use hubhost_testkit::Tool;
+
+use common::{Hub, KEY, free_port, wait_for_port};
+use serde_json::Value;
+
+fn start(port: u16, kafka: u16, data: &std::path::Path) -> Hub {
+    let hub = Hub::start_serving(
+        port,
+        Some(data),
+        &["sensors:16", "alarms:4"],
+        &["--kafka-port", &kafka.to_string()],
+    );
+    wait_for_port(kafka, "the Kafka endpoint");
+    hub
+}
+
+fn kafka(op: &str, bootstrap: &str, password: &str, args: &[&str]) -> Value {
+    let mut all = vec![op, bootstrap, password];
+    all.extend_from_slice(args);
+    common::python_json("kafka_peer.py", &all)
+}
+
+/// A consumer started in the background, its JSON read when it ends.
+fn consumer_in_background(bootstrap: &str, password: &str, args: &[&str]) -> Child {
+    let script = common::repository().join("tests/python/kafka_peer.py");
+    Command::new(common::python())
+        .arg(script)
+        .args(["consume", bootstrap, password])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python starts")
+}
+
+fn finished(child: Child) -> Value {
+    let out = child.wait_with_output().expect("the consumer ends");
+    common::json_output("kafka consumer", &out)
+}
+
+#[test]
+fn kafka_and_amqp_share_one_log_and_groups_resume_from_commits_after_kill_9() {
+    common::require!(Tool::PythonSdk, Tool::KafkaClients);
+    let data = tempfile::tempdir().unwrap();
+    let (port, kafka_port) = (free_port(), free_port());
+    let mut hub = start(port, kafka_port, data.path());
+    let bootstrap = format!("127.0.0.1:{kafka_port}");
+    let cs = hub.connection_string(KEY);
+
+    // Kafka producers: librdkafka with each compression and idempotence, kafka-python plain.
+    let mut placed = Vec::new();
+    for (client, tag, compression, count) in [
+        ("confluent", "gz", "gzip", "60"),
+        ("confluent", "sn", "snappy", "60"),
+        ("confluent", "l4", "lz4", "60"),
+        ("confluent", "zs", "zstd", "60"),
+        ("kafka-python", "kp", "none", "40"),
+    ] {
+        let out = kafka(
+            "produce",
+            &bootstrap,
+            &cs,
+            &[client, "sensors", count, tag, compression],
+        );
+        let records = out["placed"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{client} {compression}: {out}"));
+        assert_eq!(records.len(), count.parse::<usize>().unwrap());
+        for r in records {
+            placed.push((tag.to_string(), r.clone()));
+        }
+    }
+    let used: BTreeSet<i64> = placed
+        .iter()
+        .map(|(_, r)| r["partition"].as_i64().unwrap())
+        .collect();
+    assert!(used.len() > 8, "keys spread over partitions: {used:?}");
+
+    // The Event Hubs SDK receives each one once, where Kafka placed it: partition, sequence
+    // number = offset, the Kafka key in x-opt-kafka-key, headers as properties.
+    let received = kafka("eh-receive", "-", &cs, &["sensors", "280", "60"]);
+    let received = received.as_array().unwrap();
+    assert_eq!(received.len(), 280, "every Kafka record, once");
+    let by_place: BTreeMap<(i64, i64), &Value> = received
+        .iter()
+        .map(|e| {
+            (
+                (
+                    e["partition"].as_i64().unwrap(),
+                    e["sequence"].as_i64().unwrap(),
+                ),
+                e,
+            )
+        })
+        .collect();
+    for (tag, r) in &placed {
+        let place = (
+            r["partition"].as_i64().unwrap(),
+            r["offset"].as_i64().unwrap(),
+        );
+        let event = by_place
+            .get(&place)
+            .unwrap_or_else(|| panic!("{r} not received at {place:?}"));
+        assert_eq!(event["kafka_key"], r["key"], "{event}");
+        assert_eq!(event["properties"]["tag"], tag.as_str(), "{event}");
+        let i = event["properties"]["i"].as_str().unwrap();
+        assert_eq!(event["body"], format!("{tag}-{i}"));
+    }
+
+    // AMQP producers: 120 events keyed by home, with typed properties i and tag.
+    hub.python("send", &["120", "20", "amqp"]);
+    let total = 280 + 120;
+
+    // A group of two librdkafka members: the second joins two seconds after the first, and the
+    // first gives up half of its partitions; together they read everything once.
+    let first = consumer_in_background(
+        &bootstrap,
+        &cs,
+        &["confluent", "sensors", "pair", "100000", "14"],
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let second = consumer_in_background(
+        &bootstrap,
+        &cs,
+        &["confluent", "sensors", "pair", "100000", "12"],
+    );
+    let (first, second) = (finished(first), finished(second));
+    let assignments = |v: &Value| -> Vec<Vec<i64>> {
+        v["assignments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                a.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.as_i64().unwrap())
+                    .collect()
+            })
+            .collect()
+    };
+    let (a, b) = (assignments(&first), assignments(&second));
+    assert!(a.len() >= 2, "the first member rebalanced: {a:?}");
+    // While both were members, they held complementary halves.
+    let halves = a.iter().any(|held| {
+        let mut both: Vec<i64> = held.iter().chain(&b[0]).copied().collect();
+        both.sort();
+        both == (0..16).collect::<Vec<_>>() && (6..=10).contains(&held.len())
+    });
+    assert!(halves, "{a:?} {b:?}");
+    let mut read: BTreeSet<(i64, i64)> = BTreeSet::new();
+    let mut amqp_records = 0;
+    for r in first["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(second["records"].as_array().unwrap())
+    {
+        assert!(r.get("error").is_none(), "{r}");
+        read.insert((
+            r["partition"].as_i64().unwrap(),
+            r["offset"].as_i64().unwrap(),
+        ));
+        if r["headers"].get("x-opt-partition-key").is_some() {
+            amqp_records += 1;
+            // The partition key as a header; typed AMQP properties AMQP-encoded (str8: 0xa1).
+            let key = r["headers"]["x-opt-partition-key"].as_str().unwrap();
+            assert!(key.starts_with("home-"), "{r}");
+            assert_eq!(
+                r["key"],
+                Value::Null,
+                "the partition key is not the Kafka key"
+            );
+            assert_eq!(r["headers"]["tag"], "\u{a1}\u{4}amqp", "{r}");
+        }
+    }
+    assert_eq!(read.len(), total, "the group read every event");
+    assert_eq!(amqp_records, 120);
+
+    // kill -9 the hub, start it again on the same data: the group's commits are there, so a
+    // member (kafka-python this time) reads only what was sent since.
+    hub.kill_9();
+    let hub = start(port, kafka_port, data.path());
+    hub.python("send", &["30", "10", "after"]);
+    let resumed = kafka(
+        "consume",
+        &bootstrap,
+        &cs,
+        &["kafka-python", "sensors", "pair", "30", "30"],
+    );
+    let records = resumed["records"].as_array().unwrap();
+    let tags: Vec<&Value> = records.iter().map(|r| &r["headers"]["tag"]).collect();
+    assert_eq!(records.len(), 30, "{tags:?}");
+    assert!(
+        tags.iter().all(|t| *t == "\u{a1}\u{5}after"),
+        "nothing read twice: {tags:?}"
+    );
+}
+
+#[test]
+fn wrong_credentials_scopes_topics_and_sizes_fail_with_the_clients_error() {
+    common::require!(Tool::PythonSdk, Tool::KafkaClients);
+    let data = tempfile::tempdir().unwrap();
+    let (port, kafka_port) = (free_port(), free_port());
+    let hub = start(port, kafka_port, data.path());
+    let bootstrap = format!("127.0.0.1:{kafka_port}");
+    let cs = hub.connection_string(KEY);
+    let errors = |password: &str, topic: &str, case: &str| -> String {
+        let out = kafka("refused", &bootstrap, password, &[topic, case]);
+        out["errors"].to_string()
+    };
+
+    let wrong = hub.connection_string("guess");
+    let e = errors(&wrong, "sensors", "small");
+    assert!(
+        e.contains("Authentication failed") && e.contains("does not match"),
+        "{e}"
+    );
+    assert!(!e.contains("guess"), "no secret in an error: {e}");
+
+    let scoped = format!("{cs}EntityPath=alarms");
+    let e = errors(&scoped, "sensors", "small");
+    assert!(e.to_lowercase().contains("authoriz"), "{e}");
+
+    let e = errors(&cs, "no-such-hub", "small");
+    assert!(e.contains("Unknown topic"), "{e}");
+
+    let e = errors(&cs, "sensors", "too-large");
+    assert!(e.contains("too large"), "{e}");
+
+    // Still serving: the scoped string writes to its own hub.
+    let e = errors(&scoped, "alarms", "small");
+    assert_eq!(e, "[null]", "{e}");
+}
