@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hubhost_testkit::{self as kit, Hub, KEY};
+use hubhost_testkit::{self as kit, Hub, KEY, http_get};
 use serde_json::Value;
 
 const PACKAGE: &str = "dev-loop-fn";
@@ -71,17 +71,6 @@ impl Drop for Emulate {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn http_get(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
 }
 
 /// Sends `events` readings to the hub's `sensors` with `hubhost simulate`.

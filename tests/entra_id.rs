@@ -775,3 +775,48 @@ done
         "{asked:?}"
     );
 }
+
+/// Kafka clients sign in to the hub's Kafka endpoint with OAUTHBEARER and an Entra ID token, as
+/// Event Hubs accepts: librdkafka takes each token from the managed identity endpoint; a hub
+/// trusting another key refuses the same token with the reason.
+#[test]
+fn a_kafka_client_signs_in_with_an_entra_id_token() {
+    common::require!(Tool::PythonSdk, Tool::SystemTools, Tool::KafkaClients);
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let identity = IdentityEndpoint::start(dir.path(), &pki);
+    for (jwks, accepted) in [(&pki.jwks, true), (&pki.other_jwks, false)] {
+        let kafka_port = common::free_port();
+        let _hub = common::Hub::start_with_flags(&[
+            "--entra-issuer",
+            ISSUER,
+            "--entra-jwks",
+            jwks,
+            "--kafka-port",
+            &kafka_port.to_string(),
+        ]);
+        common::wait_for_port(kafka_port, "the Kafka endpoint");
+        let out = common::python_json(
+            "kafka_peer.py",
+            &[
+                "oauth-produce",
+                &format!("127.0.0.1:{kafka_port}"),
+                &identity.url("/msi/token"),
+                HEADER,
+                &pki.ca,
+                "sensors",
+            ],
+        );
+        let errors = out["errors"].to_string();
+        if accepted {
+            assert_eq!(out["placed"].as_array().unwrap().len(), 5, "{out}");
+            assert_eq!(errors, "[]");
+        } else {
+            assert!(out["placed"].as_array().unwrap().is_empty(), "{out}");
+            assert!(
+                errors.contains("Entra ID token is refused") && errors.contains("signature"),
+                "{errors}"
+            );
+        }
+    }
+}

@@ -14,15 +14,30 @@ use hubhost_testkit::Tool;
 use common::{Hub, KEY, free_port, wait_for_port};
 use serde_json::Value;
 
-fn start(port: u16, kafka: u16, data: &std::path::Path) -> Hub {
+/// A hub with Kafka on `kafka` and its admin endpoint on `admin`, its data in `data`.
+fn start(port: u16, kafka: u16, admin: u16, data: &std::path::Path) -> Hub {
     let hub = Hub::start_serving(
         port,
         Some(data),
         &["sensors:16", "alarms:4"],
-        &["--kafka-port", &kafka.to_string()],
+        &[
+            "--kafka-port",
+            &kafka.to_string(),
+            "--admin-port",
+            &admin.to_string(),
+        ],
     );
     wait_for_port(kafka, "the Kafka endpoint");
+    wait_for_port(admin, "the admin endpoint");
     hub
+}
+
+/// The hub's Kafka groups for `hub`, as the admin endpoint (and so the page's explorer) shows.
+fn kafka_groups(admin: u16, hub: &str) -> Vec<Value> {
+    let body = common::http_get(admin, "/hubs").expect("the admin endpoint answers");
+    let hubs: Vec<Value> = serde_json::from_str(&body).unwrap();
+    let found = hubs.iter().find(|h| h["name"] == hub).expect("the hub");
+    found["kafkaGroups"].as_array().unwrap().clone()
 }
 
 fn kafka(op: &str, bootstrap: &str, password: &str, args: &[&str]) -> Value {
@@ -53,8 +68,8 @@ fn finished(child: Child) -> Value {
 fn kafka_and_amqp_share_one_log_and_groups_resume_from_commits_after_kill_9() {
     common::require!(Tool::PythonSdk, Tool::KafkaClients);
     let data = tempfile::tempdir().unwrap();
-    let (port, kafka_port) = (free_port(), free_port());
-    let mut hub = start(port, kafka_port, data.path());
+    let (port, kafka_port, admin) = (free_port(), free_port(), free_port());
+    let mut hub = start(port, kafka_port, admin, data.path());
     let bootstrap = format!("127.0.0.1:{kafka_port}");
     let cs = hub.connection_string(KEY);
 
@@ -187,12 +202,32 @@ fn kafka_and_amqp_share_one_log_and_groups_resume_from_commits_after_kill_9() {
     }
     assert_eq!(read.len(), total, "the group read every event");
     assert_eq!(amqp_records, 120);
+    // The explorer's view: the group committed every partition to its end.
+    let groups = kafka_groups(admin, "sensors");
+    let pair = groups
+        .iter()
+        .find(|g| g["name"] == "pair")
+        .expect("the group");
+    assert_eq!(pair["lag"], 0, "{pair}");
+    assert_eq!(pair["partitions"].as_array().unwrap().len(), 16, "{pair}");
+    assert_eq!(pair["state"], "Empty", "both members left: {pair}");
 
     // kill -9 the hub, start it again on the same data: the group's commits are there, so a
     // member (kafka-python this time) reads only what was sent since.
     hub.kill_9();
-    let hub = start(port, kafka_port, data.path());
+    let hub = start(port, kafka_port, admin, data.path());
     hub.python("send", &["30", "10", "after"]);
+    let before = kafka_groups(admin, "sensors");
+    let pair = before
+        .iter()
+        .find(|g| g["name"] == "pair")
+        .expect("the commits survived");
+    assert_eq!(pair["lag"], 30, "{pair}");
+    assert_eq!(
+        pair["state"],
+        Value::Null,
+        "not seen since the restart: {pair}"
+    );
     let resumed = kafka(
         "consume",
         &bootstrap,
@@ -212,8 +247,8 @@ fn kafka_and_amqp_share_one_log_and_groups_resume_from_commits_after_kill_9() {
 fn wrong_credentials_scopes_topics_and_sizes_fail_with_the_clients_error() {
     common::require!(Tool::PythonSdk, Tool::KafkaClients);
     let data = tempfile::tempdir().unwrap();
-    let (port, kafka_port) = (free_port(), free_port());
-    let hub = start(port, kafka_port, data.path());
+    let (port, kafka_port, admin) = (free_port(), free_port(), free_port());
+    let hub = start(port, kafka_port, admin, data.path());
     let bootstrap = format!("127.0.0.1:{kafka_port}");
     let cs = hub.connection_string(KEY);
     let errors = |password: &str, topic: &str, case: &str| -> String {
@@ -229,6 +264,10 @@ fn wrong_credentials_scopes_topics_and_sizes_fail_with_the_clients_error() {
     );
     assert!(!e.contains("guess"), "no secret in an error: {e}");
 
+    // A client that skipped SASL hears why on its first metadata request.
+    let e = errors(&cs, "sensors", "plaintext");
+    assert!(e.contains("SASL Authentication failed"), "{e}");
+
     let scoped = format!("{cs}EntityPath=alarms");
     let e = errors(&scoped, "sensors", "small");
     assert!(e.to_lowercase().contains("authoriz"), "{e}");
@@ -242,4 +281,115 @@ fn wrong_credentials_scopes_topics_and_sizes_fail_with_the_clients_error() {
     // Still serving: the scoped string writes to its own hub.
     let e = errors(&scoped, "alarms", "small");
     assert_eq!(e, "[null]", "{e}");
+
+    // A hub added while the hub runs is a topic at once.
+    let url = format!("http://127.0.0.1:{admin}");
+    let (code, _, err) = common::hubhost(&["hub", "add-hub", "orders:3", "--admin", &url], &[]);
+    assert_eq!(code, 0, "{err}");
+    let e = errors(&cs, "orders", "small");
+    assert_eq!(e, "[null]", "{e}");
+}
+
+/// The pipeline with a Kafka producer at its head: librdkafka writes the reference app's
+/// readings, `hubhost emulate` triggers the app's SensorAggregator from the hub over AMQP, and
+/// the window blocks it writes count every reading once.
+#[test]
+fn a_kafka_producer_feeds_the_reference_app_under_emulate() {
+    use hubhost_app::aggregate::WindowAggregate;
+    use hubhost_testkit::pool::{AppFolder, EmulatePool};
+
+    common::require!(Tool::KafkaClients);
+    const READINGS: u64 = 600;
+    let dir = tempfile::tempdir().unwrap();
+    let (port, kafka_port, admin) = (free_port(), free_port(), free_port());
+    let hub = start(port, kafka_port, admin, &dir.path().join("hub"));
+    let bootstrap = format!("127.0.0.1:{kafka_port}");
+    let cs = hub.connection_string(KEY);
+    let storage = dir.path().join("storage");
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_hubhost"));
+    let app = dir.path().join("app");
+    AppFolder {
+        handler: (&exe, &["serve"]),
+        functions: &[(
+            "SensorAggregator",
+            include_str!("../function_app/SensorAggregator/function.json"),
+        )],
+        max_batch: 100,
+        prefetch: 300,
+        ownership_expiry: None,
+        values: &[
+            ("AzureWebJobsStorage", storage.display().to_string()),
+            ("EventHubConnection", cs.clone()),
+            ("EventHubName", "sensors".to_string()),
+        ],
+    }
+    .write(&app)
+    .unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut pool = EmulatePool::new(&exe, &app, &logs);
+    pool.start("k1", &[]).unwrap();
+
+    let sent = kafka(
+        "produce-readings",
+        &bootstrap,
+        &cs,
+        &["sensors", &READINGS.to_string()],
+    );
+    assert_eq!(sent["sent"], READINGS, "{sent}");
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let processed = runtime
+            .block_on(pool.metrics("k1"))
+            .map(|(_, samples)| {
+                hubhost_metrics::sum(
+                    &samples,
+                    "hubhost_events_processed_total",
+                    &[("function", "SensorAggregator")],
+                )
+            })
+            .unwrap_or(0.0);
+        if processed >= READINGS as f64 {
+            assert_eq!(processed, READINGS as f64);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "processed {processed} of {READINGS}:\n{}",
+            pool.log("k1")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+
+    // Every window block the app wrote, summed: each reading once, each sensor once.
+    let store = hubhost_storage::StorageLocation::Directory(storage)
+        .open()
+        .unwrap();
+    let (events, sensors) = runtime.block_on(async {
+        let (mut events, mut sensors) = (0u64, BTreeSet::new());
+        for blob in store.list("hubhost", "windows/").await.unwrap() {
+            let data = store
+                .get("hubhost", &blob.name)
+                .await
+                .unwrap()
+                .unwrap()
+                .data;
+            let block: WindowAggregate = serde_json::from_slice(&data).unwrap();
+            events += block.events;
+            for (home, window) in &block.homes {
+                for sensor in window.sensors.keys() {
+                    assert!(
+                        sensors.insert(format!("{home}/{sensor}")),
+                        "{home}/{sensor} twice"
+                    );
+                }
+            }
+        }
+        (events, sensors)
+    });
+    assert_eq!(events, READINGS, "{}", pool.log("k1"));
+    assert_eq!(sensors.len() as u64, READINGS);
+    runtime.block_on(pool.stop_all()).unwrap();
 }

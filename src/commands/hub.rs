@@ -15,9 +15,9 @@ const DEFAULT_ADMIN: &str = "http://127.0.0.1:5380";
 /// The Kafka endpoint, on the official emulator's port.
 const DEFAULT_KAFKA_PORT: u16 = 9092;
 
-/// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672), with an
-/// admin endpoint on loopback (http://127.0.0.1:5380) that adds hubs and consumer groups while
-/// it runs.
+/// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672) and Kafka
+/// clients too (127.0.0.1:9092, SASL_PLAINTEXT), with an admin endpoint on loopback
+/// (http://127.0.0.1:5380) that adds hubs and consumer groups while it runs.
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Args {

@@ -6,12 +6,17 @@ Usage: kafka_peer.py <operation> <bootstrap> <connection string> [args...]; prin
 
   produce <client> <topic> <count> <tag> <compression>
                      keyed records (home-<i % 50>) with headers i and tag; each one's partition and offset
+  produce-readings <topic> <count>
+                     sensor readings of the reference app (JSON values keyed by home) with librdkafka
   consume <client> <topic> <group> <expect> <seconds>
                      a group member reading from the committed offsets (or the start), committing
                      after each record; stops at <expect> records or after <seconds>
   eh-receive <hub> <expect> <seconds>
                      the Event Hubs SDK (azure-eventhub) reading every partition from the start, with
                      each event's Kafka key (x-opt-kafka-key) and properties; <bootstrap> unused
+  oauth-produce <identity header> <ca file> <topic>
+                     librdkafka with OAUTHBEARER, each token from the managed identity endpoint
+                     given in place of the connection string; what it placed, or its errors
   refused <topic> <case>
                      what the client reports: produce to <topic> (unknown, not granted, too large)
 """
@@ -93,6 +98,28 @@ def produce(client, bootstrap, password, topic, count, tag, compression):
     return {"placed": placed}
 
 
+def produce_readings(bootstrap, password, topic, count):
+    from datetime import datetime, timezone
+
+    from confluent_kafka import Producer
+
+    producer = Producer(confluent_config(bootstrap, password, **{"linger.ms": 5, "compression.type": "lz4"}))
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    errors = []
+    for i in range(count):
+        home = f"home-{i % 40:05d}"
+        value = json.dumps({"homeId": home, "sensorId": f"kafka-{i}", "type": "smoke", "state": "ok", "ts": now})
+        producer.produce(
+            topic,
+            key=home.encode(),
+            value=value.encode(),
+            on_delivery=lambda error, message: errors.append(str(error)) if error else None,
+        )
+        producer.poll(0)
+    producer.flush(60)
+    return {"sent": count - len(errors), "errors": errors}
+
+
 def consume(client, bootstrap, password, topic, group, expect, seconds):
     records = []
     assignments = []
@@ -164,15 +191,58 @@ def consume(client, bootstrap, password, topic, group, expect, seconds):
     return {"records": records, "assignments": assignments}
 
 
+def oauth_produce(bootstrap, token_url, header, ca, topic):
+    import ssl
+    import urllib.request
+
+    from confluent_kafka import Producer
+
+    def token(_config):
+        # What a managed identity asks for Event Hubs: the resource https://eventhubs.azure.net.
+        request = urllib.request.Request(
+            f"{token_url}?resource=https://eventhubs.azure.net&api-version=2019-08-01",
+            headers={"X-IDENTITY-HEADER": header},
+        )
+        with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=ca)) as response:
+            answer = json.load(response)
+        return answer["access_token"], float(answer["expires_on"])
+
+    errors, placed = [], []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "OAUTHBEARER",
+            "oauth_cb": token,
+            "message.timeout.ms": 10000,
+            "error_cb": lambda error: errors.append(str(error)),
+        }
+    )
+    producer.poll(1)
+    for i in range(5):
+        producer.produce(
+            topic,
+            value=f"oauth-{i}".encode(),
+            on_delivery=lambda error, message: errors.append(str(error))
+            if error
+            else placed.append({"partition": message.partition(), "offset": message.offset()}),
+        )
+    producer.flush(15)
+    return {"placed": placed, "errors": errors}
+
+
 def refused(bootstrap, password, topic, case):
     from confluent_kafka import KafkaException, Producer
 
     size = 1_100_000 if case == "too-large" else 10
     errors = []
+    config = confluent_config(bootstrap, password)
+    if case == "plaintext":
+        # A client that does not know the endpoint wants SASL.
+        config = {"bootstrap.servers": bootstrap}
     producer = Producer(
-        confluent_config(
-            bootstrap,
-            password,
+        dict(
+            config,
             **{
                 "message.max.bytes": 2_000_000,
                 "message.timeout.ms": 10000,
@@ -244,10 +314,15 @@ def main():
     op, bootstrap, password, *args = sys.argv[1:]
     if op == "produce":
         out = produce(args[0], bootstrap, password, args[1], int(args[2]), args[3], args[4])
+    elif op == "produce-readings":
+        out = produce_readings(bootstrap, password, args[0], int(args[1]))
     elif op == "consume":
         out = consume(args[0], bootstrap, password, args[1], args[2], int(args[3]), float(args[4]))
     elif op == "eh-receive":
         out = eh_receive(password, args[0], int(args[1]), float(args[2]))
+    elif op == "oauth-produce":
+        # The connection string's place holds the token endpoint.
+        out = oauth_produce(bootstrap, password, args[0], args[1], args[2])
     elif op == "refused":
         out = refused(bootstrap, password, args[0], args[1])
     else:

@@ -121,6 +121,22 @@ pub enum BenchCommand {
         #[arg(long, env = "HUBHOST_PYTHON")]
         python: Option<PathBuf>,
     },
+    /// The hub's Kafka endpoint against its AMQP path on the same hub and data: produce and
+    /// fetch throughput, median and range over repetitions; baseline: the Rust SDK over AMQP.
+    Kafka {
+        /// Events each producer phase sends.
+        #[arg(long, default_value_t = 400_000)]
+        events: u64,
+        #[arg(long, default_value_t = 500)]
+        batch_size: usize,
+        #[arg(long, default_value_t = 16)]
+        partitions: u32,
+        #[arg(long, default_value_t = 5)]
+        repetitions: usize,
+        /// Print the figures as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// The blob storage requests of the reference app at the reference load in real time, by
     /// who makes them and kind of blob, per 1,000,000 events and per month, priced at Azure's
     /// list prices per transaction class; for the host's load-balancing timings, hubhost's
@@ -405,6 +421,30 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
                     partitions,
                     python,
                     work_dir,
+                })
+            })
+            .await
+        }
+        BenchCommand::Kafka {
+            events,
+            batch_size,
+            partitions,
+            repetitions,
+            json,
+        } => {
+            if partitions == 0 || batch_size == 0 || repetitions == 0 {
+                return Err(
+                    "--partitions, --batch-size and --repetitions must be at least 1".into(),
+                );
+            }
+            in_bench_dir(|work_dir| {
+                bench::kafka::run(bench::kafka::KafkaBenchOptions {
+                    events,
+                    batch_size,
+                    partitions,
+                    repetitions,
+                    work_dir,
+                    json,
                 })
             })
             .await

@@ -53,7 +53,7 @@ pub struct HubBenchOptions {
 }
 
 /// A phase's figure once its tasks (each reporting the events it moved) have all finished.
-async fn figure(
+pub(crate) async fn figure(
     phase: &'static str,
     mut tasks: tokio::task::JoinSet<Result<u64, HubBenchError>>,
     bytes: &AtomicU64,
@@ -126,7 +126,7 @@ fn client_error(
 }
 
 /// Distinct fleet readings (about 250 bytes each) the phases send in turn.
-fn readings() -> Vec<(String, String)> {
+pub(crate) fn readings() -> Vec<(String, String)> {
     let fleet = Fleet {
         homes: 100_000,
         partitions: 16,
@@ -262,6 +262,23 @@ async fn rust_producer(
     }
     ready.wait().await;
     figure(PHASE, tasks, &bytes, Instant::now()).await
+}
+
+/// [`rust_producer`] on a thread of its own, as every producer phase sends (see
+/// `on_sending_thread`).
+pub(crate) async fn rust_producer_on_its_thread(
+    target: &EventHubTarget,
+    per_partition: u64,
+    partitions: u32,
+    batch_size: usize,
+    readings: &Arc<Vec<(String, String)>>,
+) -> Result<Figure, HubBenchError> {
+    let (target, readings) = (target.clone(), readings.clone());
+    on_sending_thread(move || async move {
+        rust_producer(&target, per_partition, partitions, batch_size, readings).await
+    })
+    .await
+    .ok_or_else(sender_panicked)?
 }
 
 /// A producer for one partition that opens a new connection when its batch cannot be created:
@@ -572,20 +589,14 @@ pub async fn run(opts: HubBenchOptions) -> Result<Vec<Figure>, HubBenchError> {
 
     let hub = HubProcess::start(&opts.work_dir.join("hub-rust"), opts.partitions)?;
     let per_partition = opts.events / u64::from(opts.partitions);
-    // Both producer phases send from one thread of their own (see `on_sending_thread`).
-    let produced = {
-        let (target, partitions, batch_size, readings) = (
-            hub.target.clone(),
-            opts.partitions,
-            opts.batch_size,
-            readings.clone(),
-        );
-        on_sending_thread(move || async move {
-            rust_producer(&target, per_partition, partitions, batch_size, readings).await
-        })
-        .await
-        .ok_or_else(sender_panicked)??
-    };
+    let produced = rust_producer_on_its_thread(
+        &hub.target,
+        per_partition,
+        opts.partitions,
+        opts.batch_size,
+        &readings,
+    )
+    .await?;
     print(&produced, &base);
     let expected = vec![per_partition; opts.partitions as usize];
     let consumed = rust_consumer(&hub.target, &expected, PREFETCH).await?;

@@ -27,6 +27,7 @@ pub mod cost;
 pub mod cpu;
 pub mod handler;
 pub mod hub;
+pub mod kafka;
 pub mod latency;
 pub mod load;
 pub mod local_hub;

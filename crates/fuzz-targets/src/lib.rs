@@ -40,6 +40,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("segment_recovery", segment_recovery),
     ("received_message", received_message),
     ("frame_guard", frame_guard),
+    ("kafka_request", kafka_request),
+    ("kafka_record_batches", kafka_record_batches),
 ];
 
 /// The key every connection string target plants, to check it never comes back in an error.
@@ -517,4 +519,16 @@ pub fn received_message(data: &[u8]) {
 pub fn frame_guard(data: &[u8]) {
     let (first, rest) = data.split_first().unwrap_or((&0, &[]));
     hubhost_hub::fuzzing::frame_guard_agrees(rest, usize::from(*first) * 7);
+}
+
+/// A Kafka request frame, any bytes: refused or decoded, never a panic or an allocation the
+/// frame's bytes cannot justify.
+pub fn kafka_request(data: &[u8]) {
+    hubhost_hub::fuzzing::kafka_request(data);
+}
+
+/// A produce request's record batches, any bytes: refused or decoded, and what decodes comes
+/// back the same when fetched.
+pub fn kafka_record_batches(data: &[u8]) {
+    hubhost_hub::fuzzing::kafka_record_batches(data);
 }

@@ -170,6 +170,9 @@ pub struct HubView {
     pub name: String,
     pub partitions: Vec<PartitionView>,
     pub consumer_groups: Vec<String>,
+    /// Kafka consumer groups with offsets committed for this hub (the Kafka endpoint's).
+    #[serde(default)]
+    pub kafka_groups: Vec<super::kafka::KafkaGroupView>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,8 +204,9 @@ pub struct EventView {
     pub system_properties: BTreeMap<String, serde_json::Value>,
 }
 
-fn hub_view(hub: &super::Hub) -> HubView {
+fn hub_view(hub: &super::Hub, kafka: Option<&super::kafka::Kafka>) -> HubView {
     HubView {
+        kafka_groups: kafka.map(|k| k.groups_of(hub)).unwrap_or_default(),
         name: hub.name.clone(),
         partitions: hub
             .partitions
@@ -401,8 +405,15 @@ struct ReadQuery {
     count: Option<usize>,
 }
 
+/// What the admin routes read: the namespace, and the Kafka endpoint's groups when it runs.
+#[derive(Clone)]
+pub struct AdminState {
+    pub namespace: Arc<Namespace>,
+    pub kafka: Option<Arc<super::kafka::Kafka>>,
+}
+
 /// The admin routes over a namespace.
-pub fn router(namespace: Arc<Namespace>) -> Router {
+pub fn router(state: AdminState) -> Router {
     Router::new()
         .route("/hubs", get(list_hubs).post(add_hub))
         .route("/hubs/{hub}/consumergroups", post(add_consumer_group))
@@ -410,15 +421,23 @@ pub fn router(namespace: Arc<Namespace>) -> Router {
             "/hubs/{hub}/partitions/{partition}/events",
             get(read_events),
         )
-        .with_state(namespace)
+        .with_state(state)
 }
 
-async fn list_hubs(State(namespace): State<Arc<Namespace>>) -> Json<Vec<HubView>> {
-    Json(namespace.hubs().iter().map(|h| hub_view(h)).collect())
+async fn list_hubs(State(state): State<AdminState>) -> Json<Vec<HubView>> {
+    let kafka = state.kafka.as_deref();
+    Json(
+        state
+            .namespace
+            .hubs()
+            .iter()
+            .map(|h| hub_view(h, kafka))
+            .collect(),
+    )
 }
 
 async fn add_hub(
-    State(namespace): State<Arc<Namespace>>,
+    State(AdminState { namespace, .. }): State<AdminState>,
     body: Result<Json<NewHub>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<HubView>), AdminError> {
     let Json(new) = body.map_err(|e| AdminError::BadRequest(e.body_text()))?;
@@ -436,11 +455,11 @@ async fn add_hub(
     }
     let hub = namespace.add_hub(&spec)?;
     tracing::info!(hub = %hub.name, partitions = hub.partitions.len(), "event hub added");
-    Ok((StatusCode::CREATED, Json(hub_view(&hub))))
+    Ok((StatusCode::CREATED, Json(hub_view(&hub, None))))
 }
 
 async fn add_consumer_group(
-    State(namespace): State<Arc<Namespace>>,
+    State(AdminState { namespace, .. }): State<AdminState>,
     UrlPath(hub): UrlPath<String>,
     body: Result<Json<NewConsumerGroup>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<HubView>), AdminError> {
@@ -450,11 +469,11 @@ async fn add_consumer_group(
     let found = namespace
         .hub(&hub)
         .ok_or_else(|| AdminError::NotFound(format!("no event hub {hub}")))?;
-    Ok((StatusCode::CREATED, Json(hub_view(&found))))
+    Ok((StatusCode::CREATED, Json(hub_view(&found, None))))
 }
 
 async fn read_events(
-    State(namespace): State<Arc<Namespace>>,
+    State(AdminState { namespace, .. }): State<AdminState>,
     UrlPath((hub, partition)): UrlPath<(String, String)>,
     Query(query): Query<ReadQuery>,
 ) -> Result<Json<Vec<EventView>>, AdminError> {
@@ -480,8 +499,8 @@ async fn read_events(
 }
 
 /// Serves the admin routes on `listener` until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, namespace: Arc<Namespace>) {
-    if let Err(e) = axum::serve(listener, router(namespace)).await {
+pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
+    if let Err(e) = axum::serve(listener, router(state)).await {
         tracing::warn!(error = %e, "the admin endpoint stopped");
     }
 }

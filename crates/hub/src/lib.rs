@@ -546,7 +546,13 @@ pub async fn serve(
                         source,
                     })?;
             Some((
-                tokio::spawn(admin::serve(admin_listener, namespace.clone())),
+                tokio::spawn(admin::serve(
+                    admin_listener,
+                    admin::AdminState {
+                        namespace: namespace.clone(),
+                        kafka: kafka.as_ref().map(|(_, _, endpoint)| endpoint.clone()),
+                    },
+                )),
                 admin_local,
             ))
         }

@@ -33,7 +33,7 @@ pub use azurite::Azurite;
 pub use hub::{Hub, InProcessHub, KEY};
 pub use local_app::{LocalApp, LocalAppError};
 pub use process::{
-    COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, hubhost, output_within,
+    COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, http_get, hubhost, output_within,
     try_free_port, wait_for_port, wait_within,
 };
 pub use python::{json_output, python_json, python_output};

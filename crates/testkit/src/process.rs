@@ -84,6 +84,18 @@ pub fn free_port() -> u16 {
     try_free_port().expect("a free loopback port")
 }
 
+/// `GET path` on loopback `port` over HTTP/1.0: the body, or `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+}
+
 /// Waits up to 30 s until something listens on loopback `port`; the test fails otherwise.
 pub fn wait_for_port(port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);

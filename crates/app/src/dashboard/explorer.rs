@@ -108,6 +108,30 @@ struct AdminHub {
     name: String,
     partitions: Vec<PartitionState>,
     consumer_groups: Vec<String>,
+    /// The hub's Kafka endpoint's consumer groups (none from an older hub, or without Kafka).
+    #[serde(default)]
+    kafka_groups: Vec<KafkaGroupShown>,
+}
+
+/// A Kafka consumer group, as the hub's admin endpoint reports it: its committed offsets and
+/// lag per partition, and its members while it is live.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaGroupShown {
+    pub name: String,
+    pub state: Option<String>,
+    pub generation: Option<i32>,
+    pub members: Vec<String>,
+    pub partitions: Vec<KafkaPartitionShown>,
+    pub lag: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaPartitionShown {
+    pub partition: i32,
+    pub committed: i64,
+    pub lag: i64,
 }
 
 /// The explorer's answer.
@@ -130,6 +154,7 @@ pub struct HubShown {
     pub name: String,
     pub partitions: Vec<PartitionState>,
     pub consumer_groups: Vec<ConsumerGroupShown>,
+    pub kafka_groups: Vec<KafkaGroupShown>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -425,6 +450,7 @@ impl Explorer {
                 name: target.hub.clone(),
                 partitions,
                 consumer_groups: Vec::new(),
+                kafka_groups: Vec::new(),
             }],
         ))
     }
@@ -468,6 +494,7 @@ impl Explorer {
                 name: hub.name,
                 partitions: hub.partitions,
                 consumer_groups: groups,
+                kafka_groups: hub.kafka_groups,
             });
         }
         Ok(ExplorerView {

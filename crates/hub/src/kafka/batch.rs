@@ -4,7 +4,8 @@
 //!
 //! `kafka-protocol` decodes and encodes the batches; what it trusts, this module checks first: a
 //! batch's declared length against the bytes that follow, its record count against the bytes its
-//! records take (every record takes at least 7), and a compressed batch's output against
+//! records take (every record takes at least 7), every record's lengths and header count against
+//! the record (`check_records`), and a compressed batch's output against
 //! `MAX_DECOMPRESSED_BYTES` as it is decompressed (a few bytes of gzip can claim gigabytes).
 
 use std::io::Read;
@@ -87,6 +88,7 @@ pub fn decode(mut records: Bytes) -> Result<Vec<ProducedBatch>, BatchError> {
                     bytes: out.len()
                 });
             }
+            check_records(&out, count)?;
             Ok(out)
         };
         let set = RecordBatchDecoder::decode_with_custom_compression(&mut batch, Some(decompress))
@@ -118,6 +120,65 @@ pub fn decode(mut records: Bytes) -> Result<Vec<ProducedBatch>, BatchError> {
         });
     }
     Ok(batches)
+}
+
+/// Walks a batch's (decompressed) records as the decoder will, checking every declared length
+/// and header count against the bytes left, so that the decoder never reserves room for more
+/// than the batch holds.
+fn check_records(mut bytes: &[u8], count: i64) -> Result<(), BatchError> {
+    let malformed = |what: &str| BatchError::Malformed(format!("a record's {what} does not fit"));
+    for _ in 0..count {
+        let length = varint(&mut bytes).ok_or_else(|| malformed("length"))?;
+        if length < 0 || length as usize > bytes.len() {
+            return Err(malformed("length"));
+        }
+        let (mut record, rest) = bytes.split_at(length as usize);
+        bytes = rest;
+        // attributes, then the timestamp and offset deltas
+        record = record.get(1..).ok_or_else(|| malformed("attributes"))?;
+        varint(&mut record).ok_or_else(|| malformed("timestamp"))?;
+        varint(&mut record).ok_or_else(|| malformed("offset"))?;
+        for part in ["key", "value"] {
+            skip_sized(&mut record).ok_or_else(|| malformed(part))?;
+        }
+        let headers = varint(&mut record).ok_or_else(|| malformed("header count"))?;
+        // Every header takes two bytes at least (two lengths).
+        if headers < 0 || headers as usize > record.len() / 2 {
+            return Err(BatchError::Count {
+                count: headers,
+                bytes: record.len(),
+            });
+        }
+        for _ in 0..headers {
+            skip_sized(&mut record).ok_or_else(|| malformed("header name"))?;
+            skip_sized(&mut record).ok_or_else(|| malformed("header value"))?;
+        }
+    }
+    Ok(())
+}
+
+/// A zig-zag varint (at most 10 bytes), advancing past it.
+fn varint(bytes: &mut &[u8]) -> Option<i64> {
+    let mut value: u64 = 0;
+    for (i, byte) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            *bytes = &bytes[i + 1..];
+            return Some((value >> 1) as i64 ^ -((value & 1) as i64));
+        }
+    }
+    None
+}
+
+/// Skips a varint-length-prefixed field (-1: null).
+fn skip_sized(bytes: &mut &[u8]) -> Option<()> {
+    let len = varint(bytes)?;
+    if len == -1 {
+        return Some(());
+    }
+    let len = usize::try_from(len).ok()?;
+    *bytes = bytes.get(len..)?;
+    Some(())
 }
 
 /// Decompresses a batch's records, stopping past `MAX_DECOMPRESSED_BYTES`.
@@ -192,32 +253,50 @@ pub struct Fetched {
     pub event: Event,
 }
 
+/// A record of `event` at `offset`, from `producer` (id, epoch).
+fn record(
+    offset: i64,
+    sequence: i32,
+    timestamp: i64,
+    producer: (i64, i16),
+    event: &Event,
+) -> Record {
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: producer.0,
+        producer_epoch: producer.1,
+        timestamp_type: TimestampType::Creation,
+        offset,
+        sequence,
+        timestamp,
+        key: event.key.clone(),
+        value: event.value.clone(),
+        headers: event
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone().into(), v.clone()))
+            .collect(),
+    }
+}
+
 /// Encodes fetched events (consecutive sequence numbers) as one uncompressed batch whose
 /// offsets are their sequence numbers and whose timestamps are their enqueued times.
 pub fn encode(events: &[Fetched]) -> Bytes {
     let records: Vec<Record> = events
         .iter()
-        .map(|f| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: f.sequence,
-            // The encoder starts a new batch where offset minus sequence changes; kept equal,
-            // the events go out as one batch (producer id -1: clients ignore the sequence).
-            sequence: f.sequence as i32,
-            timestamp: f.enqueued_ms,
-            key: f.event.key.clone(),
-            value: f.event.value.clone(),
-            headers: f
-                .event
-                .headers
-                .iter()
-                .map(|(k, v)| (k.clone().into(), v.clone()))
-                .collect(),
+        // The encoder starts a new batch where offset minus sequence changes; kept equal, the
+        // events go out as one batch (producer id -1: clients ignore the sequence).
+        .map(|f| {
+            record(
+                f.sequence,
+                f.sequence as i32,
+                f.enqueued_ms,
+                (-1, -1),
+                &f.event,
+            )
         })
         .collect();
     let mut out = BytesMut::new();
@@ -249,25 +328,7 @@ mod tests {
         let records: Vec<Record> = events
             .iter()
             .enumerate()
-            .map(|(i, e)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: 7,
-                producer_epoch: 0,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: 40 + i as i32,
-                timestamp: 1_700_000_000_000,
-                key: e.key.clone(),
-                value: e.value.clone(),
-                headers: e
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.clone().into(), v.clone()))
-                    .collect(),
-            })
+            .map(|(i, e)| record(i as i64, 40 + i as i32, 1_700_000_000_000, (7, 0), e))
             .collect();
         let mut out = BytesMut::new();
         RecordBatchEncoder::encode_with_custom_compression(
@@ -381,6 +442,26 @@ mod tests {
         // Cut short.
         assert!(decode(good.slice(..30)).is_err());
         assert!(decode(good.slice(..good.len() - 1)).is_err());
+    }
+
+    #[test]
+    fn a_record_declaring_more_headers_than_it_holds_is_refused() {
+        // One record: attributes, two zero deltas, a null key and value (-1), then a header
+        // count of 2^30 (zig-zag 2^31, as a varint) and nothing after it.
+        let mut record = vec![0, 0, 0, 1, 1];
+        record.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x08]);
+        let mut bytes = vec![(record.len() as u8) << 1];
+        bytes.extend_from_slice(&record);
+        assert_eq!(
+            check_records(&bytes, 1),
+            Err(BatchError::Count {
+                count: 1 << 30,
+                bytes: 0
+            })
+        );
+        // A length past the end, and a count of records the bytes do not hold.
+        assert!(check_records(&[0x7e, 0], 1).is_err());
+        assert!(check_records(&bytes[..1], 2).is_err());
     }
 
     #[test]

@@ -22,6 +22,9 @@ const NONE: Code = 0;
 
 /// How long a member id handed out with `MEMBER_ID_REQUIRED` waits for the join that uses it.
 const PENDING_ID_MS: u64 = 60_000;
+/// The most members a group holds (Kafka's `group.max.size`), and member ids waiting for their
+/// join: what a client can make a group hold.
+pub const MAX_MEMBERS: usize = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -208,6 +211,13 @@ impl Group {
                 code(ResponseError::InconsistentGroupProtocol),
                 &request.member_id,
             );
+        }
+        let full = self.members.len() + self.pending_ids.len() >= MAX_MEMBERS;
+        if full && !self.members.contains_key(&request.member_id) {
+            let pending = self.pending_ids.contains_key(&request.member_id);
+            if !pending || self.members.len() >= MAX_MEMBERS {
+                return failed(code(ResponseError::GroupMaxSizeReached), &request.member_id);
+            }
         }
         let member_id = if request.member_id.is_empty() {
             if request.require_known_member_id {
@@ -700,6 +710,20 @@ mod tests {
         assert_eq!(group.state(), State::Empty);
         assert_eq!(group.may_commit("", -1), NONE);
         assert_eq!(group.leave("b", 7).0, ResponseError::UnknownMemberId.code());
+    }
+
+    #[test]
+    fn a_group_holds_at_most_max_members() {
+        let mut group = Group::default();
+        for i in 0..MAX_MEMBERS {
+            group.join(request(""), format!("m{i}"), 0);
+        }
+        let (reply, _) = group.join(request(""), "one-more".into(), 1);
+        assert!(
+            matches!(reply, Reply::Now(JoinOutcome::Failed { code, .. }) if code == ResponseError::GroupMaxSizeReached.code())
+        );
+        // A member already in may still rejoin.
+        assert_ne!(group.join(request("m3"), "-".into(), 2).0, reply);
     }
 
     #[test]

@@ -11,10 +11,11 @@
 //! the group APIs (`coordinator` over the pure `groups`), and committed offsets (`offsets`).
 //! One request at a time per connection, answered in order, as Kafka brokers do.
 
-mod batch;
+pub(crate) mod batch;
 pub mod convert;
 mod coordinator;
 mod groups;
+mod guard;
 mod offsets;
 pub mod sasl;
 
@@ -41,6 +42,8 @@ use sasl::Access;
 /// `socket.request.max.bytes` does the same). Above the 1 MB event limit, so that a producer
 /// that raised its own limit hears `MESSAGE_TOO_LARGE` rather than a closed connection.
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// The most one fetch response holds, whatever the client asks (it fetches again for more).
+pub const MAX_FETCH_BYTES: usize = 8 * 1024 * 1024;
 /// The broker id the endpoint answers as: one broker leads every partition.
 const NODE_ID: i32 = 0;
 /// What one fetch reads from a partition at a time, in events.
@@ -91,6 +94,12 @@ pub enum FrameError {
     },
     #[error("the request cannot be read: {0}")]
     Malformed(String),
+    #[error("{api:?} v{version}: {error}")]
+    Refused {
+        api: ApiKey,
+        version: i16,
+        error: guard::GuardError,
+    },
 }
 
 /// A decoded request with its header.
@@ -134,6 +143,11 @@ pub fn decode(mut frame: Bytes) -> Result<Decoded, FrameError> {
     let request = if api == ApiKey::ApiVersions && version > max {
         RequestKind::ApiVersions(ApiVersionsRequest::default())
     } else {
+        guard::check(api, version, &frame).map_err(|error| FrameError::Refused {
+            api,
+            version,
+            error,
+        })?;
         RequestKind::decode(api, &mut frame, version)
             .map_err(|e| FrameError::Malformed(format!("{api:?} v{version}: {e:#}")))?
     };
@@ -178,59 +192,65 @@ impl Kafka {
         }))
     }
 
-    /// Consumer groups with their committed offsets and lag, for the explorer.
-    pub fn groups(&self) -> Vec<GroupReport> {
-        let views: HashMap<String, GroupView> = self.coordinator.views().into_iter().collect();
-        let committed = self.offsets.all();
-        let mut names: Vec<String> = views.keys().chain(committed.keys()).cloned().collect();
-        names.sort();
-        names.dedup();
-        names
+    /// The Kafka consumer groups that committed offsets for `hub`, with their lag, for the
+    /// explorer.
+    pub fn groups_of(&self, hub: &crate::Hub) -> Vec<KafkaGroupView> {
+        let live: HashMap<String, GroupView> = self.coordinator.views().into_iter().collect();
+        let key = hub.name.to_ascii_lowercase();
+        self.offsets
+            .all()
             .into_iter()
-            .map(|name| {
-                let mut partitions = Vec::new();
-                for (hub, parts) in committed.get(&name).into_iter().flatten() {
-                    let found = self.namespace.hub(hub);
-                    for (partition, offset) in parts {
-                        let end = found
-                            .as_ref()
-                            .and_then(|h| h.partitions.get(*partition as usize))
-                            .map(|p| p.summary().next_sequence);
-                        partitions.push(PartitionLag {
-                            topic: hub.clone(),
+            .filter_map(|(name, topics)| {
+                let committed = topics.get(&key)?;
+                let partitions: Vec<KafkaPartitionLag> = committed
+                    .iter()
+                    .map(|(partition, offset)| {
+                        let end = usize::try_from(*partition)
+                            .ok()
+                            .and_then(|i| hub.partitions.get(i))
+                            .map_or(*offset, |p| p.summary().next_sequence);
+                        KafkaPartitionLag {
                             partition: *partition,
                             committed: *offset,
-                            end,
-                            lag: end.map(|e| (e - offset).max(0)),
-                        });
-                    }
-                }
-                GroupReport {
-                    group: views.get(&name).cloned(),
+                            lag: (end - offset).max(0),
+                        }
+                    })
+                    .collect();
+                let group = live.get(&name);
+                Some(KafkaGroupView {
+                    lag: partitions.iter().map(|p| p.lag).sum(),
+                    state: group.map(|g| g.state.clone()),
+                    generation: group.map(|g| g.generation),
+                    members: group.map(|g| g.members.clone()).unwrap_or_default(),
                     name,
                     partitions,
-                }
+                })
             })
             .collect()
     }
 }
 
-/// One Kafka consumer group as the explorer shows it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct GroupReport {
+/// A Kafka consumer group as the explorer shows it, for one hub.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaGroupView {
     pub name: String,
-    /// Its members and generation, while the hub has seen it since it started.
-    pub group: Option<GroupView>,
-    pub partitions: Vec<PartitionLag>,
+    /// `Empty`, `PreparingRebalance`, `CompletingRebalance` or `Stable`; none when no member
+    /// joined since the hub started (its commits are from an earlier run).
+    pub state: Option<String>,
+    pub generation: Option<i32>,
+    pub members: Vec<String>,
+    pub partitions: Vec<KafkaPartitionLag>,
+    /// Events after the committed offsets, over every partition it committed.
+    pub lag: i64,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct PartitionLag {
-    pub topic: String,
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaPartitionLag {
     pub partition: i32,
     pub committed: i64,
-    pub end: Option<i64>,
-    pub lag: Option<i64>,
+    pub lag: i64,
 }
 
 /// Accepts Kafka connections until the listener fails.
@@ -325,20 +345,18 @@ async fn connection(
             .read_exact(&mut frame)
             .await
             .map_err(|e| format!("a request was cut short: {e}"))?;
-        // Before authentication only the SASL exchange is decoded (its requests hold no
-        // arrays), so what an unauthenticated client sends never reaches the decoders that
-        // trust declared counts (docs/kafka.md, "Limits").
+        // Before authentication only the SASL exchange is read, and Metadata, the request a
+        // client that skipped SASL sends first, to tell it why (`unauthenticated`).
         if session.access.is_none() {
             let key = i16::from_be_bytes([frame[0], frame[1]]);
             let sasl = [
                 ApiKey::ApiVersions,
                 ApiKey::SaslHandshake,
                 ApiKey::SaslAuthenticate,
+                ApiKey::Metadata,
             ];
             if !sasl.iter().any(|k| *k as i16 == key) {
-                return Err(format!(
-                    "API key {key} before SASL authentication (the endpoint is SASL_PLAINTEXT: set security.protocol=SASL_PLAINTEXT, sasl.mechanism=PLAIN, user $ConnectionString and the connection string as the password)"
-                ));
+                return Err(format!("API key {key}: {SASL_REQUIRED}"));
             }
         }
         let decoded = decode(frame.freeze()).map_err(|e| e.to_string())?;
@@ -395,6 +413,26 @@ fn respond<R: Encodable + HeaderVersion>(response: &R, version: i16) -> Outcome 
     }
 }
 
+/// A client that skipped SASL asked for metadata: every topic it named is answered with
+/// `SASL_AUTHENTICATION_FAILED`, so that the client reports why it cannot produce or consume
+/// (librdkafka: "Broker: SASL Authentication failed"); the open timeout closes the connection.
+fn unauthenticated(r: &MetadataRequest, version: i16) -> Outcome {
+    let topics = r
+        .topics
+        .iter()
+        .flatten()
+        .map(|t| {
+            metadata_response::MetadataResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+        })
+        .collect();
+    tracing::warn!("Kafka metadata refused: {SASL_REQUIRED}");
+    respond(&MetadataResponse::default().with_topics(topics), version)
+}
+
+const SASL_REQUIRED: &str = "a request before SASL authentication (the endpoint is SASL_PLAINTEXT: set security.protocol=SASL_PLAINTEXT, sasl.mechanism=PLAIN, user $ConnectionString and the connection string as the password)";
+
 fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
@@ -406,6 +444,11 @@ fn now_secs() -> i64 {
 impl Kafka {
     async fn handle(&self, session: &mut Session, decoded: Decoded) -> Outcome {
         let version = decoded.header.request_api_version;
+        if session.access.is_none()
+            && let RequestKind::Metadata(r) = &decoded.request
+        {
+            return unauthenticated(r, version);
+        }
         match decoded.request {
             RequestKind::ApiVersions(_) => self.api_versions(version),
             RequestKind::SaslHandshake(r) => Self::sasl_handshake(session, r, version),
@@ -814,11 +857,10 @@ impl Kafka {
         loop {
             let mut watchers = Vec::new();
             let mut total = 0usize;
-            let mut budget = if r.max_bytes > 0 {
-                r.max_bytes as usize
-            } else {
-                MAX_REQUEST_BYTES
-            };
+            // What one response may hold: the client's own limit, within the endpoint's.
+            let mut budget = usize::try_from(r.max_bytes)
+                .unwrap_or(0)
+                .clamp(1, MAX_FETCH_BYTES);
             let mut responses = Vec::new();
             for topic in &r.topics {
                 let name = topic.topic.0.to_string();
@@ -1109,62 +1151,89 @@ impl Kafka {
         )
     }
 
-    fn offset_fetch(&self, session: &Session, r: OffsetFetchRequest, version: i16) -> Outcome {
-        // One committed position, or -1 with no error when the group has none.
-        let position = |group: &str, hub: &Result<Arc<crate::Hub>, i16>, partition: i32| match hub {
-            Err(code) => (*code, -1, None),
-            Ok(hub) => match self.offsets.committed(group, &hub.name, partition) {
-                Some(c) => (0, c.offset, c.metadata),
-                None => (0, -1, None),
-            },
-        };
-        // The topics a request names, or every topic the group committed for.
-        let requested = |group: &str, topics: Option<Vec<(String, Vec<i32>)>>| match topics {
-            Some(t) => t,
-            None => self
-                .offsets
+    /// Committed positions for `topics` (every topic the group committed for when `None`):
+    /// per topic, (partition, error code, offset or -1, metadata).
+    fn committed(
+        &self,
+        session: &Session,
+        group: &str,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Vec<(String, Vec<Position>)> {
+        let topics = topics.unwrap_or_else(|| {
+            self.offsets
                 .all()
                 .remove(group)
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(hub, parts)| (hub, parts.into_keys().collect()))
-                .collect(),
+                .collect()
+        });
+        topics
+            .into_iter()
+            .map(|(name, partitions)| {
+                let hub = self.topic(session, &name);
+                let positions = partitions
+                    .into_iter()
+                    .map(|p| match &hub {
+                        Err(code) => (p, *code, -1, None),
+                        Ok(hub) => match self.offsets.committed(group, &hub.name, p) {
+                            Some(c) => (p, 0, c.offset, c.metadata),
+                            None => (p, 0, -1, None),
+                        },
+                    })
+                    .collect();
+                (name, positions)
+            })
+            .collect()
+    }
+
+    fn offset_fetch(&self, session: &Session, r: OffsetFetchRequest, version: i16) -> Outcome {
+        // OffsetFetch has two shapes of the same answer: one group (up to v7), several (v8).
+        macro_rules! partitions {
+            ($ty:ty, $positions:expr) => {
+                $positions
+                    .into_iter()
+                    .map(|(p, code, offset, metadata): Position| {
+                        <$ty>::default()
+                            .with_partition_index(p)
+                            .with_committed_offset(offset)
+                            .with_committed_leader_epoch(-1)
+                            .with_metadata(metadata.map(|m| text(&m)))
+                            .with_error_code(code)
+                    })
+                    .collect()
+            };
+        }
+        let named = |topics: Vec<(TopicName, Vec<i32>)>| {
+            topics
+                .into_iter()
+                .map(|(name, parts)| (name.0.to_string(), parts))
+                .collect::<Vec<_>>()
         };
         if version >= 8 {
             let groups = r
                 .groups
                 .into_iter()
                 .map(|g| {
-                    let group = g.group_id.0.to_string();
-                    let topics = requested(
-                        &group,
-                        g.topics.map(|ts| {
+                    let topics = g.topics.map(|ts| {
+                        named(
                             ts.into_iter()
-                                .map(|t| (t.name.0.to_string(), t.partition_indexes))
-                                .collect()
-                        }),
-                    )
-                    .into_iter()
-                    .map(|(name, parts)| {
-                        let hub = self.topic(session, &name);
-                        offset_fetch_response::OffsetFetchResponseTopics::default()
-                            .with_name(TopicName(text(&name)))
-                            .with_partitions(
-                                parts
-                                    .into_iter()
-                                    .map(|p| {
-                                        let (code, offset, metadata) = position(&group, &hub, p);
-                                        offset_fetch_response::OffsetFetchResponsePartitions::default()
-                                            .with_partition_index(p)
-                                            .with_committed_offset(offset)
-                                            .with_committed_leader_epoch(-1)
-                                            .with_metadata(metadata.map(|m| text(&m)))
-                                            .with_error_code(code)
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect();
+                                .map(|t| (t.name, t.partition_indexes))
+                                .collect(),
+                        )
+                    });
+                    let topics = self
+                        .committed(session, &g.group_id.0, topics)
+                        .into_iter()
+                        .map(|(name, positions)| {
+                            offset_fetch_response::OffsetFetchResponseTopics::default()
+                                .with_name(TopicName(text(&name)))
+                                .with_partitions(partitions!(
+                                    offset_fetch_response::OffsetFetchResponsePartitions,
+                                    positions
+                                ))
+                        })
+                        .collect();
                     offset_fetch_response::OffsetFetchResponseGroup::default()
                         .with_group_id(g.group_id)
                         .with_topics(topics)
@@ -1172,39 +1241,32 @@ impl Kafka {
                 .collect();
             return respond(&OffsetFetchResponse::default().with_groups(groups), version);
         }
-        let group = r.group_id.0.to_string();
-        let topics = requested(
-            &group,
-            r.topics.map(|ts| {
+        let topics = r.topics.map(|ts| {
+            named(
                 ts.into_iter()
-                    .map(|t| (t.name.0.to_string(), t.partition_indexes))
-                    .collect()
-            }),
-        )
-        .into_iter()
-        .map(|(name, parts)| {
-            let hub = self.topic(session, &name);
-            offset_fetch_response::OffsetFetchResponseTopic::default()
-                .with_name(TopicName(text(&name)))
-                .with_partitions(
-                    parts
-                        .into_iter()
-                        .map(|p| {
-                            let (code, offset, metadata) = position(&group, &hub, p);
-                            offset_fetch_response::OffsetFetchResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_committed_offset(offset)
-                                .with_committed_leader_epoch(-1)
-                                .with_metadata(metadata.map(|m| text(&m)))
-                                .with_error_code(code)
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
+                    .map(|t| (t.name, t.partition_indexes))
+                    .collect(),
+            )
+        });
+        let topics = self
+            .committed(session, &r.group_id.0, topics)
+            .into_iter()
+            .map(|(name, positions)| {
+                offset_fetch_response::OffsetFetchResponseTopic::default()
+                    .with_name(TopicName(text(&name)))
+                    .with_partitions(partitions!(
+                        offset_fetch_response::OffsetFetchResponsePartition,
+                        positions
+                    ))
+            })
+            .collect();
         respond(&OffsetFetchResponse::default().with_topics(topics), version)
     }
 }
+
+/// A committed position as OffsetFetch reports it: partition, error code, offset (-1: none),
+/// metadata.
+type Position = (i32, i16, i64, Option<String>);
 
 /// Reads a partition from `from` as one record batch of at most `limit` bytes of events (at
 /// least one event when `first`, as Kafka returns one oversized batch rather than none).

@@ -273,6 +273,12 @@ function showExplorer(v) {
     [g.checkpointed ? [...new Set(g.partitions.map((p) => p.owner).filter((o) => o))].join(", ") || "(none)" : "–"],
     [g.checkpointed ? g.lag : "–", true],
   ]);
+  const kafka = hub.kafkaGroups || [];
+  $("ex-kafka").hidden = kafka.length === 0;
+  fill("ex-kafka-groups", kafka, (g) => [
+    [g.name], [g.state ?? "(not seen since the hub started)"], [g.members.length, true],
+    [g.partitions.length, true], [g.lag, true],
+  ]);
   const checkpointed = hub.consumerGroups.filter((g) => g.checkpointed);
   lines("ex-lag-chart", checkpointed.map((g, i) => ({
     name: g.name, color: SERIES_COLORS[i % SERIES_COLORS.length], points: ex.lags.get(`${hub.name}/${g.name}`) || [],
