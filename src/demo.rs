@@ -102,6 +102,8 @@ pub async fn run(
     );
     // The page's explorer reads the hub through its admin endpoint (loopback, any free port).
     hub_config.admin_port = Some(0);
+    // Kafka clients too, on any free port: the explorer shows their consumer groups.
+    hub_config.kafka = Some(([127, 0, 0, 1], 0).into());
     let (hub_tx, hub_rx) = tokio::sync::oneshot::channel();
     // The hub outlives the pool: the alarms the pool forwarded are counted after it stopped.
     let hub_stop = CancellationToken::new();
@@ -185,6 +187,11 @@ pub async fn run(
     );
     if let Some(admin) = listening.admin {
         println!("hub admin: http://{admin} (hubhost hub add-hub/add-consumer-group --admin …)");
+    }
+    if let Some(kafka) = listening.kafka {
+        println!(
+            "kafka: {kafka} (SASL_PLAINTEXT, PLAIN: user $ConnectionString, password the connection string)"
+        );
     }
     println!("storage: {}", store.describe());
     println!(

@@ -25,6 +25,8 @@ struct Demo {
     hub_port: u16,
     /// The hub's admin endpoint.
     admin: String,
+    /// The hub's Kafka endpoint (`host:port`).
+    kafka: String,
 }
 
 impl Demo {
@@ -46,9 +48,9 @@ impl Demo {
                 let _ = lines.send(line);
             }
         });
-        let (mut url, mut hub_port, mut admin) = (None, None, None);
+        let (mut url, mut hub_port, mut admin, mut kafka) = (None, None, None, None);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while url.is_none() || hub_port.is_none() || admin.is_none() {
+        while url.is_none() || hub_port.is_none() || admin.is_none() || kafka.is_none() {
             let line = received
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .expect("the demo prints its hub and its page's URL");
@@ -57,6 +59,9 @@ impl Demo {
             }
             if let Some(rest) = line.strip_prefix("hub admin: ") {
                 admin = rest.split_whitespace().next().map(str::to_string);
+            }
+            if let Some(rest) = line.strip_prefix("kafka: ") {
+                kafka = rest.split_whitespace().next().map(str::to_string);
             }
             if line.starts_with("http://127.0.0.1:") {
                 url = Some(line.trim_end_matches('/').to_string());
@@ -67,6 +72,7 @@ impl Demo {
             url: url.unwrap(),
             hub_port: hub_port.unwrap(),
             admin: admin.unwrap(),
+            kafka: kafka.unwrap(),
         }
     }
 
@@ -303,7 +309,7 @@ fn hub_action(admin: &str, args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn the_explorer_shows_the_hub_peeks_and_sends() {
-    common::require!(Tool::PythonSdk, Tool::Browser);
+    common::require!(Tool::PythonSdk, Tool::Browser, Tool::KafkaClients);
     let storage = tempfile::tempdir().unwrap();
     let demo = Demo::start(storage.path());
 
@@ -367,6 +373,25 @@ fn the_explorer_shows_the_hub_peeks_and_sends() {
         &[&cs, "explorer-test", "receive", "audit", "28", "30"],
     );
     assert_eq!(received.as_array().unwrap().len(), 28);
+    // And a Kafka consumer group, committing as it reads.
+    let consumed = common::python_json(
+        "kafka_peer.py",
+        &[
+            "consume",
+            &demo.kafka,
+            &cs,
+            "confluent",
+            "explorer-test",
+            "kafka-audit",
+            "28",
+            "30",
+        ],
+    );
+    assert_eq!(
+        consumed["records"].as_array().unwrap().len(),
+        28,
+        "{consumed}"
+    );
 
     // The explorer: every hub, the added one with its consumer groups; the sensors hub's
     // consumer groups with their owners (the demo's two instances) and lag.
@@ -413,6 +438,9 @@ fn the_explorer_shows_the_hub_peeks_and_sends() {
         .map(|g| g["name"].as_str().unwrap())
         .collect();
     assert_eq!(groups, ["$default", "audit"]);
+    let kafka = &added["kafkaGroups"][0];
+    assert_eq!(kafka["name"], "kafka-audit", "{added:#}");
+    assert_eq!(kafka["lag"], 0, "{added:#}");
     let events_in: i64 = added["partitions"]
         .as_array()
         .unwrap()

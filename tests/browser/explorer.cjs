@@ -4,7 +4,8 @@
 //   node explorer.cjs <page URL> <hub> <screenshot dir>
 // Fails (exit 1) on any console error, page error or dialog; when the view does not show the
 // hubs, partitions, consumer groups and charts; when a peeked body made of HTML becomes markup;
-// when the next page does not follow; or when a send from the form is not acknowledged.
+// when the next page does not follow; when the added hub's Kafka consumer group is not listed;
+// or when a send from the form is not acknowledged.
 "use strict";
 
 const { chromium } = require("playwright-core");
@@ -54,6 +55,11 @@ function check(condition, message) {
     // Peek the added hub's partition 0 from the start: the HTML body stays text.
     await page.selectOption("#ex-hub", hub);
     await page.waitForFunction((h) => document.getElementById("ex-hub-title").textContent.startsWith(h), hub);
+    // Its Kafka consumer group, with its committed partitions and no lag.
+    await page.waitForFunction(() => !document.getElementById("ex-kafka").hidden, null, { timeout: 15000 });
+    const kafka = await page.$$eval("#ex-kafka-groups tbody tr", (rows) => rows.map((r) => [...r.children].map((c) => c.textContent)));
+    check(kafka.length === 1 && kafka[0][0] === "kafka-audit" && Number(kafka[0][3]) >= 1 && kafka[0][4] === "0",
+      `Kafka groups: ${JSON.stringify(kafka)}`);
     await page.selectOption("#ex-peek-partition", "0");
     await page.selectOption("#ex-peek-from", "earliest");
     await page.fill("#ex-peek-count", "4");

@@ -156,7 +156,7 @@ def consume(client, bootstrap, password, topic, group, expect, seconds):
                     "partition": message.partition(),
                     "offset": message.offset(),
                     "key": message.key().decode() if message.key() else None,
-                    "value": message.value().decode(),
+                    "value": message.value().decode("utf-8", "replace"),
                     "headers": {k: (v.decode("latin-1") if v is not None else None) for k, v in (message.headers() or [])},
                 }
             )
@@ -181,7 +181,7 @@ def consume(client, bootstrap, password, topic, group, expect, seconds):
                             "partition": message.partition,
                             "offset": message.offset,
                             "key": message.key.decode() if message.key else None,
-                            "value": message.value.decode(),
+                            "value": message.value.decode("utf-8", "replace"),
                             "headers": {k: (v.decode("latin-1") if v is not None else None) for k, v in message.headers},
                         }
                     )

@@ -29,6 +29,7 @@ use tokio::net::TcpStream;
 
 use hubhost_testkit::stats::median_and_range;
 
+use crate::cpu;
 use crate::hub::{
     Figure, HubBenchError, figure, readings, rust_consumer, rust_producer_on_its_thread,
 };
@@ -52,6 +53,9 @@ pub struct PhaseFigures {
     pub phase: &'static str,
     pub events: u64,
     pub events_per_s: Vec<f64>,
+    /// CPU the hub process spent per event in the phase (the clients differ; the hub's own
+    /// cost per protocol is this).
+    pub hub_cpu_us_per_event: Vec<f64>,
 }
 
 const AMQP_PRODUCE: &str = "AMQP produce: Rust ProducerClient (baseline)";
@@ -82,6 +86,7 @@ pub async fn run(opts: KafkaBenchOptions) -> Result<Vec<PhaseFigures>, HubBenchE
             phase,
             events: 0,
             events_per_s: Vec::new(),
+            hub_cpu_us_per_event: Vec::new(),
         })
         .collect();
     for repetition in 0..opts.repetitions {
@@ -95,6 +100,9 @@ pub async fn run(opts: KafkaBenchOptions) -> Result<Vec<PhaseFigures>, HubBenchE
         let kafka: SocketAddr = ([127, 0, 0, 1], kafka_port).into();
         let password = hub.connection_string.clone();
 
+        let hub_cpu = || cpu::process_cpu(hub.pid()).unwrap_or_default();
+        let mut spent = Vec::new();
+        let before = hub_cpu();
         let amqp = rust_producer_on_its_thread(
             &hub.target,
             per_partition,
@@ -103,13 +111,27 @@ pub async fn run(opts: KafkaBenchOptions) -> Result<Vec<PhaseFigures>, HubBenchE
             &readings,
         )
         .await?;
+        spent.push(hub_cpu() - before);
+        let before = hub_cpu();
         let produced = kafka_produce(kafka, &password, per_partition, &opts, &readings).await?;
+        spent.push(hub_cpu() - before);
         let expected = vec![2 * per_partition; opts.partitions as usize];
+        let before = hub_cpu();
         let read = rust_consumer(&hub.target, &expected, 1000).await?;
+        spent.push(hub_cpu() - before);
+        let before = hub_cpu();
         let fetched = kafka_fetch(kafka, &password, 2 * per_partition, opts.partitions).await?;
-        for (figures, figure) in phases.iter_mut().zip([&amqp, &produced, &read, &fetched]) {
+        spent.push(hub_cpu() - before);
+        for ((figures, figure), cpu) in phases
+            .iter_mut()
+            .zip([&amqp, &produced, &read, &fetched])
+            .zip(spent)
+        {
             figures.events = figure.events;
             figures.events_per_s.push(figure.events_per_s());
+            figures
+                .hub_cpu_us_per_event
+                .push(cpu::micros_per_event(cpu, figure.events));
         }
         eprintln!(
             "bench kafka: repetition {}: AMQP produce {:.0}/s, Kafka produce {:.0}/s, AMQP read {:.0}/s, Kafka fetch {:.0}/s",
@@ -132,21 +154,23 @@ pub async fn run(opts: KafkaBenchOptions) -> Result<Vec<PhaseFigures>, HubBenchE
 fn print(phases: &[PhaseFigures]) {
     let median = |p: &PhaseFigures| median_and_range(p.events_per_s.iter().copied()).0;
     println!(
-        "  {:<58} {:>10} {:>12} {:>23} {:>12}",
-        "phase", "events", "median/s", "range/s", "vs baseline"
+        "  {:<58} {:>10} {:>12} {:>23} {:>12} {:>16}",
+        "phase", "events", "median/s", "range/s", "vs baseline", "hub CPU µs/event"
     );
     for (i, p) in phases.iter().enumerate() {
         let (mid, low, high) = median_and_range(p.events_per_s.iter().copied());
+        let (cpu, _, _) = median_and_range(p.hub_cpu_us_per_event.iter().copied());
         // Produce against AMQP produce, fetch against AMQP read.
         let baseline = median(&phases[i - i % 2]);
         println!(
-            "  {:<58} {:>10} {:>12.0} {:>10.0} – {:>10.0} {:>11.2}×",
+            "  {:<58} {:>10} {:>12.0} {:>10.0} – {:>10.0} {:>11.2}× {:>16.2}",
             p.phase,
             p.events,
             mid,
             low,
             high,
-            mid / baseline
+            mid / baseline,
+            cpu
         );
     }
 }

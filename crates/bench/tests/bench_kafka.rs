@@ -35,5 +35,8 @@ fn the_kafka_benchmark_moves_every_event_through_both_protocols() {
         let rates = phase["events_per_s"].as_array().unwrap();
         assert_eq!(rates.len(), 2, "{phase}");
         assert!(rates.iter().all(|r| r.as_f64().unwrap() > 0.0), "{phase}");
+        // The hub did work for every phase, each measured.
+        let cpu = phase["hub_cpu_us_per_event"].as_array().unwrap();
+        assert_eq!(cpu.len(), 2, "{phase}");
     }
 }

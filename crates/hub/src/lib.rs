@@ -630,7 +630,7 @@ pub enum HubError {
     #[error(transparent)]
     Log(#[from] LogError),
     #[error(
-        "cannot listen on {address}: {source} (is another hub or the official emulator running? use --port)"
+        "cannot listen on {address}: {source} (is another hub, the official emulator or a Kafka broker running? choose other ports with --port, --kafka-port, --tls-port, --websocket-port, or --no-kafka)"
     )]
     Listen {
         address: String,

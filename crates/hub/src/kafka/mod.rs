@@ -179,6 +179,8 @@ struct Recent {
 /// Batches remembered per producer and partition (Kafka's `max.in.flight` is at most 5 for
 /// idempotence).
 const RECENT_BATCHES: usize = 5;
+/// (Producer, partition) pairs whose recent batches are remembered at most.
+const MAX_PRODUCER_STATES: usize = 100_000;
 
 impl Kafka {
     pub fn open(namespace: Arc<Namespace>) -> std::io::Result<Arc<Self>> {
@@ -837,6 +839,14 @@ impl Kafka {
             base_offset.get_or_insert(first);
             if b.producer_id >= 0 {
                 let mut producers = self.producers.lock().expect("producers lock");
+                if producers.len() >= MAX_PRODUCER_STATES && !producers.contains_key(&key) {
+                    // Bounded: producers come and go (each restart takes a new id); the ones
+                    // forgotten are treated as new, as Kafka treats an expired producer id.
+                    producers.clear();
+                    tracing::info!(
+                        "forgot the idempotent producers' recent batches ({MAX_PRODUCER_STATES} kept at most)"
+                    );
+                }
                 let recent = producers.entry(key).or_default();
                 recent.push(Recent {
                     first_sequence: b.base_sequence,
