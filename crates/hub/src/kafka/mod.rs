@@ -4,7 +4,7 @@
 //! written and read by both protocols.
 //!
 //! The data flows: a connection → a request frame, its size checked before it is read →
-//! `kafka-protocol` decodes it → SASL first (`sasl`: PLAIN with a connection string, or
+//! `guard` checks its arrays' declared counts → `kafka-protocol` decodes it → SASL first (`sasl`: PLAIN with a connection string, or
 //! OAUTHBEARER) → the request's handler here: Produce (`batch` decodes, `convert` makes the AMQP
 //! message, the partition appends), Fetch (the partition reads, `convert` and `batch` make the
 //! records, waiting up to the client's `max_wait_ms` for new events), Metadata, ListOffsets,
