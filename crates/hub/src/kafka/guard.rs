@@ -381,7 +381,10 @@ mod tests {
 
     /// Every request with arrays, at `version`, with one element in each array (two where an
     /// array holds plain integers), and every optional field of the version set.
-    fn request(api: ApiKey, v: i16) -> Box<dyn Fn(&mut BytesMut) -> anyhow::Result<()>> {
+    /// Writes a request's body as the crate encodes it.
+    type Encoder = Box<dyn Fn(&mut BytesMut) -> anyhow::Result<()>>;
+
+    fn request(api: ApiKey, v: i16) -> Encoder {
         macro_rules! encoded {
             ($value:expr) => {{
                 let value = $value;
