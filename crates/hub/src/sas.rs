@@ -120,9 +120,14 @@ pub fn validate(token: &str, keys: &[SharedAccessKey], now: i64) -> Result<Grant
 /// token for a hub or for anything under it covers that hub. Hosts are not compared: a local hub
 /// answers to whatever name the client dialled (localhost, 127.0.0.1, or a namespace's name).
 pub fn grants_hub(grant: &Grant, hub: &str) -> bool {
+    granted_hub(grant).is_none_or(|granted| granted.eq_ignore_ascii_case(hub))
+}
+
+/// The one hub a grant is for (the first segment of its resource's path), or `None` for a
+/// namespace-wide grant.
+pub fn granted_hub(grant: &Grant) -> Option<&str> {
     let path = grant.resource.split_once('/').map(|(_, p)| p).unwrap_or("");
-    let first = path.split('/').next().unwrap_or("");
-    first.is_empty() || first.eq_ignore_ascii_case(hub)
+    Some(path.split('/').next().unwrap_or("")).filter(|first| !first.is_empty())
 }
 
 /// `amqps://Host/Hub/` → `host/hub`: scheme and trailing slashes dropped, lowercased.

@@ -10,11 +10,14 @@ use tokio::sync::oneshot;
 
 use super::groups::{Effect, Group, JoinOutcome, JoinRequest, Reply, SyncOutcome};
 
+/// Requests waiting for their answer, by (group, member id).
+type Parked<T> = HashMap<(String, String), oneshot::Sender<T>>;
+
 #[derive(Default)]
 struct State {
     groups: HashMap<String, Group>,
-    joins: HashMap<(String, String), oneshot::Sender<JoinOutcome>>,
-    syncs: HashMap<(String, String), oneshot::Sender<SyncOutcome>>,
+    joins: Parked<JoinOutcome>,
+    syncs: Parked<SyncOutcome>,
 }
 
 pub struct Coordinator {
@@ -60,20 +63,12 @@ impl Coordinator {
                 .entry(group.to_string())
                 .or_default()
                 .join(request, fresh, now);
-            let waiting = match reply {
-                Reply::Now(outcome) => {
-                    deliver(&mut state, group, effects);
-                    return outcome;
-                }
-                Reply::Wait => {
-                    // Parked under the id the group knows the member by.
-                    let (send, receive) = oneshot::channel();
-                    state.joins.insert((group.to_string(), member), send);
-                    receive
-                }
-            };
-            deliver(&mut state, group, effects);
-            waiting
+            // Parked under the id the group knows the member by.
+            let key = (group.to_string(), member);
+            match settle(&mut state, group, reply, effects, |s| &mut s.joins, key) {
+                Ok(outcome) => return outcome,
+                Err(waiting) => waiting,
+            }
         };
         waiting.await.unwrap_or(JoinOutcome::Failed {
             code: kafka_protocol::error::ResponseError::RebalanceInProgress.code(),
@@ -97,21 +92,11 @@ impl Coordinator {
                 );
             };
             let (reply, effects) = g.sync(member_id, generation, assignments, now);
-            let waiting = match reply {
-                Reply::Now(outcome) => {
-                    deliver(&mut state, group, effects);
-                    return outcome;
-                }
-                Reply::Wait => {
-                    let (send, receive) = oneshot::channel();
-                    state
-                        .syncs
-                        .insert((group.to_string(), member_id.to_string()), send);
-                    receive
-                }
-            };
-            deliver(&mut state, group, effects);
-            waiting
+            let key = (group.to_string(), member_id.to_string());
+            match settle(&mut state, group, reply, effects, |s| &mut s.syncs, key) {
+                Ok(outcome) => return outcome,
+                Err(waiting) => waiting,
+            }
         };
         waiting.await.unwrap_or(SyncOutcome::Failed(
             kafka_protocol::error::ResponseError::RebalanceInProgress.code(),
@@ -177,6 +162,28 @@ impl Coordinator {
         views.sort_by(|a, b| a.0.cmp(&b.0));
         views
     }
+}
+
+/// A join's or sync's reply: the answer now (`Ok`), or a receiver parked in `parked` under `key`
+/// (`Err`); either way the effects of the call are delivered to the requests they answer.
+fn settle<T>(
+    state: &mut State,
+    group: &str,
+    reply: Reply<T>,
+    effects: Vec<Effect>,
+    parked: fn(&mut State) -> &mut Parked<T>,
+    key: (String, String),
+) -> Result<T, oneshot::Receiver<T>> {
+    let settled = match reply {
+        Reply::Now(outcome) => Ok(outcome),
+        Reply::Wait => {
+            let (send, receive) = oneshot::channel();
+            parked(state).insert(key, send);
+            Err(receive)
+        }
+    };
+    deliver(state, group, effects);
+    settled
 }
 
 fn deliver(state: &mut State, group: &str, effects: Vec<Effect>) {

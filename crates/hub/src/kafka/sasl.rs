@@ -100,10 +100,9 @@ pub fn connection_string(
     let access = match (signature, key_name, key) {
         (Some(token), _, _) => {
             let grant = sas::validate(token, keys, now).map_err(AuthError::Signature)?;
-            let path = grant.resource.split_once('/').map(|(_, p)| p).unwrap_or("");
-            match path.split('/').next().unwrap_or("") {
-                "" => Access::AllHubs,
-                hub => Access::Hub(hub.to_ascii_lowercase()),
+            match sas::granted_hub(&grant) {
+                None => Access::AllHubs,
+                Some(hub) => Access::Hub(hub.to_ascii_lowercase()),
             }
         }
         (None, Some(name), Some(presented)) => {
