@@ -21,7 +21,7 @@ pub fn forward(args: Args) -> ExitCode {
     let Some(program) = bench_executable() else {
         eprintln!(
             "hubhost: hubhost-bench is not installed beside hubhost nor on PATH: build it with \
-             `cargo build --release` in a checkout (it builds both), or `cargo install --path crates/bench`"
+             `cargo build --release --workspace` in a checkout (it builds both), or `cargo install --path crates/bench`"
         );
         return ExitCode::FAILURE;
     };

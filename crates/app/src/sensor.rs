@@ -76,6 +76,18 @@ pub enum AlarmKind {
 }
 
 impl AlarmKind {
+    pub const ALL: [AlarmKind; 4] = [
+        AlarmKind::Intrusion,
+        AlarmKind::GlassBreak,
+        AlarmKind::Smoke,
+        AlarmKind::CarbonMonoxide,
+    ];
+
+    /// Its place in [`AlarmKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// Which alarms an operator must see first (0 first): fire and carbon monoxide threaten
     /// lives, a broken window is a break-in under way, and an armed door, window or motion
     /// sensor is the most frequent and the most often a false alarm — alarm-monitoring centres
@@ -229,6 +241,13 @@ pub fn parse_reading(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_alarm_kind_has_its_own_place_in_all() {
+        for (i, kind) in AlarmKind::ALL.into_iter().enumerate() {
+            assert_eq!(kind.index(), i, "{kind:?}");
+        }
+    }
 
     fn reading(json: &str) -> Result<Reading, PoisonReason> {
         parse_reading(json.as_bytes(), None)

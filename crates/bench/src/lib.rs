@@ -44,7 +44,7 @@ pub fn hubhost_exe() -> std::io::Result<std::path::PathBuf> {
     hubhost_testkit::process::find_binary("hubhost").ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::NotFound,
-            "the hubhost executable is neither beside hubhost-bench nor on PATH: build both with `cargo build --release`",
+            "the hubhost executable is neither beside hubhost-bench nor on PATH: build both with `cargo build --release --workspace`",
         )
     })
 }

@@ -16,9 +16,11 @@
 //! It reads only what the app wrote (window blocks, the home directory), the checkpoint store
 //! and the hub's partition properties. The fleet view keeps a summary of each window block by
 //! ETag, so a poll re-reads only the blocks that changed; it lists the two newest windows on
-//! every poll and the older ones every 30 s (a listing is billed like a write). The home view
-//! caches the blocks of the partition it shows. The page's assets are compiled in (no CDN)
-//! and it puts every value into the document as text, never as markup.
+//! every poll and two older ones, each older window about every 30 s (a listing is billed like
+//! a write). Its memory and a poll's work stay flat as the hour of history fills: blocks too old
+//! for an active alarm keep only counts, and windows that stopped changing keep only their
+//! count of homes. The home view caches the blocks of the partition it shows. The page's assets
+//! are compiled in (no CDN) and it puts every value into the document as text, never as markup.
 
 pub mod explorer;
 pub mod views;
@@ -166,8 +168,15 @@ struct Previous {
 /// Windows the fleet view lists on every poll: the current one, and the one before, which
 /// readings sent in its last seconds still reach.
 const FRESH_WINDOWS: usize = 2;
-/// How often the fleet view lists an older window: only a late or replayed reading changes it.
+/// How often the fleet view lists an older window at most: only a late or replayed reading
+/// changes it.
 const OLD_WINDOWS_RELISTED_EVERY: Duration = Duration::seconds(30);
+/// Older windows a poll lists at most: at a poll a second, each of an hour's windows is listed
+/// again about every 30 s, and once the hour is known a poll lists four windows at most, however
+/// long the history.
+const OLD_WINDOWS_RELISTED_PER_POLL: usize = 2;
+/// A window whose blocks brought no new version for this long keeps only its count of homes.
+const HOMES_SETTLE_AFTER: Duration = Duration::minutes(2);
 
 /// What the fleet view keeps between polls.
 #[derive(Default)]
@@ -311,10 +320,14 @@ impl Dashboard {
         Ok(out)
     }
 
-    /// The fleet view. It lists the two newest windows on every poll and the older ones every
-    /// 30 s (`FRESH_WINDOWS`, `OLD_WINDOWS_RELISTED_EVERY`: a listing is billed like a write,
-    /// and an hour has 60 windows), reads only the blocks whose ETag changed, and keeps each
-    /// block's summary rather than the block.
+    /// The fleet view. It lists the two newest windows on every poll, a window never listed
+    /// before at once, and two of the older ones per poll, those listed longest ago, when 30 s
+    /// have passed since (`FRESH_WINDOWS`, `OLD_WINDOWS_RELISTED_PER_POLL`,
+    /// `OLD_WINDOWS_RELISTED_EVERY`): a listing is billed like a write, and an hour has 60
+    /// windows of some 800 blocks each, so a poll's work does not grow with the history kept. It
+    /// reads only the blocks whose ETag changed, keeps each block's summary rather than the
+    /// block, drops the alarms of blocks too old for any to be active, and keeps only the count
+    /// of homes of windows that stopped changing.
     pub async fn fleet(&self, now: DateTime<Utc>) -> Result<views::FleetView, DashboardError> {
         let hub = self.hub();
         let step = Duration::seconds(i64::from(self.window_seconds));
@@ -322,29 +335,49 @@ impl Dashboard {
             now - Duration::minutes(views::HISTORY_MINUTES),
             self.window_seconds,
         );
-        let mut start = window_start(now, self.window_seconds);
-        let mut newest = 0;
-        while start >= oldest {
-            let due = newest < FRESH_WINDOWS
-                || self
-                    .fleet_cache
-                    .lock()
-                    .expect("fleet cache")
-                    .windows
-                    .get(&start)
-                    .is_none_or(|(listed, _)| now - *listed >= OLD_WINDOWS_RELISTED_EVERY);
-            if due {
-                self.relist_window(&hub, start, now).await?;
+        let newest = window_start(now, self.window_seconds);
+        let mut due = Vec::new();
+        let mut old_due = Vec::new();
+        {
+            let cache = self.fleet_cache.lock().expect("fleet cache");
+            let mut start = newest;
+            let mut fresh = 0;
+            while start >= oldest {
+                match cache.windows.get(&start) {
+                    _ if fresh < FRESH_WINDOWS => due.push(start),
+                    None => due.push(start),
+                    Some((listed, _)) if now - *listed >= OLD_WINDOWS_RELISTED_EVERY => {
+                        old_due.push((*listed, start))
+                    }
+                    Some(_) => {}
+                }
+                start -= step;
+                fresh += 1;
             }
-            start -= step;
-            newest += 1;
         }
+        old_due.sort();
+        due.extend(
+            old_due
+                .into_iter()
+                .take(OLD_WINDOWS_RELISTED_PER_POLL)
+                .map(|(_, start)| start),
+        );
+        for start in due {
+            self.relist_window(&hub, start, now).await?;
+        }
+        let active_since = now - Duration::minutes(views::ACTIVE_ALARM_MINUTES);
         let mut cache = self.fleet_cache.lock().expect("fleet cache");
         cache.windows = cache.windows.split_off(&oldest);
         cache
             .blocks
             .retain(|_, (_, summary)| summary.window_start >= oldest);
+        for (_, summary) in cache.blocks.values_mut() {
+            if !summary.alarms.is_empty() && summary.window_start + step <= active_since {
+                *summary = Arc::new(summary.without_alarm_details());
+            }
+        }
         cache.homes.retain_from(oldest);
+        cache.homes.settle(now, HOMES_SETTLE_AFTER);
         let summaries: Vec<Arc<views::BlockSummary>> = cache
             .windows
             .values()
@@ -360,6 +393,8 @@ impl Dashboard {
     }
 
     /// Lists one window's blocks and summarises the ones new or changed since the last listing.
+    /// If the window's homes were settled to a count and a block changed, all its blocks are
+    /// read to count them again (rare: a partition catching up on old readings).
     async fn relist_window(
         &self,
         hub: &str,
@@ -370,16 +405,24 @@ impl Dashboard {
             .store
             .list(&self.container, &layout::window_prefix(hub, start))
             .await?;
+        let (changed, settled) = {
+            let cache = self.fleet_cache.lock().expect("fleet cache");
+            let changed: Vec<bool> = listed
+                .iter()
+                .map(|entry| {
+                    cache
+                        .blocks
+                        .get(&entry.name)
+                        .is_none_or(|(etag, _)| *etag != entry.etag)
+                })
+                .collect();
+            (changed, cache.homes.is_settled(start))
+        };
+        let recount = settled && changed.iter().any(|c| *c);
+        let mut recounted = std::collections::HashSet::new();
         let mut names = Vec::with_capacity(listed.len());
-        for entry in listed {
-            let known = self
-                .fleet_cache
-                .lock()
-                .expect("fleet cache")
-                .blocks
-                .get(&entry.name)
-                .is_some_and(|(etag, _)| *etag == entry.etag);
-            if !known {
+        for (entry, changed) in listed.into_iter().zip(changed) {
+            if changed || recount {
                 let Some(blob) = self.store.get(&self.container, &entry.name).await? else {
                     continue;
                 };
@@ -388,20 +431,25 @@ impl Dashboard {
                     tracing::warn!(blob = %entry.name, "not a window block; skipped");
                     continue;
                 };
+                if recount {
+                    recounted.extend(views::homes_of(&block));
+                }
                 let summary = Arc::new(views::BlockSummary::of(&block));
                 let mut cache = self.fleet_cache.lock().expect("fleet cache");
-                cache.homes.add(&summary);
+                if !recount {
+                    cache.homes.add(start, views::homes_of(&block), now);
+                }
                 cache
                     .blocks
                     .insert(entry.name.clone(), (blob.properties.etag, summary));
             }
             names.push(entry.name);
         }
-        self.fleet_cache
-            .lock()
-            .expect("fleet cache")
-            .windows
-            .insert(start, (now, names));
+        let mut cache = self.fleet_cache.lock().expect("fleet cache");
+        if recount {
+            cache.homes.replace(start, recounted, now);
+        }
+        cache.windows.insert(start, (now, names));
         Ok(())
     }
 
@@ -723,16 +771,76 @@ mod tests {
         );
         assert_eq!(soon.homes_reporting, 3);
 
-        let later = dashboard.fleet(now + Duration::seconds(31)).await.unwrap();
-        assert_eq!(
-            lists(&counting),
-            // The two newest, and every older one listed 30 s ago or more: all but 11:59,
-            // which the second poll listed as a fresh window 21 s ago.
-            61 + 2 + 60,
-            "30 s on, the older windows are listed again"
-        );
-        assert_eq!(later.events_last_hour, 5);
+        // From 30 s on, each poll lists the two newest windows and two older ones, those
+        // listed longest ago: the oldest windows first, the late reading's some polls later.
+        let mut second = 31;
+        let mut before = lists(&counting);
+        let later = loop {
+            let view = dashboard
+                .fleet(now + Duration::seconds(second))
+                .await
+                .unwrap();
+            assert_eq!(lists(&counting) - before, 2 + 2, "at +{second} s");
+            before = lists(&counting);
+            if view.events_last_hour == 5 {
+                break view;
+            }
+            second += 1;
+            assert!(
+                second < 31 + 30,
+                "the late reading is listed within 30 polls"
+            );
+        };
+        // 54 older windows were listed before the one five minutes back, two per poll.
+        assert_eq!(second, 31 + 27);
         let old = later.minutes.iter().find(|m| m.start == minute(5)).unwrap();
         assert_eq!(old.homes, 2);
+    }
+
+    /// A window quiet for two minutes keeps only its count of homes; a block of it that changes
+    /// later has the window counted again from all its blocks.
+    #[tokio::test]
+    async fn a_settled_window_is_counted_again_when_a_block_changes() {
+        let store: SharedStore = Arc::new(MemoryStore::default());
+        store.ensure_container("app").await.unwrap();
+        let dashboard = Dashboard::new(store.clone(), "app", 60, DashboardSources::new("sensors"));
+        let now: DateTime<Utc> = "2026-11-25T12:00:30Z".parse().unwrap();
+        let old = window_start(now, 60) - Duration::minutes(5);
+        write_block(&store, old, "0", &["h1", "h2"]).await;
+        write_block(&store, old, "1", &["h2", "h3"]).await;
+        let homes_in = |view: &views::FleetView| {
+            view.minutes
+                .iter()
+                .find(|m| m.start == old)
+                .map(|m| m.homes)
+        };
+        assert_eq!(homes_in(&dashboard.fleet(now).await.unwrap()), Some(3));
+        let mut t = now;
+        for _ in 0..150 {
+            t += Duration::seconds(1);
+            dashboard.fleet(t).await.unwrap();
+        }
+        {
+            let cache = dashboard.fleet_cache.lock().unwrap();
+            assert!(cache.homes.is_settled(old));
+            assert_eq!(
+                cache.homes.open_windows(),
+                0,
+                "no window changed for two minutes"
+            );
+        }
+        // Partition 1's block gains h1 (seen in partition 0's) and h4.
+        write_block(&store, old, "1", &["h2", "h3", "h1", "h4"]).await;
+        let mut polls = 0;
+        let view = loop {
+            t += Duration::seconds(1);
+            polls += 1;
+            let view = dashboard.fleet(t).await.unwrap();
+            if !dashboard.fleet_cache.lock().unwrap().homes.is_settled(old) {
+                break view;
+            }
+            assert!(polls <= 31, "the window is listed again within 30 polls");
+        };
+        assert_eq!(homes_in(&view), Some(4), "h1 once, and h4");
     }
 }

@@ -58,35 +58,50 @@ pub struct FleetView {
     pub homes_with_active_alarms: u64,
 }
 
-/// What the fleet view needs of one window block: its counts and its alarms, not its homes'
-/// readings. A poll at the reference load covers some 48,000 blocks of 125 homes each; the
-/// page keeps these instead of the blocks, and each block is summarised once per version.
+/// What the fleet view needs of one window block: its counts, and its alarms while one of them
+/// can still be active — not its homes' readings. A poll at the reference load covers some
+/// 48,000 blocks of 125 homes each; the page keeps these instead of the blocks, and each block
+/// is summarised once per version. The homes a block names go to [`HomesSeen`], not here.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlockSummary {
     pub window_start: DateTime<Utc>,
     pub events: u64,
-    /// The homes that reported in the block, as hashes ([`HomesSeen`] unions them per window).
-    pub homes: Vec<u64>,
-    /// The homes with alarms, with their alarms.
+    /// The block's alarms by kind ([`AlarmKind::ALL`]'s order).
+    pub alarm_counts: [u64; AlarmKind::ALL.len()],
+    /// The homes with alarms, with their alarms; empty once no alarm of the block can be active
+    /// ([`BlockSummary::without_alarm_details`]).
     pub alarms: Vec<(String, Vec<Alarm>)>,
 }
 
 impl BlockSummary {
     pub fn of(block: &WindowAggregate) -> Self {
+        let mut alarm_counts = [0; AlarmKind::ALL.len()];
+        let mut alarms = Vec::new();
+        for (home, activity) in &block.homes {
+            if activity.alarms.is_empty() {
+                continue;
+            }
+            for alarm in &activity.alarms {
+                alarm_counts[alarm.kind.index()] += 1;
+            }
+            alarms.push((home.clone(), activity.alarms.clone()));
+        }
         BlockSummary {
             window_start: block.window_start,
             events: block.events,
-            homes: block
-                .homes
-                .keys()
-                .map(|h| crate::layout::fnv1a(h))
-                .collect(),
-            alarms: block
-                .homes
-                .iter()
-                .filter(|(_, activity)| !activity.alarms.is_empty())
-                .map(|(home, activity)| (home.clone(), activity.alarms.clone()))
-                .collect(),
+            alarm_counts,
+            alarms,
+        }
+    }
+
+    /// The same counts without the alarms themselves: what an hour-old block costs the page.
+    /// The fleet view lists only alarms at most [`ACTIVE_ALARM_MINUTES`] old, and a block holds
+    /// readings of its window alone, so once the window has ended that long ago its alarms are
+    /// counted and never listed again.
+    pub fn without_alarm_details(&self) -> Self {
+        BlockSummary {
+            alarms: Vec::new(),
+            ..self.clone()
         }
     }
 }
@@ -94,29 +109,119 @@ impl BlockSummary {
 /// The distinct homes seen per window, kept as blocks are read: a block only ever gains
 /// readings, so a window's homes only grow, and a new version of a block adds its homes
 /// without the old version's being taken out.
+///
+/// A window's set of homes (100,000 at the reference load, about 2 MiB) is needed only while
+/// its blocks change. [`HomesSeen::settle`] keeps just the count of a window quiet for a while;
+/// when a block of a settled window changes after all (a partition catching up on old
+/// readings), the page counts that window again from all its blocks
+/// ([`HomesSeen::replace`]). So an hour of history costs a few open windows, not sixty.
 #[derive(Debug, Default)]
 pub struct HomesSeen {
-    by_window: BTreeMap<DateTime<Utc>, std::collections::HashSet<u64>>,
+    by_window: BTreeMap<DateTime<Utc>, WindowHomes>,
+}
+
+#[derive(Debug)]
+enum WindowHomes {
+    /// Still changing: the homes, and when a block of the window last brought any.
+    Open {
+        homes: std::collections::HashSet<u64>,
+        changed: DateTime<Utc>,
+    },
+    /// Quiet: only the count is kept.
+    Settled(u64),
 }
 
 impl HomesSeen {
-    pub fn add(&mut self, block: &BlockSummary) {
-        self.by_window
-            .entry(block.window_start)
-            .or_default()
-            .extend(block.homes.iter().copied());
+    /// Adds the homes (hashed with [`crate::layout::fnv1a`]) of a block of the window starting at
+    /// `window_start`, read at `now`. The window must not be settled: a settled window is
+    /// counted again whole, with [`HomesSeen::replace`].
+    pub fn add(
+        &mut self,
+        window_start: DateTime<Utc>,
+        homes: impl IntoIterator<Item = u64>,
+        now: DateTime<Utc>,
+    ) {
+        let entry = self
+            .by_window
+            .entry(window_start)
+            .or_insert_with(|| WindowHomes::Open {
+                homes: Default::default(),
+                changed: now,
+            });
+        match entry {
+            WindowHomes::Open {
+                homes: seen,
+                changed,
+            } => {
+                seen.extend(homes);
+                *changed = now;
+            }
+            WindowHomes::Settled(_) => {
+                debug_assert!(false, "homes added to a settled window");
+            }
+        }
+    }
+
+    /// A window's homes, all of them, counted again from all its blocks: the window is open
+    /// again, changed at `now`.
+    pub fn replace(
+        &mut self,
+        window_start: DateTime<Utc>,
+        homes: std::collections::HashSet<u64>,
+        now: DateTime<Utc>,
+    ) {
+        self.by_window.insert(
+            window_start,
+            WindowHomes::Open {
+                homes,
+                changed: now,
+            },
+        );
+    }
+
+    pub fn is_settled(&self, window_start: DateTime<Utc>) -> bool {
+        matches!(
+            self.by_window.get(&window_start),
+            Some(WindowHomes::Settled(_))
+        )
     }
 
     pub fn count(&self, window_start: DateTime<Utc>) -> u64 {
+        match self.by_window.get(&window_start) {
+            Some(WindowHomes::Open { homes, .. }) => homes.len() as u64,
+            Some(WindowHomes::Settled(count)) => *count,
+            None => 0,
+        }
+    }
+
+    /// Keeps only the count of each window no block of which brought homes in the last `quiet`.
+    pub fn settle(&mut self, now: DateTime<Utc>, quiet: Duration) {
+        for window in self.by_window.values_mut() {
+            if let WindowHomes::Open { homes, changed } = window
+                && now - *changed >= quiet
+            {
+                *window = WindowHomes::Settled(homes.len() as u64);
+            }
+        }
+    }
+
+    /// How many windows keep their homes (the rest keep a count).
+    pub fn open_windows(&self) -> usize {
         self.by_window
-            .get(&window_start)
-            .map_or(0, |homes| homes.len() as u64)
+            .values()
+            .filter(|w| matches!(w, WindowHomes::Open { .. }))
+            .count()
     }
 
     /// Forgets the windows before `oldest`.
     pub fn retain_from(&mut self, oldest: DateTime<Utc>) {
         self.by_window = self.by_window.split_off(&oldest);
     }
+}
+
+/// The homes a block names, hashed as [`HomesSeen`] keeps them.
+pub fn homes_of(block: &WindowAggregate) -> impl Iterator<Item = u64> + '_ {
+    block.homes.keys().map(|h| crate::layout::fnv1a(h))
 }
 
 /// The fleet over the last hour, from the summaries of every window block of the hub in that
@@ -130,15 +235,17 @@ pub fn fleet_view(
     let since = now - Duration::minutes(HISTORY_MINUTES);
     let active_since = now - Duration::minutes(ACTIVE_ALARM_MINUTES);
     let mut minutes: BTreeMap<DateTime<Utc>, (u64, u64)> = BTreeMap::new();
-    let mut alarms_by_type = BTreeMap::new();
+    let mut by_kind = [0u64; AlarmKind::ALL.len()];
     let mut latest_alarm: BTreeMap<&str, &Alarm> = BTreeMap::new();
     for block in blocks.iter().filter(|b| b.window_start >= since) {
         let minute = minutes.entry(block.window_start).or_default();
         minute.0 += block.events;
+        for (total, n) in by_kind.iter_mut().zip(block.alarm_counts) {
+            *total += n;
+            minute.1 += n;
+        }
         for (home, alarms) in &block.alarms {
-            minute.1 += alarms.len() as u64;
             for alarm in alarms {
-                *alarms_by_type.entry(alarm.kind).or_insert(0) += 1;
                 // A home's most urgent active alarm, its latest of that kind.
                 let shown_first = latest_alarm
                     .get(home.as_str())
@@ -149,6 +256,11 @@ pub fn fleet_view(
             }
         }
     }
+    let alarms_by_type: BTreeMap<AlarmKind, u64> = AlarmKind::ALL
+        .into_iter()
+        .zip(by_kind)
+        .filter(|(_, n)| *n > 0)
+        .collect();
     let mut active_alarms: Vec<HomeAlarm> = latest_alarm
         .into_iter()
         .map(|(home, alarm)| HomeAlarm {
@@ -458,26 +570,91 @@ mod tests {
             .map(|b| Arc::new(BlockSummary::of(b)))
             .collect();
         let mut homes = HomesSeen::default();
-        for s in &summaries {
-            homes.add(s);
+        for b in blocks {
+            homes.add(b.window_start, homes_of(b), now);
         }
         fleet_view("sensors", &summaries, &homes, now)
     }
 
     #[test]
     fn a_new_version_of_a_block_adds_its_homes_without_counting_the_old_ones_twice() {
-        let first = BlockSummary::of(&block("0", 1, &[("h1", 3, vec![])]));
-        let second = BlockSummary::of(&block("0", 1, &[("h1", 4, vec![]), ("h2", 1, vec![])]));
-        let other = BlockSummary::of(&block("0", 2, &[("h1", 1, vec![])]));
+        let first = block("0", 1, &[("h1", 3, vec![])]);
+        let second = block("0", 1, &[("h1", 4, vec![]), ("h2", 1, vec![])]);
+        let other = block("0", 2, &[("h1", 1, vec![])]);
         let mut homes = HomesSeen::default();
         for b in [&first, &second, &other] {
-            homes.add(b);
+            homes.add(b.window_start, homes_of(b), at(3, 0));
         }
         assert_eq!(homes.count(at(1, 0)), 2);
         assert_eq!(homes.count(at(2, 0)), 1);
         homes.retain_from(at(2, 0));
         assert_eq!(homes.count(at(1, 0)), 0);
         assert_eq!(homes.count(at(2, 0)), 1);
+    }
+
+    #[test]
+    fn a_quiet_window_keeps_its_count_and_is_counted_again_whole_when_it_changes() {
+        let first = block("0", 1, &[("h1", 3, vec![]), ("h2", 1, vec![])]);
+        let late = block("0", 2, &[("h3", 1, vec![])]);
+        let mut homes = HomesSeen::default();
+        homes.add(at(1, 0), homes_of(&first), at(2, 0));
+        homes.add(at(2, 0), homes_of(&late), at(2, 30));
+        homes.settle(at(3, 0), Duration::minutes(1));
+        assert!(homes.is_settled(at(1, 0)), "quiet for a minute");
+        assert!(!homes.is_settled(at(2, 0)), "changed 30 s ago");
+        assert_eq!(homes.open_windows(), 1);
+        assert_eq!(homes.count(at(1, 0)), 2, "the count outlives the set");
+
+        // A block of the settled window gains h1 again and h4: counted again from every block.
+        let grown = block("0", 1, &[("h1", 1, vec![]), ("h4", 1, vec![])]);
+        let whole = homes_of(&first).chain(homes_of(&grown)).collect();
+        homes.replace(at(1, 0), whole, at(3, 10));
+        assert_eq!(homes.count(at(1, 0)), 3);
+        homes.settle(at(3, 40), Duration::minutes(1));
+        assert!(!homes.is_settled(at(1, 0)), "changed 30 s ago");
+        homes.settle(at(4, 10), Duration::minutes(1));
+        assert!(homes.is_settled(at(1, 0)));
+        assert_eq!(homes.count(at(1, 0)), 3);
+        assert_eq!(homes.open_windows(), 0);
+    }
+
+    #[test]
+    fn a_block_without_alarm_details_counts_the_same() {
+        let b = block(
+            "0",
+            1,
+            &[
+                (
+                    "h1",
+                    2,
+                    vec![alarm(AlarmKind::Smoke, "kitchen-smoke", at(1, 5))],
+                ),
+                (
+                    "h2",
+                    2,
+                    vec![
+                        alarm(AlarmKind::Intrusion, "front-door", at(1, 6)),
+                        alarm(AlarmKind::Intrusion, "back-door", at(1, 7)),
+                    ],
+                ),
+            ],
+        );
+        let full = BlockSummary::of(&b);
+        let counted = full.without_alarm_details();
+        assert!(counted.alarms.is_empty());
+        let mut homes = HomesSeen::default();
+        homes.add(b.window_start, homes_of(&b), at(1, 10));
+        // Eleven minutes on, neither alarm is active: the two summaries give the same view.
+        let now = at(12, 10);
+        let with_details = fleet_view("sensors", &[Arc::new(full)], &homes, now);
+        let without = fleet_view("sensors", &[Arc::new(counted)], &homes, now);
+        assert_eq!(with_details, without);
+        assert_eq!(
+            without.alarms_by_type,
+            [(AlarmKind::Intrusion, 2), (AlarmKind::Smoke, 1)].into()
+        );
+        assert_eq!(without.minutes[0].alarms, 3);
+        assert_eq!(without.minutes[0].homes, 2);
     }
 
     #[test]

@@ -169,19 +169,80 @@ pub(super) async fn start_handler(
     process: &HandlerProcess,
     invoker: &Invoker,
 ) -> Result<tokio::process::Child, EmulateError> {
-    let mut child = process.spawn()?;
+    start_or_exit(process, invoker).await.map_err(|e| e.error)
+}
+
+/// A handler that did not come up, and whether it exited before answering (the sign of a port
+/// taken by someone else, among other causes).
+struct NotStarted {
+    exited: bool,
+    error: EmulateError,
+}
+
+async fn start_or_exit(
+    process: &HandlerProcess,
+    invoker: &Invoker,
+) -> Result<tokio::process::Child, NotStarted> {
+    let mut child = process.spawn().map_err(|error| NotStarted {
+        exited: false,
+        error,
+    })?;
     tokio::select! {
         ready = invoker.wait_ready(HANDLER_START_TIMEOUT) => {
-            ready.map_err(|e| EmulateError::HandlerStart { command: process.describe(), problem: e.to_string() })?;
+            ready.map_err(|e| NotStarted {
+                exited: false,
+                error: EmulateError::HandlerStart { command: process.describe(), problem: e.to_string() },
+            })?;
         }
         status = child.wait() => {
-            return Err(EmulateError::HandlerStart {
-                command: process.describe(),
-                problem: format!("it exited ({}) before answering GET /", status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())),
+            return Err(NotStarted {
+                exited: true,
+                error: EmulateError::HandlerStart {
+                    command: process.describe(),
+                    problem: format!("it exited ({}) before answering GET /", status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())),
+                },
             });
         }
     }
     Ok(child)
+}
+
+/// Ports tried for a handler that exits before answering.
+const HANDLER_PORT_ATTEMPTS: usize = 3;
+
+/// A free port for the handler, the handler started on it and answering, and the invoker that
+/// reaches it. The port is probed free, then the handler binds it: another process can take it
+/// in between, and the handler then exits ("address in use") before answering. So a handler
+/// that exits before answering is started again on another port, twice at most; a handler that
+/// exits for another reason fails the same way each time, and its last error is returned.
+pub(super) async fn start_on_free_port(
+    app: &FunctionApp,
+    settings: &AppSettings,
+    stdout_to_stderr: bool,
+) -> Result<(HandlerProcess, Invoker, tokio::process::Child, u16), EmulateError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let port = crate::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
+            command: "-".into(),
+            problem: format!("no free port: {e}"),
+        })?;
+        let mut process = HandlerProcess::from_app(app, settings, port)?;
+        if stdout_to_stderr {
+            process.stdout_to_stderr();
+        }
+        let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
+        match start_or_exit(&process, &invoker).await {
+            Ok(child) => return Ok((process, invoker, child, port)),
+            Err(NotStarted {
+                exited: true,
+                error,
+            }) if attempt < HANDLER_PORT_ATTEMPTS => {
+                tracing::warn!(port, %error, "the custom handler exited before answering; trying another port");
+            }
+            Err(not_started) => return Err(not_started.error),
+        }
+    }
 }
 
 /// SIGTERM, a moment to finish, then SIGKILL.
@@ -200,4 +261,65 @@ pub(super) async fn stop_child(child: &mut tokio::process::Child) {
         }
     }
     let _ = child.kill().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A function app whose custom handler is `script` (a shell script in the app's folder).
+    fn script_app(script: &str) -> (tempfile::TempDir, FunctionApp, AppSettings) {
+        use std::os::unix::fs::PermissionsExt;
+        let app_dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            app_dir.path().join("host.json"),
+            r#"{"version": "2.0", "customHandler": {"description": {"defaultExecutablePath": "handler.sh"}}}"#,
+        )
+        .unwrap();
+        let path = app_dir.path().join("handler.sh");
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let app = FunctionApp::load(app_dir.path()).unwrap();
+        let settings = AppSettings::load(app_dir.path()).unwrap();
+        (app_dir, app, settings)
+    }
+
+    /// A handler whose first start exits before answering, as one whose port was taken does;
+    /// the second start serves. `start_on_free_port` must come up on its second port.
+    #[tokio::test]
+    async fn a_handler_that_exits_before_answering_is_started_again_on_another_port() {
+        let (app_dir, app, settings) = script_app(
+            "#!/bin/sh\n\
+             echo \"$FUNCTIONS_CUSTOMHANDLER_PORT\" >> ports\n\
+             if [ ! -e started-once ]; then touch started-once; exit 98; fi\n\
+             exec python3 -m http.server --bind 127.0.0.1 \"$FUNCTIONS_CUSTOMHANDLER_PORT\"\n",
+        );
+
+        let (_, invoker, mut child, port) = start_on_free_port(&app, &settings, true)
+            .await
+            .expect("the second start answers");
+        let ports = std::fs::read_to_string(app_dir.path().join("ports")).unwrap();
+        let ports: Vec<u16> = ports.lines().map(|p| p.parse().unwrap()).collect();
+        assert_eq!(ports.len(), 2, "started twice: {ports:?}");
+        assert_eq!(ports[1], port, "the handler serves on the port returned");
+        invoker
+            .wait_ready(Duration::from_secs(5))
+            .await
+            .expect("it answers on that port");
+        stop_child(&mut child).await;
+    }
+
+    /// A handler that always exits before answering is given up after the attempts, with its
+    /// own exit in the error.
+    #[tokio::test]
+    async fn a_handler_that_always_exits_fails_with_its_exit() {
+        let (app_dir, app, settings) = script_app("#!/bin/sh\necho started >> starts\nexit 7\n");
+
+        let Err(error) = start_on_free_port(&app, &settings, true).await else {
+            panic!("a handler that exits cannot start");
+        };
+        assert!(error.to_string().contains("exit status: 7"), "{error}");
+        let starts = std::fs::read_to_string(app_dir.path().join("starts")).unwrap();
+        assert_eq!(starts.lines().count(), HANDLER_PORT_ATTEMPTS);
+    }
 }

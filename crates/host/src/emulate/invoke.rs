@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 
-use super::handler_process::{HandlerProcess, start_handler, stop_child};
+use super::handler_process::{start_on_free_port, stop_child};
 use super::{AppSettings, EmulateError, EventSender, OutputPlan, resolve_trigger};
 use crate::invoker::{InvokeError, Invoker};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
@@ -253,16 +253,8 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
     let (invoker, mut child) = match &opts.url {
         Some(url) => (Invoker::new(url.trim_end_matches('/')), None),
         None => {
-            let port =
-                crate::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
-                    command: "-".into(),
-                    problem: format!("no free port: {e}"),
-                })?;
-            let mut process = HandlerProcess::from_app(&app, &settings, port)?;
             // stdout is the answer's: the handler's own output goes to stderr.
-            process.stdout_to_stderr();
-            let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
-            let child = start_handler(&process, &invoker).await?;
+            let (_, invoker, child, _) = start_on_free_port(&app, &settings, true).await?;
             (invoker, Some(child))
         }
     };

@@ -28,7 +28,6 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::invoker::Invoker;
 use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::function_app::{EventHubTrigger, FunctionApp, FunctionSpec};
 use hubhost_processor::ProcessorOptions;
@@ -41,7 +40,7 @@ pub use outputs::{EventSender, OutputPlan, OutputsDone};
 pub use settings::AppSettings;
 pub use triggers::{InstanceTriggers, TriggerCounts};
 
-use handler_process::{HandlerProcess, start_handler, stop_child};
+use handler_process::{HandlerProcess, start_handler, start_on_free_port, stop_child};
 use metrics::{LastEnqueued, MetricsPage};
 
 /// The setting a trigger without `connection` uses.
@@ -269,13 +268,7 @@ pub async fn run(
         None
     };
 
-    let port = crate::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
-        command: "-".into(),
-        problem: format!("no free port: {e}"),
-    })?;
-    let process = HandlerProcess::from_app(&app, &settings, port)?;
-    let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
-    let mut child = start_handler(&process, &invoker).await?;
+    let (process, invoker, mut child, port) = start_on_free_port(&app, &settings, false).await?;
 
     let stop = CancellationToken::new();
     let mut triggers =
