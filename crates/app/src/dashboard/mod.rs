@@ -188,6 +188,20 @@ struct FleetCache {
     homes: views::HomesSeen,
 }
 
+/// Keeps what one listing of a window learnt: the blocks' summaries and the window's names.
+fn keep_listing(
+    cache: &mut FleetCache,
+    start: DateTime<Utc>,
+    now: DateTime<Utc>,
+    names: Vec<String>,
+    summaries: Vec<(String, ETag, views::BlockSummary)>,
+) {
+    for (name, etag, summary) in summaries {
+        cache.blocks.insert(name, (etag, Arc::new(summary)));
+    }
+    cache.windows.insert(start, (now, names));
+}
+
 /// How many polls the operations chart shows (at one a second: five minutes).
 const HISTORY_POINTS: usize = 300;
 
@@ -394,7 +408,9 @@ impl Dashboard {
 
     /// Lists one window's blocks and summarises the ones new or changed since the last listing.
     /// If the window's homes were settled to a count and a block changed, all its blocks are
-    /// read to count them again (rare: a partition catching up on old readings).
+    /// read to count them again (rare: a partition catching up on old readings). What a listing
+    /// learnt is kept in one step at the end, so that a poll that fails half-way, or another poll
+    /// settling the window meanwhile, loses no home.
     async fn relist_window(
         &self,
         hub: &str,
@@ -405,9 +421,9 @@ impl Dashboard {
             .store
             .list(&self.container, &layout::window_prefix(hub, start))
             .await?;
-        let (changed, settled) = {
+        let changed: Vec<bool> = {
             let cache = self.fleet_cache.lock().expect("fleet cache");
-            let changed: Vec<bool> = listed
+            listed
                 .iter()
                 .map(|entry| {
                     cache
@@ -415,42 +431,52 @@ impl Dashboard {
                         .get(&entry.name)
                         .is_none_or(|(etag, _)| *etag != entry.etag)
                 })
-                .collect();
-            (changed, cache.homes.is_settled(start))
+                .collect()
         };
-        let recount = settled && changed.iter().any(|c| *c);
-        let mut recounted = std::collections::HashSet::new();
-        let mut names = Vec::with_capacity(listed.len());
-        for (entry, changed) in listed.into_iter().zip(changed) {
-            if changed || recount {
-                let Some(blob) = self.store.get(&self.container, &entry.name).await? else {
-                    continue;
-                };
-                // A block the app cannot have written is skipped, not shown half.
-                let Ok(block) = serde_json::from_slice::<WindowAggregate>(&blob.data) else {
-                    tracing::warn!(blob = %entry.name, "not a window block; skipped");
-                    continue;
-                };
-                if recount {
-                    recounted.extend(views::homes_of(&block));
-                }
-                let summary = Arc::new(views::BlockSummary::of(&block));
-                let mut cache = self.fleet_cache.lock().expect("fleet cache");
-                if !recount {
-                    cache.homes.add(start, views::homes_of(&block), now);
-                }
-                cache
-                    .blocks
-                    .insert(entry.name.clone(), (blob.properties.etag, summary));
+        let mut homes = std::collections::HashSet::new();
+        let mut summaries = Vec::new();
+        for (entry, _) in listed.iter().zip(&changed).filter(|(_, c)| **c) {
+            if let Some((etag, block)) = self.read_block(&entry.name).await? {
+                homes.extend(views::homes_of(&block));
+                summaries.push((entry.name.clone(), etag, views::BlockSummary::of(&block)));
             }
-            names.push(entry.name);
+        }
+        let names: Vec<String> = listed.iter().map(|e| e.name.clone()).collect();
+        {
+            let mut cache = self.fleet_cache.lock().expect("fleet cache");
+            if homes.is_empty() || cache.homes.add(start, homes.iter().copied(), now) {
+                keep_listing(&mut cache, start, now, names, summaries);
+                return Ok(());
+            }
+        }
+        // Settled: the homes of the blocks that did not change are read again.
+        for (entry, _) in listed.iter().zip(&changed).filter(|(_, c)| !**c) {
+            if let Some((_, block)) = self.read_block(&entry.name).await? {
+                homes.extend(views::homes_of(&block));
+            }
         }
         let mut cache = self.fleet_cache.lock().expect("fleet cache");
-        if recount {
-            cache.homes.replace(start, recounted, now);
-        }
-        cache.windows.insert(start, (now, names));
+        cache.homes.replace(start, homes, now);
+        keep_listing(&mut cache, start, now, names, summaries);
         Ok(())
+    }
+
+    /// A window block and its ETag; `None` if it is gone or not a block the app can have
+    /// written (skipped, not shown half).
+    async fn read_block(
+        &self,
+        name: &str,
+    ) -> Result<Option<(ETag, WindowAggregate)>, DashboardError> {
+        let Some(blob) = self.store.get(&self.container, name).await? else {
+            return Ok(None);
+        };
+        match serde_json::from_slice::<WindowAggregate>(&blob.data) {
+            Ok(block) => Ok(Some((blob.properties.etag, block))),
+            Err(_) => {
+                tracing::warn!(blob = %name, "not a window block; skipped");
+                Ok(None)
+            }
+        }
     }
 
     pub async fn home(

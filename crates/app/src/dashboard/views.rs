@@ -132,15 +132,17 @@ enum WindowHomes {
 }
 
 impl HomesSeen {
-    /// Adds the homes (hashed with [`crate::layout::fnv1a`]) of a block of the window starting at
-    /// `window_start`, read at `now`. The window must not be settled: a settled window is
-    /// counted again whole, with [`HomesSeen::replace`].
+    /// Adds the homes (hashed with [`crate::layout::fnv1a`]) of blocks of the window starting
+    /// at `window_start`, read at `now`. Returns `false`, adding nothing, if the window is
+    /// settled: it has only a count, so it must be counted again whole
+    /// ([`HomesSeen::replace`]).
+    #[must_use]
     pub fn add(
         &mut self,
         window_start: DateTime<Utc>,
         homes: impl IntoIterator<Item = u64>,
         now: DateTime<Utc>,
-    ) {
+    ) -> bool {
         let entry = self
             .by_window
             .entry(window_start)
@@ -155,10 +157,9 @@ impl HomesSeen {
             } => {
                 seen.extend(homes);
                 *changed = now;
+                true
             }
-            WindowHomes::Settled(_) => {
-                debug_assert!(false, "homes added to a settled window");
-            }
+            WindowHomes::Settled(_) => false,
         }
     }
 
@@ -571,7 +572,7 @@ mod tests {
             .collect();
         let mut homes = HomesSeen::default();
         for b in blocks {
-            homes.add(b.window_start, homes_of(b), now);
+            assert!(homes.add(b.window_start, homes_of(b), now));
         }
         fleet_view("sensors", &summaries, &homes, now)
     }
@@ -583,7 +584,7 @@ mod tests {
         let other = block("0", 2, &[("h1", 1, vec![])]);
         let mut homes = HomesSeen::default();
         for b in [&first, &second, &other] {
-            homes.add(b.window_start, homes_of(b), at(3, 0));
+            assert!(homes.add(b.window_start, homes_of(b), at(3, 0)));
         }
         assert_eq!(homes.count(at(1, 0)), 2);
         assert_eq!(homes.count(at(2, 0)), 1);
@@ -597,16 +598,19 @@ mod tests {
         let first = block("0", 1, &[("h1", 3, vec![]), ("h2", 1, vec![])]);
         let late = block("0", 2, &[("h3", 1, vec![])]);
         let mut homes = HomesSeen::default();
-        homes.add(at(1, 0), homes_of(&first), at(2, 0));
-        homes.add(at(2, 0), homes_of(&late), at(2, 30));
+        assert!(homes.add(at(1, 0), homes_of(&first), at(2, 0)));
+        assert!(homes.add(at(2, 0), homes_of(&late), at(2, 30)));
         homes.settle(at(3, 0), Duration::minutes(1));
         assert!(homes.is_settled(at(1, 0)), "quiet for a minute");
         assert!(!homes.is_settled(at(2, 0)), "changed 30 s ago");
         assert_eq!(homes.open_windows(), 1);
         assert_eq!(homes.count(at(1, 0)), 2, "the count outlives the set");
 
-        // A block of the settled window gains h1 again and h4: counted again from every block.
+        // A block of the settled window gains h1 again and h4: a settled window takes no homes
+        // one by one; it is counted again from every block.
         let grown = block("0", 1, &[("h1", 1, vec![]), ("h4", 1, vec![])]);
+        assert!(!homes.add(at(1, 0), homes_of(&grown), at(3, 10)));
+        assert_eq!(homes.count(at(1, 0)), 2);
         let whole = homes_of(&first).chain(homes_of(&grown)).collect();
         homes.replace(at(1, 0), whole, at(3, 10));
         assert_eq!(homes.count(at(1, 0)), 3);
@@ -643,7 +647,7 @@ mod tests {
         let counted = full.without_alarm_details();
         assert!(counted.alarms.is_empty());
         let mut homes = HomesSeen::default();
-        homes.add(b.window_start, homes_of(&b), at(1, 10));
+        assert!(homes.add(b.window_start, homes_of(&b), at(1, 10)));
         // Eleven minutes on, neither alarm is active: the two summaries give the same view.
         let now = at(12, 10);
         let with_details = fleet_view("sensors", &[Arc::new(full)], &homes, now);
