@@ -100,8 +100,10 @@ impl BlockSummary {
     /// counted and never listed again.
     pub fn without_alarm_details(&self) -> Self {
         BlockSummary {
+            window_start: self.window_start,
+            events: self.events,
+            alarm_counts: self.alarm_counts,
             alarms: Vec::new(),
-            ..self.clone()
         }
     }
 }
