@@ -18,8 +18,9 @@
 //! ETag, so a poll re-reads only the blocks that changed; it lists the two newest windows on
 //! every poll and two older ones, each older window about every 30 s (a listing is billed like
 //! a write). Its memory and a poll's work stay flat as the hour of history fills: blocks too old
-//! for an active alarm keep only counts, and windows that stopped changing keep only their
-//! count of homes. The home view caches the blocks of the partition it shows. The page's assets
+//! for an active alarm keep only counts, windows that stopped changing keep only their count of
+//! homes, and windows both quiet and too old for an active alarm one summary for all their
+//! blocks, with a digest of their listing to notice a change. The home view caches the blocks of the partition it shows. The page's assets
 //! are compiled in (no CDN) and it puts every value into the document as text, never as markup.
 
 pub mod explorer;
@@ -181,25 +182,84 @@ const HOMES_SETTLE_AFTER: Duration = Duration::minutes(2);
 /// What the fleet view keeps between polls.
 #[derive(Default)]
 struct FleetCache {
-    /// Window start → when it was last listed, and the blocks it held then.
-    windows: BTreeMap<DateTime<Utc>, (DateTime<Utc>, Vec<String>)>,
-    /// Block name → the ETag its summary was made at, and the summary.
-    blocks: HashMap<String, (ETag, Arc<views::BlockSummary>)>,
+    windows: BTreeMap<DateTime<Utc>, ListedWindow>,
     homes: views::HomesSeen,
 }
 
-/// Keeps what one listing of a window learnt: the blocks' summaries and the window's names.
+/// What the fleet view keeps of one window.
+struct ListedWindow {
+    /// When the window was last listed.
+    listed: DateTime<Utc>,
+    /// A digest of that listing's block names and ETags ([`listing_digest`]).
+    listing: u64,
+    blocks: WindowBlocks,
+}
+
+/// A window's blocks as the fleet view keeps them.
+///
+/// Invariant: a window is `Merged` only while its homes are settled to a count, so a change to
+/// a merged window has it read again whole, blocks and homes together.
+enum WindowBlocks {
+    /// Each block's summary, with the ETag it was made at, by block name: while the window's
+    /// blocks change or one of its alarms can still be active.
+    Each(HashMap<String, (ETag, Arc<views::BlockSummary>)>),
+    /// One summary for all the window's blocks ([`views::BlockSummary::merged`]): an hour of
+    /// history costs some 800 block names and ETags a window at the reference load, and only
+    /// the last few windows need them.
+    Merged(Arc<views::BlockSummary>),
+}
+
+/// A digest of a listing's block names and ETags: equal digests, unchanged blocks.
+fn listing_digest(listed: &[hubhost_storage::BlobProperties]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut entries: Vec<(&str, &str)> = listed
+        .iter()
+        .map(|b| (b.name.as_str(), b.etag.as_str()))
+        .collect();
+    entries.sort_unstable();
+    let mut hasher = std::hash::DefaultHasher::new();
+    entries.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Keeps what one listing of a window learnt: a summary for each block listed, new ones from
+/// `summaries` and the others as they were.
 fn keep_listing(
     cache: &mut FleetCache,
     start: DateTime<Utc>,
     now: DateTime<Utc>,
-    names: Vec<String>,
+    listed: &[hubhost_storage::BlobProperties],
     summaries: Vec<(String, ETag, views::BlockSummary)>,
 ) {
-    for (name, etag, summary) in summaries {
-        cache.blocks.insert(name, (etag, Arc::new(summary)));
+    let mut kept = match cache.windows.remove(&start) {
+        Some(ListedWindow {
+            blocks: WindowBlocks::Each(blocks),
+            ..
+        }) => blocks,
+        _ => HashMap::new(),
+    };
+    let mut new: HashMap<String, (ETag, views::BlockSummary)> = summaries
+        .into_iter()
+        .map(|(name, etag, summary)| (name, (etag, summary)))
+        .collect();
+    let mut blocks = HashMap::with_capacity(listed.len());
+    for entry in listed {
+        let block = match new.remove(&entry.name) {
+            Some((etag, summary)) => Some((etag, Arc::new(summary))),
+            None => kept.remove(&entry.name),
+        };
+        if let Some(block) = block {
+            blocks.insert(entry.name.clone(), block);
+        }
     }
-    cache.windows.insert(start, (now, names));
+    cache.windows.insert(
+        start,
+        ListedWindow {
+            listed: now,
+            listing: listing_digest(listed),
+            blocks: WindowBlocks::Each(blocks),
+        },
+    );
 }
 
 /// How many polls the operations chart shows (at one a second: five minutes).
@@ -360,8 +420,8 @@ impl Dashboard {
                 match cache.windows.get(&start) {
                     _ if fresh < FRESH_WINDOWS => due.push(start),
                     None => due.push(start),
-                    Some((listed, _)) if now - *listed >= OLD_WINDOWS_RELISTED_EVERY => {
-                        old_due.push((*listed, start))
+                    Some(window) if now - window.listed >= OLD_WINDOWS_RELISTED_EVERY => {
+                        old_due.push((window.listed, start))
                     }
                     Some(_) => {}
                 }
@@ -380,23 +440,37 @@ impl Dashboard {
             self.relist_window(&hub, start, now).await?;
         }
         let active_since = now - Duration::minutes(views::ACTIVE_ALARM_MINUTES);
-        let mut cache = self.fleet_cache.lock().expect("fleet cache");
+        let mut guard = self.fleet_cache.lock().expect("fleet cache");
+        let cache = &mut *guard;
         cache.windows = cache.windows.split_off(&oldest);
-        cache
-            .blocks
-            .retain(|_, (_, summary)| summary.window_start >= oldest);
-        for (_, summary) in cache.blocks.values_mut() {
-            if !summary.alarms.is_empty() && summary.window_start + step <= active_since {
-                *summary = Arc::new(summary.without_alarm_details());
-            }
-        }
         cache.homes.retain_from(oldest);
         cache.homes.settle(now, HOMES_SETTLE_AFTER);
+        for (start, window) in cache.windows.iter_mut() {
+            let WindowBlocks::Each(blocks) = &mut window.blocks else {
+                continue;
+            };
+            if *start + step > active_since {
+                continue;
+            }
+            if cache.homes.is_settled(*start) {
+                let merged =
+                    views::BlockSummary::merged(*start, blocks.values().map(|(_, s)| &**s));
+                window.blocks = WindowBlocks::Merged(Arc::new(merged));
+            } else {
+                for (_, summary) in blocks.values_mut() {
+                    if !summary.alarms.is_empty() {
+                        *summary = Arc::new(summary.without_alarm_details());
+                    }
+                }
+            }
+        }
         let summaries: Vec<Arc<views::BlockSummary>> = cache
             .windows
             .values()
-            .flat_map(|(_, names)| names)
-            .filter_map(|name| cache.blocks.get(name).map(|(_, s)| s.clone()))
+            .flat_map(|window| match &window.blocks {
+                WindowBlocks::Each(blocks) => blocks.values().map(|(_, s)| s.clone()).collect(),
+                WindowBlocks::Merged(summary) => vec![summary.clone()],
+            })
             .collect();
         Ok(views::fleet_view(
             &self.sources.hub,
@@ -421,17 +495,28 @@ impl Dashboard {
             .store
             .list(&self.container, &layout::window_prefix(hub, start))
             .await?;
+        // Which blocks to read: those new or changed since the last listing, or all of them
+        // if the window is merged and its listing changed.
         let changed: Vec<bool> = {
-            let cache = self.fleet_cache.lock().expect("fleet cache");
-            listed
-                .iter()
-                .map(|entry| {
-                    cache
-                        .blocks
-                        .get(&entry.name)
-                        .is_none_or(|(etag, _)| *etag != entry.etag)
-                })
-                .collect()
+            let mut cache = self.fleet_cache.lock().expect("fleet cache");
+            match cache.windows.get_mut(&start) {
+                Some(window) => match &window.blocks {
+                    WindowBlocks::Merged(_) if window.listing == listing_digest(&listed) => {
+                        window.listed = now;
+                        return Ok(());
+                    }
+                    WindowBlocks::Merged(_) => vec![true; listed.len()],
+                    WindowBlocks::Each(blocks) => listed
+                        .iter()
+                        .map(|entry| {
+                            blocks
+                                .get(&entry.name)
+                                .is_none_or(|(etag, _)| *etag != entry.etag)
+                        })
+                        .collect(),
+                },
+                None => vec![true; listed.len()],
+            }
         };
         let mut homes = std::collections::HashSet::new();
         let mut summaries = Vec::new();
@@ -441,23 +526,24 @@ impl Dashboard {
                 summaries.push((entry.name.clone(), etag, views::BlockSummary::of(&block)));
             }
         }
-        let names: Vec<String> = listed.iter().map(|e| e.name.clone()).collect();
         {
             let mut cache = self.fleet_cache.lock().expect("fleet cache");
             if homes.is_empty() || cache.homes.add(start, homes.iter().copied(), now) {
-                keep_listing(&mut cache, start, now, names, summaries);
+                keep_listing(&mut cache, start, now, &listed, summaries);
                 return Ok(());
             }
         }
-        // Settled: the homes of the blocks that did not change are read again.
+        // Settled (and perhaps merged since): the blocks that did not change are read too, and
+        // the window is kept whole, homes and summaries.
         for (entry, _) in listed.iter().zip(&changed).filter(|(_, c)| !**c) {
-            if let Some((_, block)) = self.read_block(&entry.name).await? {
+            if let Some((etag, block)) = self.read_block(&entry.name).await? {
                 homes.extend(views::homes_of(&block));
+                summaries.push((entry.name.clone(), etag, views::BlockSummary::of(&block)));
             }
         }
         let mut cache = self.fleet_cache.lock().expect("fleet cache");
         cache.homes.replace(start, homes, now);
-        keep_listing(&mut cache, start, now, names, summaries);
+        keep_listing(&mut cache, start, now, &listed, summaries);
         Ok(())
     }
 
@@ -753,6 +839,31 @@ mod tests {
             .unwrap();
     }
 
+    /// An empty in-memory store, the page on it (minute windows) and a moment to poll at.
+    async fn dashboard_on_memory() -> (SharedStore, Dashboard, DateTime<Utc>) {
+        let store: SharedStore = Arc::new(MemoryStore::default());
+        store.ensure_container("app").await.unwrap();
+        let dashboard = Dashboard::new(store.clone(), "app", 60, DashboardSources::new("sensors"));
+        (store, dashboard, "2026-11-25T12:00:30Z".parse().unwrap())
+    }
+
+    /// Polls a second apart from `t` until `relisted` holds of the cache, which a window's
+    /// listing every 30 s brings within 30 polls.
+    async fn poll_until_relisted(
+        dashboard: &Dashboard,
+        t: &mut DateTime<Utc>,
+        relisted: impl Fn(&FleetCache) -> bool,
+    ) -> views::FleetView {
+        for _ in 0..31 {
+            *t += Duration::seconds(1);
+            let view = dashboard.fleet(*t).await.unwrap();
+            if relisted(&dashboard.fleet_cache.lock().unwrap()) {
+                return view;
+            }
+        }
+        panic!("the window is listed again within 30 polls");
+    }
+
     fn lists(store: &CountingStore) -> u64 {
         store
             .counts
@@ -827,10 +938,7 @@ mod tests {
     /// later has the window counted again from all its blocks.
     #[tokio::test]
     async fn a_settled_window_is_counted_again_when_a_block_changes() {
-        let store: SharedStore = Arc::new(MemoryStore::default());
-        store.ensure_container("app").await.unwrap();
-        let dashboard = Dashboard::new(store.clone(), "app", 60, DashboardSources::new("sensors"));
-        let now: DateTime<Utc> = "2026-11-25T12:00:30Z".parse().unwrap();
+        let (store, dashboard, now) = dashboard_on_memory().await;
         let old = window_start(now, 60) - Duration::minutes(5);
         write_block(&store, old, "0", &["h1", "h2"]).await;
         write_block(&store, old, "1", &["h2", "h3"]).await;
@@ -857,16 +965,62 @@ mod tests {
         }
         // Partition 1's block gains h1 (seen in partition 0's) and h4.
         write_block(&store, old, "1", &["h2", "h3", "h1", "h4"]).await;
-        let mut polls = 0;
-        let view = loop {
-            t += Duration::seconds(1);
-            polls += 1;
-            let view = dashboard.fleet(t).await.unwrap();
-            if !dashboard.fleet_cache.lock().unwrap().homes.is_settled(old) {
-                break view;
-            }
-            assert!(polls <= 31, "the window is listed again within 30 polls");
-        };
+        let view =
+            poll_until_relisted(&dashboard, &mut t, |cache| !cache.homes.is_settled(old)).await;
         assert_eq!(homes_in(&view), Some(4), "h1 once, and h4");
+    }
+
+    /// A window whose homes settled and whose alarms are too old to be active keeps one
+    /// summary for all its blocks; a block of it that changes later has it read again whole.
+    #[tokio::test]
+    async fn an_old_quiet_window_keeps_one_summary_and_is_read_again_when_it_changes() {
+        let (store, dashboard, now) = dashboard_on_memory().await;
+        let old = window_start(now, 60) - Duration::minutes(12);
+        let recent = window_start(now, 60) - Duration::minutes(1);
+        for (partition, homes) in [("0", &["h1", "h2"][..]), ("1", &["h2", "h3"][..])] {
+            write_block(&store, old, partition, homes).await;
+            write_block(&store, recent, partition, homes).await;
+        }
+        let minute_of = |view: &views::FleetView, start| {
+            view.minutes
+                .iter()
+                .find(|m| m.start == start)
+                .map(|m| (m.events, m.homes))
+        };
+        let first = dashboard.fleet(now).await.unwrap();
+        assert_eq!(minute_of(&first, old), Some((4, 3)));
+        let merged = |dashboard: &Dashboard, start| {
+            matches!(
+                dashboard.fleet_cache.lock().unwrap().windows[&start].blocks,
+                WindowBlocks::Merged(_)
+            )
+        };
+        assert!(!merged(&dashboard, old), "its homes are not settled yet");
+        let mut t = now;
+        for _ in 0..150 {
+            t += Duration::seconds(1);
+            dashboard.fleet(t).await.unwrap();
+        }
+        assert!(merged(&dashboard, old), "quiet, and its alarms too old");
+        assert!(
+            !merged(&dashboard, recent),
+            "quiet, but an alarm of it may still be active"
+        );
+        let view = dashboard.fleet(t).await.unwrap();
+        assert_eq!(minute_of(&view, old), Some((4, 3)), "the same counts");
+        assert_eq!(minute_of(&view, recent), Some((4, 3)));
+
+        // Partition 1's block gains h1 (seen in partition 0's) and h4.
+        write_block(&store, old, "1", &["h2", "h3", "h1", "h4"]).await;
+        let view = poll_until_relisted(&dashboard, &mut t, |cache| {
+            !matches!(cache.windows[&old].blocks, WindowBlocks::Merged(_))
+        })
+        .await;
+        assert_eq!(minute_of(&view, old), Some((6, 4)), "h1 once, and h4");
+        let cache = dashboard.fleet_cache.lock().unwrap();
+        let WindowBlocks::Each(blocks) = &cache.windows[&old].blocks else {
+            unreachable!()
+        };
+        assert_eq!(blocks.len(), 2, "both blocks summarised again");
     }
 }

@@ -106,6 +106,29 @@ impl BlockSummary {
             alarms: Vec::new(),
         }
     }
+
+    /// One summary standing for all the blocks of the window starting at `window_start`: their
+    /// events and alarm counts added up, without alarm details. What a window costs the page
+    /// once its blocks stopped changing and none of its alarms can be active: the fleet view
+    /// adds blocks up per window anyway, so the view is the same.
+    pub fn merged<'a>(
+        window_start: DateTime<Utc>,
+        blocks: impl IntoIterator<Item = &'a BlockSummary>,
+    ) -> Self {
+        let mut merged = BlockSummary {
+            window_start,
+            events: 0,
+            alarm_counts: [0; AlarmKind::ALL.len()],
+            alarms: Vec::new(),
+        };
+        for block in blocks {
+            merged.events += block.events;
+            for (total, n) in merged.alarm_counts.iter_mut().zip(block.alarm_counts) {
+                *total += n;
+            }
+        }
+        merged
+    }
 }
 
 /// The distinct homes seen per window, kept as blocks are read: a block only ever gains
@@ -661,6 +684,27 @@ mod tests {
         );
         assert_eq!(without.minutes[0].alarms, 3);
         assert_eq!(without.minutes[0].homes, 2);
+
+        // The window's blocks merged into one summary: the same view again.
+        let other = block(
+            "1",
+            1,
+            &[(
+                "h3",
+                1,
+                vec![alarm(AlarmKind::Smoke, "hall-smoke", at(1, 8))],
+            )],
+        );
+        assert!(homes.add(b.window_start, homes_of(&other), at(1, 10)));
+        let both = [BlockSummary::of(&b), BlockSummary::of(&other)];
+        let separate: Vec<_> = both.iter().cloned().map(Arc::new).collect();
+        let merged = BlockSummary::merged(b.window_start, &both);
+        assert!(merged.alarms.is_empty());
+        assert_eq!(merged.events, 5);
+        let merged_view = fleet_view("sensors", &[Arc::new(merged)], &homes, now);
+        assert_eq!(fleet_view("sensors", &separate, &homes, now), merged_view);
+        assert_eq!(merged_view.minutes[0].alarms, 4);
+        assert_eq!(merged_view.events_last_hour, 5);
     }
 
     #[test]
