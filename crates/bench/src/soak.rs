@@ -47,7 +47,7 @@ pub enum SoakError {
     Other(String),
 }
 
-/// One process over a window: its resident memory and open files, read every [`SAMPLE_EVERY`].
+/// One process over a window: its resident memory and open files, read every 2 s.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProcessSample {
     /// `hub`, the instance's name, or the instance's name and ` handler`.
