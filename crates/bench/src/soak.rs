@@ -7,11 +7,11 @@
 //! window: the applied latency's and the page's p99 in that window, events sent and applied per
 //! second, each process's resident memory (median and peak) and peak open files (read every
 //! 2 s), the hub's and the store's bytes on disk. The verdicts compare windows with each other
-//! (the run is its own baseline): memory flat after warm-up (the last window's median within 10%
-//! of the second's; a process of 50 MiB swings by a quarter within seconds, so a window's peak
-//! says more about when it was read than about growth, and is reported beside), open files flat, the hub's disk
-//! bounded (segments deleted, the last window no larger than the largest before it plus one
-//! segment per partition), p99 within 2× of the first window's.
+//! (the run is its own baseline): memory flat after warm-up (the last window's median within
+//! 10% of the second's; a process of 50 MiB swings by a quarter within seconds, so a window's
+//! peak says more about when it was read than about growth, and is reported beside), open files
+//! flat, the hub's disk bounded (segments deleted, the last window no larger than the largest
+//! before it plus one segment per partition), p99 within 2× of the first window's.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::latency::{APPLIED, open_page};
 use super::load::{AGGREGATOR, LoadError, LoadOptions, Pool, RunningLoad, Workload, fetch_text};
 use hubhost_metrics::{self as metrics, Buckets, Histogram};
+use hubhost_testkit::stats::median_and_range;
 
 #[derive(Debug, Clone)]
 pub struct SoakOptions {
@@ -278,13 +279,13 @@ fn read_process((name, pid): &(String, u32)) -> (String, u64, usize) {
 }
 
 impl ProcessSample {
-    /// A window's summary of one process's readings (at least one).
-    fn of(name: String, mut rss_kib: Vec<u64>, open_files: usize) -> Self {
-        rss_kib.sort_unstable();
+    /// A window's summary of one process's readings.
+    fn of(name: String, rss_kib: Vec<u64>, open_files: usize) -> Self {
+        let (median, _, peak) = median_and_range(rss_kib.into_iter().map(|kib| kib as f64));
         ProcessSample {
             name,
-            rss_median_kib: rss_kib.get(rss_kib.len() / 2).copied().unwrap_or(0),
-            rss_kib: rss_kib.last().copied().unwrap_or(0),
+            rss_median_kib: median as u64,
+            rss_kib: peak as u64,
             open_files,
         }
     }

@@ -20,8 +20,9 @@
 //! a write). Its memory and a poll's work stay flat as the hour of history fills: blocks too old
 //! for an active alarm keep only counts, windows that stopped changing keep only their count of
 //! homes, and windows both quiet and too old for an active alarm one summary for all their
-//! blocks, with a digest of their listing to notice a change. The home view caches the blocks of the partition it shows. The page's assets
-//! are compiled in (no CDN) and it puts every value into the document as text, never as markup.
+//! blocks, with a digest of their listing to notice a change. The home view caches the blocks
+//! of the partition it shows. The page's assets are compiled in (no CDN) and it puts every
+//! value into the document as text, never as markup.
 
 pub mod explorer;
 pub mod views;
@@ -222,13 +223,13 @@ fn listing_digest(listed: &[hubhost_storage::BlobProperties]) -> u64 {
     hasher.finish()
 }
 
-/// Keeps what one listing of a window learnt: a summary for each block listed, new ones from
-/// `summaries` and the others as they were.
+/// Keeps what one listing of a window (whose [`listing_digest`] is `listing`) learnt: a summary
+/// for each block listed, new ones from `summaries` and the others as they were.
 fn keep_listing(
     cache: &mut FleetCache,
     start: DateTime<Utc>,
     now: DateTime<Utc>,
-    listed: &[hubhost_storage::BlobProperties],
+    (listed, listing): (&[hubhost_storage::BlobProperties], u64),
     summaries: Vec<(String, ETag, views::BlockSummary)>,
 ) {
     let mut kept = match cache.windows.remove(&start) {
@@ -256,7 +257,7 @@ fn keep_listing(
         start,
         ListedWindow {
             listed: now,
-            listing: listing_digest(listed),
+            listing,
             blocks: WindowBlocks::Each(blocks),
         },
     );
@@ -495,13 +496,14 @@ impl Dashboard {
             .store
             .list(&self.container, &layout::window_prefix(hub, start))
             .await?;
+        let listing = listing_digest(&listed);
         // Which blocks to read: those new or changed since the last listing, or all of them
         // if the window is merged and its listing changed.
         let changed: Vec<bool> = {
             let mut cache = self.fleet_cache.lock().expect("fleet cache");
             match cache.windows.get_mut(&start) {
                 Some(window) => match &window.blocks {
-                    WindowBlocks::Merged(_) if window.listing == listing_digest(&listed) => {
+                    WindowBlocks::Merged(_) if window.listing == listing => {
                         window.listed = now;
                         return Ok(());
                     }
@@ -520,30 +522,41 @@ impl Dashboard {
         };
         let mut homes = std::collections::HashSet::new();
         let mut summaries = Vec::new();
-        for (entry, _) in listed.iter().zip(&changed).filter(|(_, c)| **c) {
-            if let Some((etag, block)) = self.read_block(&entry.name).await? {
-                homes.extend(views::homes_of(&block));
-                summaries.push((entry.name.clone(), etag, views::BlockSummary::of(&block)));
-            }
-        }
+        self.summarise_blocks(&listed, &changed, true, &mut homes, &mut summaries)
+            .await?;
         {
             let mut cache = self.fleet_cache.lock().expect("fleet cache");
             if homes.is_empty() || cache.homes.add(start, homes.iter().copied(), now) {
-                keep_listing(&mut cache, start, now, &listed, summaries);
+                keep_listing(&mut cache, start, now, (&listed, listing), summaries);
                 return Ok(());
             }
         }
         // Settled (and perhaps merged since): the blocks that did not change are read too, and
         // the window is kept whole, homes and summaries.
-        for (entry, _) in listed.iter().zip(&changed).filter(|(_, c)| !**c) {
+        self.summarise_blocks(&listed, &changed, false, &mut homes, &mut summaries)
+            .await?;
+        let mut cache = self.fleet_cache.lock().expect("fleet cache");
+        cache.homes.replace(start, homes, now);
+        keep_listing(&mut cache, start, now, (&listed, listing), summaries);
+        Ok(())
+    }
+
+    /// Reads the listed blocks whose `changed` flag is `which`, adding their homes to `homes`
+    /// and their summaries to `summaries`.
+    async fn summarise_blocks(
+        &self,
+        listed: &[hubhost_storage::BlobProperties],
+        changed: &[bool],
+        which: bool,
+        homes: &mut std::collections::HashSet<u64>,
+        summaries: &mut Vec<(String, ETag, views::BlockSummary)>,
+    ) -> Result<(), DashboardError> {
+        for (entry, _) in listed.iter().zip(changed).filter(|(_, c)| **c == which) {
             if let Some((etag, block)) = self.read_block(&entry.name).await? {
                 homes.extend(views::homes_of(&block));
                 summaries.push((entry.name.clone(), etag, views::BlockSummary::of(&block)));
             }
         }
-        let mut cache = self.fleet_cache.lock().expect("fleet cache");
-        cache.homes.replace(start, homes, now);
-        keep_listing(&mut cache, start, now, &listed, summaries);
         Ok(())
     }
 
