@@ -574,6 +574,60 @@ fn simulate_paces_the_fleet_by_its_speed_up() {
     assert!(seconds >= 0.45, "paced run took only {seconds} s");
 }
 
+/// Ctrl-C ends `simulate` in bounded time even when the event hub stops answering (frozen
+/// with SIGSTOP while events flow): the events it sent last are reported as unanswered, a
+/// warning rather than a failure after an interrupt, and the process exits cleanly. The
+/// SDK's flush alone would wait for their answers for as long as the hub is frozen.
+#[test]
+fn an_interrupted_simulator_ends_even_when_the_hub_stops_answering() {
+    let hub = Hub::start(None);
+    let cs = hub.connection_string(KEY);
+    let mut simulator = std::process::Command::new(common::binary("hubhost"))
+        .args(["simulate", "--homes", "500", "--rate", "800", "--json"])
+        .args(["--connection", &cs])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let signal = |pid: u32, signal: i32| {
+        // SAFETY: kill(2) on a child process this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+    };
+    signal(hub.child.id(), libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(1));
+    let interrupted = std::time::Instant::now();
+    signal(simulator.id(), libc::SIGINT);
+    let status = common::wait_within(&mut simulator, Duration::from_secs(60), "the simulator");
+    let took = interrupted.elapsed();
+    signal(hub.child.id(), libc::SIGCONT);
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    use std::io::Read;
+    simulator
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    simulator
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        took < hubhost_simulate::FLUSH_TIMEOUT + Duration::from_secs(25),
+        "the simulator took {took:?} to end after SIGINT"
+    );
+    let summary: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(summary["events"].as_u64().unwrap() > 0, "{summary}");
+    assert!(summary["unanswered"].as_u64().unwrap() > 0, "{summary}");
+    assert!(stderr.contains("no answer from the event hub"), "{stderr}");
+}
+
 #[test]
 fn checkpoints_reset_to_end_and_to_a_time_use_the_hubs_own_positions() {
     common::require!(Tool::PythonSdk);

@@ -270,8 +270,15 @@ impl Pool {
         std::fs::read_to_string(self.path(&format!("{name}.log"))).unwrap_or_default()
     }
 
-    /// The fleet simulator at a steady rate until `stop_producing`.
+    /// The fleet simulator at a steady rate until `stop_producing`; its log (appended to by
+    /// every simulator of the test, debug level for hubhost's own crates) is in
+    /// `simulator.log`, shown when one fails.
     fn produce(&mut self, rate: u32) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("simulator.log"))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_hubhost"))
             .args([
                 "simulate",
@@ -283,8 +290,12 @@ impl Pool {
             ])
             .arg(self.hub.connection_string(common::KEY))
             .args(["--hub", "sensors"])
+            .env(
+                "RUST_LOG",
+                "warn,hubhost=debug,hubhost_simulate=debug,hubhost_eventhubs=debug",
+            )
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap();
         self.producer = Some(child);
@@ -296,8 +307,27 @@ impl Pool {
             .args(["-INT", &child.id().to_string()])
             .status()
             .unwrap();
-        let status = common::wait_within(&mut child, Duration::from_secs(60), "the simulator");
-        assert!(status.success(), "the simulator failed: {status}");
+        let limit = Duration::from_secs(60);
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the simulator did not exit within {limit:?} of SIGINT and was killed; its log:\n{}",
+                    self.log("simulator")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(
+            status.success(),
+            "the simulator failed: {status}; its log:\n{}",
+            self.log("simulator")
+        );
     }
 
     fn store(&self) -> (CheckpointStore, ConsumerGroupKey) {

@@ -59,6 +59,9 @@ pub struct ProcessSample {
     pub rss_kib: u64,
     /// The highest reading.
     pub open_files: usize,
+    /// The highest reading of its threads (a thread that allocates keeps pages of its own in
+    /// the allocator, so a step in threads is a step in memory).
+    pub threads: usize,
 }
 
 /// One window of the run.
@@ -169,15 +172,16 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport, SoakError> {
         let window_end = started.elapsed() + opts.window.min(opts.duration - started.elapsed());
         // Memory and descriptors rise and fall with the app's minute windows: each window
         // keeps every reading taken every SAMPLE_EVERY, not one moment's value.
-        let mut readings: Vec<(String, Vec<u64>, usize)> = Vec::new();
+        let mut readings: Vec<(String, Vec<u64>, usize, usize)> = Vec::new();
         loop {
-            for (name, rss_kib, open_files) in load.processes().iter().map(read_process) {
+            for (name, rss_kib, open_files, threads) in load.processes().iter().map(read_process) {
                 match readings.iter_mut().find(|r| r.0 == name) {
                     Some(r) => {
                         r.1.push(rss_kib);
                         r.2 = r.2.max(open_files);
+                        r.3 = r.3.max(threads);
                     }
-                    None => readings.push((name, vec![rss_kib], open_files)),
+                    None => readings.push((name, vec![rss_kib], open_files, threads)),
                 }
             }
             let left = window_end.saturating_sub(started.elapsed());
@@ -203,7 +207,9 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport, SoakError> {
             page_p99_s: mark.page.since(&previous.page).quantile(0.99),
             processes: readings
                 .into_iter()
-                .map(|(name, rss, open_files)| ProcessSample::of(name, rss, open_files))
+                .map(|(name, rss, open_files, threads)| {
+                    ProcessSample::of(name, rss, open_files, threads)
+                })
                 .collect(),
             hub_bytes: hub_listing.values().sum(),
             hub_files: hub_listing.len(),
@@ -267,26 +273,37 @@ impl Mark {
     }
 }
 
-/// A process's name, resident KiB and open files now.
-fn read_process((name, pid): &(String, u32)) -> (String, u64, usize) {
+/// A process's name, resident KiB, open files and threads now.
+fn read_process((name, pid): &(String, u32)) -> (String, u64, usize, usize) {
+    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0);
     (
         name.clone(),
         super::startup::resident_kib(*pid).unwrap_or(0),
         std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|d| d.count())
             .unwrap_or(0),
+        threads,
     )
 }
 
 impl ProcessSample {
     /// A window's summary of one process's readings.
-    fn of(name: String, rss_kib: Vec<u64>, open_files: usize) -> Self {
+    fn of(name: String, rss_kib: Vec<u64>, open_files: usize, threads: usize) -> Self {
         let (median, _, peak) = median_and_range(rss_kib.into_iter().map(|kib| kib as f64));
         ProcessSample {
             name,
             rss_median_kib: median as u64,
             rss_kib: peak as u64,
             open_files,
+            threads,
         }
     }
 }
@@ -387,7 +404,7 @@ fn print(report: &SoakReport) {
         .map(|w| w.processes.iter().map(|p| p.name.clone()).collect())
         .unwrap_or_default();
     println!(
-        "{:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>13} {:>9}   RSS MiB median (peak) / open files: {}",
+        "{:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>13} {:>9}   RSS MiB median (peak) / open files / threads: {}",
         "end s",
         "sent/s",
         "applied/s",
@@ -404,10 +421,11 @@ fn print(report: &SoakReport) {
             .iter()
             .map(|p| {
                 format!(
-                    "{:.1} ({:.1})/{}",
+                    "{:.1} ({:.1})/{}/{}",
                     p.rss_median_kib as f64 / 1024.0,
                     p.rss_kib as f64 / 1024.0,
-                    p.open_files
+                    p.open_files,
+                    p.threads
                 )
             })
             .collect();
@@ -467,6 +485,7 @@ mod tests {
                 rss_median_kib: rss,
                 rss_kib: rss + 30,
                 open_files: files,
+                threads: 4,
             }],
             hub_bytes,
             hub_files: 10,
@@ -477,8 +496,11 @@ mod tests {
 
     #[test]
     fn a_window_keeps_the_median_and_the_peak_of_its_readings() {
-        let p = ProcessSample::of("hub".into(), vec![50, 61, 47, 48, 49], 7);
-        assert_eq!((p.rss_median_kib, p.rss_kib, p.open_files), (49, 61, 7));
+        let p = ProcessSample::of("hub".into(), vec![50, 61, 47, 48, 49], 7, 5);
+        assert_eq!(
+            (p.rss_median_kib, p.rss_kib, p.open_files, p.threads),
+            (49, 61, 7, 5)
+        );
     }
 
     #[test]

@@ -83,6 +83,7 @@ fn five_minutes_of_load_grow_nothing() {
             let (median, peak) = (p["rss_median_kib"].as_u64(), p["rss_kib"].as_u64());
             assert!(median.unwrap() > 1000 && median <= peak, "{p}");
             assert!(p["open_files"].as_u64().unwrap() >= 3, "{p}");
+            assert!(p["threads"].as_u64().unwrap() >= 1, "{p}");
         }
         assert!(w["store_bytes"].as_u64().unwrap() > 0, "{w}");
     }

@@ -9,12 +9,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use azure_messaging_eventhubs::{EnqueueEventOptions, models::EventData};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use hubhost_app::fleet::{Fleet, SENSORS};
 use hubhost_eventhubs::{EventHubTarget, EventHubsError, SendOutcomes};
@@ -28,6 +29,11 @@ pub enum SimulateError {
     Enqueue(azure_messaging_eventhubs::EventHubsError),
     #[error("{failed} events were not accepted by the event hub (first error: {first_error})")]
     NotAccepted { failed: u64, first_error: String },
+    #[error(
+        "{events} events had no answer from the event hub within {waited:?} of the last send; \
+         they may or may not be stored"
+    )]
+    Unanswered { events: u64, waited: Duration },
     #[error("bad option: {0}")]
     Option(&'static str),
 }
@@ -106,6 +112,9 @@ pub struct SimulateSummary {
     /// Simulated minutes begun.
     pub minutes: u32,
     pub failed: u64,
+    /// Events still without an answer (accepted or refused) [`FLUSH_TIMEOUT`] after sending
+    /// stopped: an error for a run that ended by itself, only a warning after an interrupt.
+    pub unanswered: u64,
     pub seconds: f64,
     pub events_per_second: f64,
     pub megabytes_per_second: f64,
@@ -135,10 +144,11 @@ impl SimulateSummary {
             self.seconds,
             self.events_per_second,
             self.megabytes_per_second,
-            if self.failed > 0 {
-                format!(", {} FAILED", self.failed)
-            } else {
-                String::new()
+            match (self.failed, self.unanswered) {
+                (0, 0) => String::new(),
+                (failed, 0) => format!(", {failed} FAILED"),
+                (failed, unanswered) =>
+                    format!(", {failed} FAILED, {unanswered} without an answer"),
             }
         );
         let per_partition: Vec<String> = self
@@ -150,7 +160,16 @@ impl SimulateSummary {
     }
 }
 
-/// Runs the fleet against `target` until a stop condition or `interrupted` resolves.
+/// How long the end of a run waits for the answers to the last events sent. A flush normally
+/// takes well under a second; this bound is for a send whose answer never comes.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the summary's last read of the partitions may take (it is optional: without it
+/// the summary has totals only).
+const SUMMARY_READ_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Runs the fleet against `target` until a stop condition or `interrupted` resolves. After an
+/// interrupt it ends within about 40 s however the event hub answers
+/// ([`FLUSH_TIMEOUT`], the producer's close, the summary's read).
 pub async fn run(
     target: &EventHubTarget,
     options: SimulateOptions,
@@ -173,12 +192,13 @@ pub async fn run(
         .buffered_producer(Duration::from_millis(100), outcomes.clone())
         .await?;
 
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = CancellationToken::new();
     let ctrl_c = {
         let stop = stop.clone();
         tokio::spawn(async move {
             interrupted.await;
-            stop.store(true, Ordering::Relaxed);
+            tracing::debug!("interrupted; sending stops");
+            stop.cancel();
         })
     };
     let fleet = Fleet {
@@ -224,9 +244,12 @@ pub async fn run(
         }
         // Sleeping per report would cost more than it paces; a few milliseconds ahead is fine.
         if due > elapsed + Duration::from_millis(5) {
-            tokio::time::sleep(due - elapsed).await;
+            tokio::select! {
+                _ = tokio::time::sleep(due - elapsed) => {}
+                _ = stop.cancelled() => break,
+            }
         }
-        if stop.load(Ordering::Relaxed) {
+        if stop.is_cancelled() {
             break;
         }
         minutes = minutes.max(minute + 1);
@@ -248,25 +271,49 @@ pub async fn run(
                 .with_content_type("application/json".into())
                 .add_property("source".into(), "hubhost-simulator")
                 .build();
-            producer
-                .enqueue_event(
-                    event,
-                    Some(EnqueueEventOptions {
-                        partition_key: Some(home_id.clone()),
-                        ..Default::default()
-                    }),
-                )
-                .await
-                .map_err(SimulateError::Enqueue)?;
+            let options = EnqueueEventOptions {
+                partition_key: Some(home_id.clone()),
+                ..Default::default()
+            };
+            // A full buffer makes enqueueing wait for sends; an interrupt does not wait with it.
+            tokio::select! {
+                accepted = producer.enqueue_event(event, Some(options)) => {
+                    accepted.map_err(SimulateError::Enqueue)?;
+                }
+                _ = stop.cancelled() => break 'reports,
+            }
             enqueued.fetch_add(1, Ordering::Relaxed);
         }
         index += 1;
     }
-    let flushed = producer.flush().await;
+    // The way out is bounded and each step is logged: the SDK's flush waits for every send's
+    // answer, and a send can wait forever for one (see `hubhost_eventhubs::on_sending_thread`).
+    let interrupted = stop.is_cancelled();
+    tracing::debug!(
+        buffered = producer.total_buffered_event_count(),
+        interrupted,
+        "sending stopped; flushing"
+    );
+    let flushed = tokio::time::timeout(FLUSH_TIMEOUT, producer.flush()).await;
+    let unanswered = match &flushed {
+        Ok(_) => 0,
+        Err(_) => {
+            let unanswered = producer.total_buffered_event_count() as u64;
+            tracing::warn!(
+                unanswered,
+                "events had no answer from the event hub within {FLUSH_TIMEOUT:?} of the last send; they may or may not be stored"
+            );
+            unanswered
+        }
+    };
+    tracing::debug!(unanswered, "flush ended; closing the producer");
     hubhost_eventhubs::close_quietly("producer", producer.close()).await;
+    tracing::debug!("producer closed; reading the partitions' ends");
     drop(progress);
     ctrl_c.abort();
-    flushed.map_err(SimulateError::Enqueue)?;
+    if let Ok(Err(e)) = flushed {
+        return Err(SimulateError::Enqueue(e));
+    }
     let seconds = started.elapsed().as_secs_f64();
 
     // What was sent is known from the acknowledgements; the per-partition gains are extra and
@@ -276,7 +323,16 @@ pub async fn run(
         .into_iter()
         .map(|p| (p.partition_id, p.last_sequence_number))
         .collect();
-    let partitions = match target.partition_ends().await {
+    let ends = tokio::time::timeout(SUMMARY_READ_TIMEOUT, target.partition_ends())
+        .await
+        .unwrap_or_else(|_| {
+            Err(EventHubsError::Properties {
+                hub: target.hub.clone(),
+                namespace: target.namespace.clone(),
+                message: format!("no answer within {SUMMARY_READ_TIMEOUT:?}"),
+            })
+        });
+    let partitions = match ends {
         Ok(after) => after
             .into_iter()
             .map(|p| PartitionGain {
@@ -301,6 +357,7 @@ pub async fn run(
         bytes,
         minutes,
         failed,
+        unanswered,
         seconds,
         events_per_second: sent as f64 / seconds.max(1e-9),
         megabytes_per_second: bytes as f64 / 1e6 / seconds.max(1e-9),
@@ -312,6 +369,13 @@ pub async fn run(
         return Err(SimulateError::NotAccepted {
             failed,
             first_error,
+        });
+    }
+    if unanswered > 0 && !interrupted {
+        summary.print();
+        return Err(SimulateError::Unanswered {
+            events: unanswered,
+            waited: FLUSH_TIMEOUT,
         });
     }
     Ok(summary)

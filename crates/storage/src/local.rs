@@ -25,6 +25,16 @@
 //!   and Azure Storage has no such wait, so no caller may hang on it. Only the blobs of that
 //!   one shard are affected meanwhile; `bench chaos` freezes instances to keep this honest.
 //!
+//! File operations block, so each runs on tokio's blocking pool, at most [`CONCURRENT_OPS`] at
+//! once in a process. Why a bound: the pool starts a thread whenever a task finds none idle and
+//! lets one go only after ten seconds without work — and a store in steady use gives some thread
+//! work more often than that — so one burst (sixteen partitions checkpointing at once) left an
+//! instance with sixteen blocking threads for good. Each thread that allocates keeps pages of its
+//! own in the allocator (mimalloc's thread-local heaps): in an hour at the reference load such an
+//! instance held about 11 MiB more than one with half as many threads. A writer waiting for a held lock waits between attempts
+//! off the pool (each attempt is one short blocking call), so waiters never hold a place that
+//! other blobs' operations need.
+//!
 //! Renames survive a process crash; with `fsync` on they also survive a power cut, at a cost.
 
 use std::fs::{self, File, OpenOptions};
@@ -48,6 +58,17 @@ const MAGIC: &[u8] = b"hubhost-blob 1\n";
 pub const LOCK_SHARDS: u64 = 4096;
 /// The longest a writer waits for a blob's lock; then the write fails as `Unavailable`.
 const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// The first pause between attempts at a held lock; each next one is twice as long, up to
+/// [`LOCK_PAUSE_MAX`].
+const LOCK_PAUSE_MIN: Duration = Duration::from_micros(100);
+const LOCK_PAUSE_MAX: Duration = Duration::from_millis(10);
+/// File operations of the local store running at once in this process (see the module's
+/// notes). Two cores gain nothing from more; the operations are short (a few syscalls, no
+/// waiting but for the disk).
+pub const CONCURRENT_OPS: usize = 4;
+/// Places on the blocking pool for the store's operations, shared by every store the process
+/// opens (the pool is the process's).
+static BLOCKING_OPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENT_OPS);
 /// Temporary files older than this are leftovers of a crashed writer and are removed at open.
 const STALE_TMP_AGE: Duration = Duration::from_secs(3600);
 /// Temporary files are written beside their blob under this prefix, which no blob name can have.
@@ -150,11 +171,82 @@ impl LocalDirStore {
         T: Send + 'static,
         F: FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
     {
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&inner))
+        // The place goes with the operation, not with this future: a caller that gives up
+        // does not stop the operation, and the place is free only once it has ended.
+        let place = BLOCKING_OPS
+            .acquire()
             .await
-            .map_err(|e| StoreError::Unavailable(format!("local store task failed: {e}")))?
+            .expect("the store's semaphore is never closed");
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let _place = place;
+            f(&inner)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("local store task failed: {e}")))?
     }
+
+    /// Runs `op` holding the lock that guards `name`'s check-then-write sequences (see
+    /// [`Inner::try_locked`]), waiting for a held lock at most [`LOCK_WAIT`]: each attempt is
+    /// one blocking call, and the pauses between them are spent off the blocking pool.
+    async fn locked<T, F>(&self, container: &str, name: &str, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    {
+        let mut wait = LockWait::new(std::time::Instant::now());
+        let mut op = op;
+        loop {
+            let (c, n) = (container.to_string(), name.to_string());
+            match self.blocking(move |s| s.try_locked(&c, &n, op)).await? {
+                Attempt::Done(value) => return Ok(value),
+                Attempt::Busy(back) => op = back,
+            }
+            let pause = wait
+                .next_pause(std::time::Instant::now())
+                .ok_or_else(|| held_too_long(container, name))?;
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// One attempt at a blob's lock: `op` ran holding it, or the lock was held and `op` comes back.
+enum Attempt<T, F> {
+    Done(T),
+    Busy(F),
+}
+
+/// The pauses between attempts at a held lock: from [`LOCK_PAUSE_MIN`], doubling up to
+/// [`LOCK_PAUSE_MAX`], until [`LOCK_WAIT`] has passed since the first attempt.
+struct LockWait {
+    deadline: std::time::Instant,
+    pause: Duration,
+}
+
+impl LockWait {
+    fn new(first_attempt: std::time::Instant) -> Self {
+        LockWait {
+            deadline: first_attempt + LOCK_WAIT,
+            pause: LOCK_PAUSE_MIN,
+        }
+    }
+
+    /// The pause before the next attempt, or `None` once the wait is over.
+    fn next_pause(&mut self, now: std::time::Instant) -> Option<Duration> {
+        if now >= self.deadline {
+            return None;
+        }
+        let pause = self.pause;
+        self.pause = (self.pause * 2).min(LOCK_PAUSE_MAX);
+        Some(pause)
+    }
+}
+
+fn held_too_long(container: &str, name: &str) -> StoreError {
+    StoreError::Unavailable(format!(
+        "blob '{container}/{name}' is locked by another writer for over {LOCK_WAIT:?} \
+         (a process stopped or hung while writing to this store?)"
+    ))
 }
 
 /// Removes a temporary file left by a writer that crashed (an hour old: no live writer).
@@ -212,17 +304,21 @@ impl Inner {
         (dir, path)
     }
 
-    /// Runs `f` holding the exclusive lock that guards `name`'s check-then-write sequences,
-    /// against other threads and other processes; waits for it at most [`LOCK_WAIT`].
+    /// One attempt at the exclusive lock that guards `name`'s check-then-write sequences,
+    /// against other threads and other processes: when it is free, `op` runs holding it; when
+    /// it is held, `op` comes back unrun.
     ///
-    /// The lock file is opened for each use: `flock` locks belong to an open file, so two
+    /// The lock file is opened for each attempt: `flock` locks belong to an open file, so two
     /// opens exclude each other even within one process, and no descriptor stays open.
-    fn locked<T>(
+    fn try_locked<T, F>(
         &self,
         container: &str,
         name: &str,
-        f: impl FnOnce() -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+        op: F,
+    ) -> Result<Attempt<T, F>, StoreError>
+    where
+        F: FnOnce(&Inner) -> Result<T, StoreError>,
+    {
         let (dir, path) = self.lock_path(container, name);
         let open = || {
             OpenOptions::new()
@@ -239,31 +335,40 @@ impl Inner {
             other => other,
         }
         .map_err(|e| io_error(&path, e))?;
-        let deadline = std::time::Instant::now() + LOCK_WAIT;
-        let mut pause = Duration::from_micros(100);
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    if std::time::Instant::now() >= deadline {
-                        return Err(StoreError::Unavailable(format!(
-                            "blob '{container}/{name}' is locked by another writer for over {LOCK_WAIT:?} \
-                             (a process stopped or hung while writing to this store?)"
-                        )));
-                    }
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(10));
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(StoreError::Unavailable(format!(
-                        "locking for '{container}/{name}': {e}"
-                    )));
-                }
+        match file.try_lock() {
+            Ok(()) => {
+                let result = op(self);
+                let _ = file.unlock();
+                result.map(Attempt::Done)
             }
+            Err(std::fs::TryLockError::WouldBlock) => Ok(Attempt::Busy(op)),
+            Err(std::fs::TryLockError::Error(e)) => Err(StoreError::Unavailable(format!(
+                "locking for '{container}/{name}': {e}"
+            ))),
         }
-        let result = f();
-        let _ = file.unlock();
-        result
+    }
+
+    /// [`Self::try_locked`] until the lock is free, waiting at most [`LOCK_WAIT`] on this
+    /// thread. Only for the rare read that must lock ([`Self::read_file_unlocked`]); writers
+    /// wait off the blocking pool ([`LocalDirStore::locked`]).
+    fn locked_here<T>(
+        &self,
+        container: &str,
+        name: &str,
+        op: impl FnOnce(&Inner) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut wait = LockWait::new(std::time::Instant::now());
+        let mut op = op;
+        loop {
+            match self.try_locked(container, name, op)? {
+                Attempt::Done(value) => return Ok(value),
+                Attempt::Busy(back) => op = back,
+            }
+            let pause = wait
+                .next_pause(std::time::Instant::now())
+                .ok_or_else(|| held_too_long(container, name))?;
+            std::thread::sleep(pause);
+        }
     }
 
     /// Reads the blob file at `path`: its header, its content (when `with_data`) and its size.
@@ -307,8 +412,8 @@ impl Inner {
         with_data: bool,
     ) -> Result<Option<(Header, Bytes, u64)>, StoreError> {
         match self.read_file(container, name, path, with_data) {
-            Err(StoreError::Corrupt { .. }) => self.locked(container, name, || {
-                self.read_file(container, name, path, with_data)
+            Err(StoreError::Corrupt { .. }) => self.locked_here(container, name, |s| {
+                s.read_file(container, name, path, with_data)
             }),
             other => other,
         }
@@ -623,24 +728,22 @@ impl BlobStore for LocalDirStore {
         condition: &Condition,
     ) -> Result<WriteOutcome, StoreError> {
         validate_metadata(metadata)?;
-        let (container, name) = (container.to_string(), name.to_string());
         let (metadata, condition) = (metadata.clone(), condition.clone());
-        self.blocking(move |s| {
-            let path = s.blob_path(&container, &name)?;
-            // Unconditional writes lock too, so that they cannot slip between another
-            // writer's ETag check and its rename.
-            s.locked(&container, &name, || {
-                if condition != Condition::Always {
-                    let current = match s.read_file(&container, &name, &path, false) {
-                        Ok(h) => h.map(|(h, _, _)| h.etag),
-                        // A corrupt file exists: it can only be replaced unconditionally.
-                        Err(StoreError::Corrupt { .. }) => Some(String::new()),
-                        Err(e) => return Err(e),
-                    };
-                    s.check(&container, &name, current.as_deref(), &condition)?;
-                }
-                s.write(&container, &name, &path, &data, &metadata)
-            })
+        let path = self.inner.blob_path(container, name)?;
+        // Unconditional writes lock too, so that they cannot slip between another writer's
+        // ETag check and its rename.
+        let (c, n) = (container.to_string(), name.to_string());
+        self.locked(container, name, move |s| {
+            if condition != Condition::Always {
+                let current = match s.read_file(&c, &n, &path, false) {
+                    Ok(h) => h.map(|(h, _, _)| h.etag),
+                    // A corrupt file exists: it can only be replaced unconditionally.
+                    Err(StoreError::Corrupt { .. }) => Some(String::new()),
+                    Err(e) => return Err(e),
+                };
+                s.check(&c, &n, current.as_deref(), &condition)?;
+            }
+            s.write(&c, &n, &path, &data, &metadata)
         })
         .await
     }
@@ -653,25 +756,18 @@ impl BlobStore for LocalDirStore {
         condition: &Condition,
     ) -> Result<WriteOutcome, StoreError> {
         validate_metadata(metadata)?;
-        let (container, name) = (container.to_string(), name.to_string());
         let (metadata, condition) = (metadata.clone(), condition.clone());
-        self.blocking(move |s| {
-            let path = s.blob_path(&container, &name)?;
-            s.locked(&container, &name, || {
-                let Some(blob) = s.read(&container, &name, true)? else {
-                    return Err(StoreError::NotFound {
-                        container: container.clone(),
-                        name: name.clone(),
-                    });
-                };
-                s.check(
-                    &container,
-                    &name,
-                    Some(blob.properties.etag.as_str()),
-                    &condition,
-                )?;
-                s.write(&container, &name, &path, &blob.data, &metadata)
-            })
+        let path = self.inner.blob_path(container, name)?;
+        let (c, n) = (container.to_string(), name.to_string());
+        self.locked(container, name, move |s| {
+            let Some(blob) = s.read(&c, &n, true)? else {
+                return Err(StoreError::NotFound {
+                    container: c,
+                    name: n,
+                });
+            };
+            s.check(&c, &n, Some(blob.properties.etag.as_str()), &condition)?;
+            s.write(&c, &n, &path, &blob.data, &metadata)
         })
         .await
     }
@@ -701,21 +797,18 @@ impl BlobStore for LocalDirStore {
     }
 
     async fn delete(&self, container: &str, name: &str) -> Result<(), StoreError> {
-        let (container, name) = (container.to_string(), name.to_string());
-        self.blocking(move |s| {
-            let path = s.blob_path(&container, &name)?;
-            s.locked(&container, &name, || {
-                if let (Some(parent), Some(file)) = (path.parent(), path.file_name()) {
-                    let _ = fs::remove_file(
-                        parent.join(format!("{SPARE_PREFIX}{}", file.to_string_lossy())),
-                    );
-                }
-                match fs::remove_file(&path) {
-                    Ok(()) => Ok(()),
-                    Err(e) if is_absent(&e) => Ok(()),
-                    Err(e) => Err(io_error(&path, e)),
-                }
-            })
+        let path = self.inner.blob_path(container, name)?;
+        self.locked(container, name, move |_| {
+            if let (Some(parent), Some(file)) = (path.parent(), path.file_name()) {
+                let _ = fs::remove_file(
+                    parent.join(format!("{SPARE_PREFIX}{}", file.to_string_lossy())),
+                );
+            }
+            match fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if is_absent(&e) => Ok(()),
+                Err(e) => Err(io_error(&path, e)),
+            }
         })
         .await
     }
@@ -725,10 +818,101 @@ impl BlobStore for LocalDirStore {
 mod tests {
     use super::*;
 
-    /// A writer that holds a blob's lock and does not let go (a process stopped mid-write:
-    /// `flock` locks belong to an open file, so another open of the lock file is another
-    /// writer to the kernel, as another process is) makes writes of that blob fail after
-    /// `LOCK_WAIT`, not hang; other blobs are written meanwhile, and the blob once it lets go.
+    /// Holds the lock guarding blob `name` of container `box` as a writer stopped mid-write
+    /// would (`flock` locks belong to an open file, so another open of the lock file is another
+    /// writer to the kernel, as another process is); returns it with a blob of `box` guarded by
+    /// another lock file.
+    fn hold_lock(store: &LocalDirStore, name: &str) -> (File, String) {
+        let (dir, path) = store.inner.lock_path("box", name);
+        fs::create_dir_all(dir).unwrap();
+        let holder = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        holder.lock().unwrap();
+        let other = (0..)
+            .map(|i| format!("other-{i}"))
+            .find(|n| store.inner.lock_path("box", n).1 != path)
+            .unwrap();
+        (holder, other)
+    }
+
+    async fn put_always(store: &LocalDirStore, name: &str) -> Result<WriteOutcome, StoreError> {
+        let data = Bytes::from(name.to_string());
+        store
+            .put("box", name, data, &Metadata::new(), &Condition::Always)
+            .await
+    }
+
+    /// The pauses between attempts double from the first to the longest, and the wait ends
+    /// once `LOCK_WAIT` has passed, however the attempts themselves took.
+    #[test]
+    fn a_lock_wait_backs_off_and_ends_after_lock_wait() {
+        let start = std::time::Instant::now();
+        let mut wait = LockWait::new(start);
+        let mut now = start;
+        let mut pauses = Vec::new();
+        while let Some(pause) = wait.next_pause(now) {
+            pauses.push(pause);
+            now += pause;
+        }
+        assert_eq!(pauses[0], LOCK_PAUSE_MIN);
+        assert_eq!(pauses[1], LOCK_PAUSE_MIN * 2);
+        assert!(
+            pauses
+                .windows(2)
+                .all(|w| w[1] == (w[0] * 2).min(LOCK_PAUSE_MAX))
+        );
+        assert_eq!(*pauses.last().unwrap(), LOCK_PAUSE_MAX);
+        let waited: Duration = pauses.iter().sum();
+        assert!(
+            waited >= LOCK_WAIT && waited < LOCK_WAIT + LOCK_PAUSE_MAX,
+            "{waited:?}"
+        );
+        // An attempt that itself took past the deadline ends the wait at once.
+        let mut slow = LockWait::new(start);
+        assert_eq!(slow.next_pause(start + LOCK_WAIT), None);
+    }
+
+    /// Writers waiting for a held lock wait off the blocking pool: twice as many of them as
+    /// the store runs operations at once leave no operation of another blob waiting for a
+    /// place (were they waiting on the pool, that write would wait for them to give up).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writers_waiting_for_a_held_lock_leave_other_blobs_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalDirStore::open_with(dir.path(), false).unwrap();
+        let (_holder, other) = hold_lock(&store, "held");
+        let waiting: Vec<_> = (0..CONCURRENT_OPS * 2)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { put_always(&store, "held").await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let began = std::time::Instant::now();
+        put_always(&store, &other)
+            .await
+            .expect("another shard is not held");
+        assert!(
+            began.elapsed() < LOCK_WAIT / 2,
+            "a write of another blob waited {:?} behind writers waiting for a lock",
+            began.elapsed()
+        );
+        for writer in waiting {
+            let outcome = writer.await.unwrap();
+            assert!(
+                matches!(&outcome, Err(StoreError::Unavailable(m)) if m.contains("box/held")),
+                "{outcome:?}"
+            );
+        }
+        assert!(store.get("box", "held").await.unwrap().is_none());
+    }
+
+    /// A writer that holds a blob's lock and does not let go (a process stopped mid-write)
+    /// makes writes of that blob fail after `LOCK_WAIT`, not hang; other blobs are written
+    /// meanwhile, and the blob once it lets go.
     #[tokio::test]
     async fn a_writer_that_keeps_a_lock_fails_others_after_a_bounded_wait() {
         let dir = tempfile::tempdir().unwrap();
@@ -744,13 +928,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let (_, path) = store.inner.lock_path("box", "held");
-        let holder = OpenOptions::new().write(true).open(&path).unwrap();
-        holder.lock().unwrap();
-        let other = (0..)
-            .map(|i| format!("other-{i}"))
-            .find(|n| store.inner.lock_path("box", n).1 != path)
-            .unwrap();
+        let (holder, other) = hold_lock(&store, "held");
 
         let began = std::time::Instant::now();
         let blocked = tokio::time::timeout(
@@ -770,14 +948,7 @@ mod tests {
             "{blocked:?}"
         );
         assert!(began.elapsed() >= LOCK_WAIT);
-        store
-            .put(
-                "box",
-                &other,
-                Bytes::from_static(b"x"),
-                &md,
-                &Condition::Always,
-            )
+        put_always(&store, &other)
             .await
             .expect("another shard is not held");
 
