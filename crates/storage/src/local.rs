@@ -25,15 +25,16 @@
 //!   and Azure Storage has no such wait, so no caller may hang on it. Only the blobs of that
 //!   one shard are affected meanwhile; `bench chaos` freezes instances to keep this honest.
 //!
-//! File operations block, so each runs on tokio's blocking pool, at most [`CONCURRENT_OPS`] at
-//! once in a process. Why a bound: the pool starts a thread whenever a task finds none idle and
-//! lets one go only after ten seconds without work — and a store in steady use gives some thread
-//! work more often than that — so one burst (sixteen partitions checkpointing at once) left an
-//! instance with sixteen blocking threads for good. Each thread that allocates keeps pages of its
-//! own in the allocator (mimalloc's thread-local heaps): in an hour at the reference load such an
-//! instance held about 11 MiB more than one with half as many threads. A writer waiting for a held lock waits between attempts
-//! off the pool (each attempt is one short blocking call), so waiters never hold a place that
-//! other blobs' operations need.
+//! File operations block, so they run on threads of the store's own: [`FILE_THREADS`] per process,
+//! named `hubhost-store-N`, shared by every store the process opens. Why not tokio's blocking
+//! pool: the pool starts a thread whenever a task finds none idle and lets one go only after ten
+//! seconds without work — and a store in steady use gives some thread work more often than that —
+//! so one burst (sixteen partitions checkpointing at once) left an instance with sixteen blocking
+//! threads for good, and a handler with twenty. Each thread that allocates keeps pages of its own
+//! in the allocator (mimalloc's thread-local heaps): in an hour at the reference load an instance
+//! with twice the threads held about 11 MiB more. A writer waiting for a held lock waits between
+//! attempts off those threads (each attempt is one short operation), so waiters never hold a
+//! thread that other blobs' operations need.
 //!
 //! Renames survive a process crash; with `fsync` on they also survive a power cut, at a cost.
 
@@ -62,13 +63,10 @@ const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// [`LOCK_PAUSE_MAX`].
 const LOCK_PAUSE_MIN: Duration = Duration::from_micros(100);
 const LOCK_PAUSE_MAX: Duration = Duration::from_millis(10);
-/// File operations of the local store running at once in this process (see the module's
-/// notes). Two cores gain nothing from more; the operations are short (a few syscalls, no
-/// waiting but for the disk).
-pub const CONCURRENT_OPS: usize = 4;
-/// Places on the blocking pool for the store's operations, shared by every store the process
-/// opens (the pool is the process's).
-static BLOCKING_OPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENT_OPS);
+/// The threads doing the local store's file operations in a process (see the module's notes).
+/// Two cores gain nothing from more; the operations are short (a few syscalls, no waiting but
+/// for the disk).
+pub const FILE_THREADS: usize = 4;
 /// Temporary files older than this are leftovers of a crashed writer and are removed at open.
 const STALE_TMP_AGE: Duration = Duration::from_secs(3600);
 /// Temporary files are written beside their blob under this prefix, which no blob name can have.
@@ -171,24 +169,23 @@ impl LocalDirStore {
         T: Send + 'static,
         F: FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
     {
-        // The place goes with the operation, not with this future: a caller that gives up
-        // does not stop the operation, and the place is free only once it has ended.
-        let place = BLOCKING_OPS
-            .acquire()
-            .await
-            .expect("the store's semaphore is never closed");
+        let (answer, answered) = tokio::sync::oneshot::channel();
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
-            let _place = place;
-            f(&inner)
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("local store task failed: {e}")))?
+        let operation: Operation = Box::new(move || {
+            let _ = answer.send(f(&inner));
+        });
+        // A caller that gives up does not stop the operation: it runs, and its answer is dropped.
+        file_threads().send(operation).map_err(|_| {
+            StoreError::Unavailable("the local store's threads have stopped".into())
+        })?;
+        answered.await.map_err(|_| {
+            StoreError::Unavailable("a local store operation failed (it panicked)".into())
+        })?
     }
 
     /// Runs `op` holding the lock that guards `name`'s check-then-write sequences (see
     /// [`Inner::try_locked`]), waiting for a held lock at most [`LOCK_WAIT`]: each attempt is
-    /// one blocking call, and the pauses between them are spent off the blocking pool.
+    /// one operation on the store's threads, and the pauses between them are spent off them.
     async fn locked<T, F>(&self, container: &str, name: &str, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -208,6 +205,39 @@ impl LocalDirStore {
             tokio::time::sleep(pause).await;
         }
     }
+}
+
+/// A file operation for the store's threads; it sends its own answer.
+type Operation = Box<dyn FnOnce() + Send>;
+
+/// The queue of the store's threads, started with the process's first operation.
+fn file_threads() -> &'static std::sync::mpsc::Sender<Operation> {
+    static QUEUE: std::sync::OnceLock<std::sync::mpsc::Sender<Operation>> =
+        std::sync::OnceLock::new();
+    QUEUE.get_or_init(|| {
+        let (queue, operations) = std::sync::mpsc::channel::<Operation>();
+        let operations = Arc::new(std::sync::Mutex::new(operations));
+        for i in 0..FILE_THREADS {
+            let operations = operations.clone();
+            std::thread::Builder::new()
+                .name(format!("hubhost-store-{i}"))
+                .spawn(move || {
+                    loop {
+                        // The queue's lock is let go before the operation runs.
+                        let next = operations
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .recv();
+                        let Ok(operation) = next else { return };
+                        // An operation that panics fails its caller (its answer is dropped),
+                        // not the thread.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(operation));
+                    }
+                })
+                .expect("a thread for the local store");
+        }
+        queue
+    })
 }
 
 /// One attempt at a blob's lock: `op` ran holding it, or the lock was held and `op` comes back.
@@ -350,7 +380,7 @@ impl Inner {
 
     /// [`Self::try_locked`] until the lock is free, waiting at most [`LOCK_WAIT`] on this
     /// thread. Only for the rare read that must lock ([`Self::read_file_unlocked`]); writers
-    /// wait off the blocking pool ([`LocalDirStore::locked`]).
+    /// wait off the store's threads ([`LocalDirStore::locked`]).
     fn locked_here<T>(
         &self,
         container: &str,
@@ -876,15 +906,40 @@ mod tests {
         assert_eq!(slow.next_pause(start + LOCK_WAIT), None);
     }
 
-    /// Writers waiting for a held lock wait off the blocking pool: twice as many of them as
-    /// the store runs operations at once leave no operation of another blob waiting for a
-    /// place (were they waiting on the pool, that write would wait for them to give up).
+    /// However many operations run at once, the store does them on its own `FILE_THREADS`
+    /// threads: a burst leaves no more threads behind.
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_operations_runs_on_the_stores_own_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalDirStore::open_with(dir.path(), false).unwrap();
+        let burst: Vec<_> = (0..64)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move { put_always(&store, &format!("burst-{i}")).await })
+            })
+            .collect();
+        for put in burst {
+            put.await.unwrap().unwrap();
+        }
+        assert_eq!(store.list("box", "burst-").await.unwrap().len(), 64);
+        let store_threads = fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| fs::read_to_string(t.unwrap().path().join("comm")).ok())
+            .filter(|name| name.starts_with("hubhost-store-"))
+            .count();
+        assert_eq!(store_threads, FILE_THREADS);
+    }
+
+    /// Writers waiting for a held lock wait off the store's threads: twice as many of them as
+    /// there are threads leave no operation of another blob waiting (were they waiting on the
+    /// threads, that write would wait for them to give up).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writers_waiting_for_a_held_lock_leave_other_blobs_free() {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalDirStore::open_with(dir.path(), false).unwrap();
         let (_holder, other) = hold_lock(&store, "held");
-        let waiting: Vec<_> = (0..CONCURRENT_OPS * 2)
+        let waiting: Vec<_> = (0..FILE_THREADS * 2)
             .map(|_| {
                 let store = store.clone();
                 tokio::spawn(async move { put_always(&store, "held").await })
