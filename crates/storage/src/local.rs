@@ -31,7 +31,7 @@
 //! seconds without work — and a store in steady use gives some thread work more often than that —
 //! so one burst (sixteen partitions checkpointing at once) left an instance with sixteen blocking
 //! threads for good, and a handler with twenty. Each thread that allocates keeps pages of its own
-//! in the allocator (mimalloc's thread-local heaps): in an hour at the reference load an instance
+//! in the allocator (mimalloc's thread-local heaps): in a soak at the reference load an instance
 //! with twice the threads held about 11 MiB more. A writer waiting for a held lock waits between
 //! attempts off those threads (each attempt is one short operation), so waiters never hold a
 //! thread that other blobs' operations need.
