@@ -308,20 +308,11 @@ impl Pool {
             .status()
             .unwrap();
         let limit = Duration::from_secs(60);
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "the simulator did not exit within {limit:?} of SIGINT and was killed; its log:\n{}",
-                    self.log("simulator")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let Some(status) = common::try_wait_within(&mut child, limit) else {
+            panic!(
+                "the simulator did not exit within {limit:?} of SIGINT and was killed; its log:\n{}",
+                self.log("simulator")
+            );
         };
         assert!(
             status.success(),

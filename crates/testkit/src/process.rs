@@ -58,15 +58,22 @@ pub fn output_within(command: &mut Command, limit: Duration) -> Output {
 /// Waits for `child` to exit within `limit`; one still running then is killed and the test
 /// fails, naming `what`.
 pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    try_wait_within(child, limit)
+        .unwrap_or_else(|| panic!("{what} did not exit within {limit:?} and was killed"))
+}
+
+/// Waits for `child` to exit within `limit`; one still running then is killed and `None`
+/// returned, for a test that has more to say about it (its log).
+pub fn try_wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            return status;
+            return Some(status);
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{what} did not exit within {limit:?} and was killed");
+            return None;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
