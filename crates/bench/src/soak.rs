@@ -275,22 +275,15 @@ impl Mark {
 
 /// A process's name, resident KiB, open files and threads now.
 fn read_process((name, pid): &(String, u32)) -> (String, u64, usize, usize) {
-    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse().ok())
-        })
-        .unwrap_or(0);
+    use super::startup::status_number;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     (
         name.clone(),
-        super::startup::resident_kib(*pid).unwrap_or(0),
+        status_number(&status, "VmRSS").unwrap_or(0),
         std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|d| d.count())
             .unwrap_or(0),
-        threads,
+        status_number(&status, "Threads").unwrap_or(0) as usize,
     )
 }
 
