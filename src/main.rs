@@ -9,11 +9,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// glibc's allocator spent a fifth of `emulate`'s time in malloc and free (and in consolidating
-/// its fragmented free lists) when `bench pool` profiled it: every event is a handful of short-lived
-/// buffers across two threads. mimalloc's thread-local pages take that cost down for every command.
+/// mimalloc, without transparent huge pages, as in the deployed handler: why in
+/// `hubhost_app::allocator`.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: hubhost_app::allocator::Allocator = hubhost_app::allocator::Allocator;
 
 #[derive(Parser)]
 #[command(
@@ -70,6 +69,7 @@ fn init_logging(format: LogFormat, default_level: &str) {
 }
 
 fn main() -> ExitCode {
+    hubhost_app::allocator::disable_transparent_huge_pages();
     let cli = Cli::parse();
     // The demo and benchmarks print their own progress; the handler's per-batch lines would drown it.
     let default_level = match cli.command {

@@ -64,6 +64,11 @@ async fn a_batch_is_aggregated_and_answered_in_the_host_format() {
     let server = Server::start(&["--storage", data.path().to_str().unwrap()], &[]);
     let probe = reqwest::get(format!("{}/", server.url())).await.unwrap();
     assert_eq!(probe.status(), 200);
+    // `hubhost` (every subcommand) pages its memory in 4 KiB pages, whatever the machine's
+    // huge-page setting, so that its resident size says what it holds.
+    if let Some(huge) = common::transparent_huge_pages(server.child.id()) {
+        assert!(!huge, "hubhost serve runs with transparent huge pages off");
+    }
 
     let events = PartitionFeed::new(&fleet(), 1, start_minute()).next_batch(100);
     let (status, body) = server

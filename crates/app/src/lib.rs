@@ -12,6 +12,7 @@
 
 pub mod aggregate;
 pub(crate) mod aggregator;
+pub mod allocator;
 pub mod archive;
 pub mod dashboard;
 pub(crate) mod deadletter;

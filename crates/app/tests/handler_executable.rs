@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use hubhost_app::fleet::{Fleet, PartitionFeed};
 use hubhost_app::handler::builtin_functions;
-use hubhost_testkit::{free_port, host_request, wait_for_port, wait_within};
+use hubhost_testkit::{
+    free_port, host_request, transparent_huge_pages, wait_for_port, wait_within,
+};
 
 #[tokio::test]
 async fn the_deployed_handler_serves_the_host_contract_and_stops_on_sigterm() {
@@ -28,6 +30,12 @@ async fn the_deployed_handler_serves_the_host_contract_and_stops_on_sigterm() {
     // The host's start-up probe.
     let probe = http.get(&url).send().await.unwrap();
     assert!(probe.status().is_success(), "{}", probe.status());
+
+    // Its memory is paged in 4 KiB pages whatever the machine's huge-page setting, so that
+    // its resident size says what it holds (`hubhost_app::allocator`).
+    if let Some(huge) = transparent_huge_pages(child.id()) {
+        assert!(!huge, "hubhost-app runs with transparent huge pages off");
+    }
 
     // A malformed request is refused with a JSON error naming the problem; the process stays up.
     let refused = http

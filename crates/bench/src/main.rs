@@ -9,9 +9,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// As in `hubhost`: the pipeline measured runs on mimalloc, and so does what measures it.
+/// As in `hubhost`: the pipeline measured runs on mimalloc without transparent huge pages, and
+/// so does what measures it.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: hubhost_app::allocator::Allocator = hubhost_app::allocator::Allocator;
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +39,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    hubhost_app::allocator::disable_transparent_huge_pages();
     let cli = Cli::parse();
     // The benchmarks print their own progress; the SDK warns about connection recovery it
     // then completes, and failed sends are reported.

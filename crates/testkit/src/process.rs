@@ -103,6 +103,21 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
         .map(|(_, body)| body.to_string())
 }
 
+/// Whether process `pid` may get transparent huge pages (`THP_enabled` of its
+/// `/proc/{pid}/status`, Linux 5.0 and later); `None` where the kernel does not say.
+pub fn transparent_huge_pages(pid: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    match status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))?
+        .trim()
+    {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    }
+}
+
 /// Waits up to 30 s until something listens on loopback `port`; the test fails otherwise.
 pub fn wait_for_port(port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
