@@ -201,12 +201,14 @@ fn a_receiver_tracking_the_last_enqueued_event_gets_the_partitions_newest() {
     let partition = &tracked["partition"];
     let events = tracked["events"].as_array().unwrap();
     assert_eq!(events.len(), 5, "{tracked}");
-    for event in events {
+    for (i, event) in events.iter().enumerate() {
         let seen = &event["last_enqueued"];
         assert_eq!(
             seen["sequence_number"], partition["last_enqueued_sequence_number"],
             "{tracked}"
         );
+        // The sender's own delivery annotations arrive beside the hub's.
+        assert_eq!(event["sender_note"], format!("note-{i}"), "{tracked}");
         assert_eq!(
             seen["offset"], partition["last_enqueued_offset"],
             "{tracked}"
@@ -226,10 +228,18 @@ fn a_receiver_tracking_the_last_enqueued_event_gets_the_partitions_newest() {
     let untracked = peer(&cs, &options, "track", &["5", "false"]);
     let events = untracked["events"].as_array().unwrap();
     assert_eq!(events.len(), 5, "{untracked}");
+    // (The Python package reports a properties object of nulls for an event that carries any
+    // delivery annotation at all, here the sender's own: none of the hub's keys is there.)
     assert!(
-        events.iter().all(|e| e["last_enqueued"].is_null()),
+        events
+            .iter()
+            .all(|e| e["last_enqueued"]["sequence_number"].is_null()
+                && e["last_enqueued"]["retrieval_time"].is_null()),
         "{untracked}"
     );
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event["sender_note"], format!("note-{i}"), "{untracked}");
+    }
 }
 
 /// Runs the JavaScript peer (tests/js/eventhubs_peer.cjs), trusting `ca` when given; its JSON.

@@ -13,7 +13,9 @@ The client options are what users hand the SDK's clients to reach a namespace th
                          arrive, tracking the last enqueued event's properties
   track <expect> <on>    sends <expect> events to partition 1, then reads them back with
                          track_last_enqueued_event_properties=<on> (true/false): per event the
-                         properties the consumer saw, and the partition's own at the end
+                         properties the consumer saw (each event carries a delivery annotation
+                         of its sender's, `sender_note`, read back beside them), and the
+                         partition's own at the end
   refused                one management call with no retries: the error the client reports
   idle <seconds>         a sync and an async producer each send, sleep that long, and send again:
                          how long each send took, or the error
@@ -30,6 +32,13 @@ from azure.eventhub.aio import EventHubConsumerClient as AsyncConsumer
 from azure.eventhub.aio import EventHubProducerClient as AsyncProducer
 
 RECEIVE_SECONDS = 60
+# A delivery annotation `track` puts on every event it sends: a receiver tracking the last
+# enqueued event's properties must get it beside them.
+SENDER_NOTE = b"x-sender-note"
+
+
+def text(value):
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def client_options(text):
@@ -69,8 +78,10 @@ def receive_sync(cs, hub, kwargs, partition, expect, track):
     def on_event(context, event):
         if event is None:
             return
+        annotations = event.raw_amqp_message.delivery_annotations or {}
         got.append({"body": event.body_as_str(), "sequence_number": event.sequence_number,
-                    "last_enqueued": last_enqueued(context)})
+                    "last_enqueued": last_enqueued(context),
+                    "sender_note": text(annotations.get(SENDER_NOTE))})
         if len(got) >= expect:
             threading.Thread(target=consumer.close).start()
 
@@ -131,7 +142,9 @@ def track(cs, hub, kwargs, expect, on):
     with EventHubProducerClient.from_connection_string(cs, eventhub_name=hub, **kwargs) as producer:
         batch = producer.create_batch(partition_id="1")
         for i in range(expect):
-            batch.add(EventData(f"event-{i}"))
+            event = EventData(f"event-{i}")
+            event.raw_amqp_message.delivery_annotations = {SENDER_NOTE: f"note-{i}"}
+            batch.add(event)
         producer.send_batch(batch)
         partition = producer.get_partition_properties("1")
     got = receive_sync(cs, hub, kwargs, "1", expect, on)

@@ -259,13 +259,16 @@ fn decode_message(bytes: &[u8]) -> Result<AmqpMessage, String> {
 }
 
 /// The stored event as the message a consumer receives: as sent, plus the annotations the
-/// service stamps (sequence number, offset as a string, enqueued time), and `last` as its
-/// delivery annotations (replacing any the producer sent) when the receiver asked for it.
+/// service stamps (sequence number, offset as a string, enqueued time), and `last` added to its
+/// delivery annotations when the receiver asked for it. The producer's own delivery annotations
+/// are kept beside `last`'s keys, as Event Hubs keeps them (a key of both takes `last`'s value).
 pub fn to_received(event: &StoredEvent, last: Option<&LastEnqueued>) -> Option<AmqpMessage> {
     let mut message = decode_message(&event.payload).ok()?;
     if let Some(last) = last {
-        let mut annotations = DeliveryAnnotations::default();
-        let entries = &mut annotations.0;
+        let entries = &mut message
+            .delivery_annotations
+            .get_or_insert_with(DeliveryAnnotations::default)
+            .0;
         entries.insert(
             OwnedKey::from(received::LAST_ENQUEUED_SEQUENCE_NUMBER),
             Value::Long(last.sequence),
@@ -282,7 +285,6 @@ pub fn to_received(event: &StoredEvent, last: Option<&LastEnqueued>) -> Option<A
             OwnedKey::from(received::RETRIEVAL_TIME),
             Value::Timestamp(Timestamp::from_milliseconds(last.retrieved_ms)),
         );
-        message.delivery_annotations = Some(annotations);
     }
     let annotations = &mut message
         .message_annotations

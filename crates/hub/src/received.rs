@@ -129,7 +129,8 @@ pub fn received_bytes(
             && let Some(section) = delivery_annotations.take()
         {
             if code == DELIVERY_ANNOTATIONS {
-                // The producer's own delivery annotations: the typed path replaces them.
+                // The producer's own delivery annotations: the typed path merges them with
+                // `last`'s.
                 return None;
             }
             out.extend_from_slice(section);
@@ -478,7 +479,12 @@ mod tests {
             let typed = to_received(&event, Some(&last)).unwrap();
             let annotations = typed.delivery_annotations.clone().unwrap().0;
             let get = |key: &str| annotations.get(&key as &dyn AnnotationKey).cloned();
-            assert_eq!(annotations.len(), 4, "{shape:?}");
+            // The producer's own delivery annotations are kept beside the four.
+            let sent = shape.delivery_annotations.clone().unwrap_or_default().0;
+            assert_eq!(annotations.len(), 4 + sent.len(), "{shape:?}");
+            for (key, value) in &sent {
+                assert_eq!(annotations.get(key), Some(value), "{shape:?}");
+            }
             assert_eq!(
                 get(LAST_ENQUEUED_SEQUENCE_NUMBER),
                 Some(Value::Long(last.sequence))
@@ -508,7 +514,7 @@ mod tests {
             ) {
                 Some(spliced) => assert_eq!(decode(&spliced), typed, "{shape:?}"),
                 // Only a message that carries its producer's delivery annotations is left to
-                // the typed path, which replaces them.
+                // the typed path, which merges them.
                 None => assert!(shape.delivery_annotations.is_some(), "refused {shape:?}"),
             }
             // Without the capability nothing is added.
