@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 /// A new Rust function app with one Event Hubs function, on hubhost-functions (as `func init`
-/// and `func new` for other languages): the Cargo project, its function_app/, a README, and
-/// a test that runs it under `hubhost emulate` on `hubhost hub`.
+/// and `func new` for other languages): the Cargo project with the Cargo.lock hubhost was
+/// tested with, its function_app/, sample events, a README, and tests that need nothing
+/// running: a unit test calling the function as the host does, and an integration test running
+/// the whole app under the emulated host on a local event hub, both inside `cargo test`.
 #[derive(clap::Args)]
 pub struct Args {
     /// The folder to create (its name is the package's).
@@ -65,8 +67,9 @@ pub async fn run(args: Args) -> Result<(), String> {
         ),
     }
     println!(
-        "next: cd {} && cargo test, then cargo build && hubhost emulate --app function_app   (with `hubhost hub` running)",
-        dir.display()
+        "next: cd {} && cargo test; then hubhost invoke {} --events events.json, and hubhost emulate --app function_app --watch (with `hubhost hub` running)",
+        dir.display(),
+        scaffold.function
     );
     Ok(())
 }

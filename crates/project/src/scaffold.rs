@@ -2,7 +2,8 @@
 //! --worker-runtime custom` and `func new` make one for other languages — a Cargo project on
 //! `hubhost-functions` with one Event Hubs function, its script root (`function_app/`: host.json
 //! starting the binary, the function's function.json, local.settings.json for the local hub), a
-//! README, sample events for `hubhost invoke`, and tests in two tiers: a unit test calling the
+//! README, sample events for `hubhost invoke`, the `Cargo.lock` this build of hubhost was tested
+//! with ([`crate::lockfile`]), and tests in two tiers: a unit test calling the
 //! function as the host does, in-process (`hubhost_functions::testing`), and an integration test
 //! running the app under the emulated host on a local hub (`hubhost_testkit::LocalApp`) — both
 //! with plain `cargo test`, nothing installed or running.
@@ -102,6 +103,9 @@ pub enum ScaffoldError {
     EntityName(String),
     #[error("{0} exists and is not empty: pick a new folder")]
     NotEmpty(PathBuf),
+    /// The lock compiled into this build cannot be read (a bug in hubhost's build).
+    #[error("this build's Cargo.lock: {0}")]
+    Lock(#[from] crate::lockfile::LockError),
     #[error("cannot write {path}: {source}")]
     Io {
         path: PathBuf,
@@ -211,8 +215,10 @@ impl Scaffold {
             }
         });
         let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).expect("JSON") + "\n";
+        let lock = crate::lockfile::limit_to(crate::lockfile::WORKSPACE_LOCK, DEPENDENCIES)?;
         Ok(vec![
             ("Cargo.toml".into(), fill(CARGO_TOML)),
+            ("Cargo.lock".into(), lock),
             ("src/main.rs".into(), fill(MAIN_RS)),
             ("tests/local_app.rs".into(), fill(LOCAL_APP_TEST_RS)),
             ("events.json".into(), fill(EVENTS_JSON)),
@@ -265,6 +271,15 @@ impl Scaffold {
         Ok(written)
     }
 }
+
+/// Every package the new project's Cargo.toml names: the roots of its Cargo.lock.
+const DEPENDENCIES: &[&str] = &[
+    "hubhost-functions",
+    "serde",
+    "serde_json",
+    "tokio",
+    "hubhost-testkit",
+];
 
 const CARGO_TOML: &str = r#"[package]
 name = "{{package}}"
@@ -401,19 +416,24 @@ hub `{{hub}}`, consumer group `{{group}}`), made by `hubhost new` ({{version}}).
   inside the test (`hubhost_testkit::LocalApp`), this package's executable as the handler; it
   sends events and waits until the function has processed every one.
 
+`Cargo.lock` holds the dependency versions this release of hubhost was tested with; `cargo
+update` moves to newer ones when you choose to.
+
 ## Run it locally
 
+From this folder; `hubhost hub` and `hubhost emulate` each in a terminal of their own:
+
 ```bash
-hubhost invoke --app function_app {{function}} --events events.json   # one batch, the answer printed
-hubhost hub &                                                      # a local Event Hubs on 127.0.0.1:5672
-hubhost emulate --app function_app --watch                         # rebuilds and restarts the handler as you edit
-hubhost simulate --homes 100 --duration 30                         # something to read (or send your own events)
+hubhost invoke {{function}} --events events.json          # one batch, the answer as the host reads it
+hubhost hub                                             # a local Event Hubs on 127.0.0.1:5672
+hubhost emulate --app function_app --watch              # rebuilds and restarts the handler as you edit
+hubhost simulate --hub {{hub}} --homes 100 --duration 20   # something to read (or send your own events)
 ```
 
 ## Deploy it
 
 ```bash
-hubhost package --app function_app --out app.zip   # needs cargo-zigbuild and `pip install ziglang`
+hubhost package --app function_app --out app.zip   # needs cargo-zigbuild and ziglang (pip)
 az functionapp deployment source config-zip -g RG -n NAME --src app.zip
 ```
 
@@ -508,6 +528,36 @@ mod tests {
             hubhost_functions::function_app::DataType::Binary
         );
         assert!(!files.iter().any(|(_, c)| c.contains("{{")));
+    }
+
+    #[test]
+    fn the_lock_holds_this_builds_versions_of_every_dependency_the_manifest_names() {
+        let files = scaffold().files().unwrap();
+        let file = |name: &str| {
+            files
+                .iter()
+                .find(|(p, _)| p == Path::new(name))
+                .map(|(_, c)| c.clone())
+                .unwrap()
+        };
+        let manifest = file("Cargo.toml");
+        let named: Vec<&str> = manifest
+            .lines()
+            .filter_map(|line| line.split_once(" = ").map(|(name, _)| name))
+            .filter(|name| !["name", "version", "edition", "publish"].contains(name))
+            .collect();
+        assert_eq!(named, DEPENDENCIES);
+        let lock = file("Cargo.lock");
+        let workspace = crate::lockfile::WORKSPACE_LOCK;
+        for name in DEPENDENCIES {
+            let entry = format!("[[package]]\nname = \"{name}\"\nversion = ");
+            let version = |lock: &str| {
+                let at = lock.find(&entry)? + entry.len();
+                lock[at..].lines().next().map(str::to_string)
+            };
+            assert!(version(&lock).is_some(), "{name} is not in the lock");
+            assert_eq!(version(&lock), version(workspace), "{name}");
+        }
     }
 
     #[test]
