@@ -1,8 +1,13 @@
-//! The development loop on a project `hubhost new` made, with real processes: `hubhost invoke`
-//! names the build a missing handler needs, then shows one batch's answer as the host reads it;
-//! `hubhost emulate --watch` builds the handler, rebuilds and restarts it when the source
-//! changes — the partitions stay owned by the same instance — and keeps the running handler
-//! when a build fails; a failing answer makes `hubhost invoke` exit non-zero.
+//! The development loop on a project `hubhost new` made, with real processes, from the project
+//! folder with relative paths, and with a target folder shared between projects
+//! (`CARGO_TARGET_DIR`, common on developers' machines; here this workspace's own): host.json
+//! says `../target/debug/NAME` as `hubhost new` wrote it, and Cargo builds elsewhere.
+//! `hubhost invoke` names the build a missing handler needs, then shows one batch's answer as
+//! the host reads it; `hubhost emulate --watch` builds the handler where Cargo puts it, runs it
+//! from there, rebuilds and restarts it when the source changes — the partitions stay owned by
+//! the same instance — and keeps the running handler when a build fails; a failing answer makes
+//! `hubhost invoke` exit non-zero. (The same loop with the project's own target folder is the
+//! README's, run by tests/docs.rs.)
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -73,6 +78,21 @@ impl Drop for Emulate {
     }
 }
 
+/// `hubhost ARGS` run in `dir` (a user's shell in the project folder), its exit code and output.
+fn hubhost_in(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+    command.args(args).current_dir(dir);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = kit::output_within(&mut command, kit::COMMAND_LIMIT);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Sends `events` readings to the hub's `sensors` with `hubhost simulate`.
 fn send(hub: &Hub, events: u32) {
     let connection = hub.connection_string(KEY);
@@ -121,32 +141,33 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
         &[],
     );
     assert_eq!(code, 0, "{stdout}{stderr}");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"),
-        project.join("Cargo.lock"),
-    )
-    .unwrap();
-    // The handler builds into this workspace's target folder, where the framework is compiled
-    // already; host.json names it there.
+    // The handler builds into this workspace's target folder, as into a CARGO_TARGET_DIR shared
+    // between projects; host.json still names the project's own target/.
     let hubhost = Path::new(env!("CARGO_BIN_EXE_hubhost"));
     let target = hubhost.parent().and_then(Path::parent).unwrap();
     let executable = target.join("debug").join(PACKAGE);
     let _ = std::fs::remove_file(&executable);
-    let host_json = project.join("function_app/host.json");
-    let mut host: Value =
-        serde_json::from_str(&std::fs::read_to_string(&host_json).unwrap()).unwrap();
-    host["customHandler"]["description"]["defaultExecutablePath"] =
-        executable.display().to_string().into();
-    std::fs::write(&host_json, host.to_string()).unwrap();
-    let app = project.join("function_app");
-    let app = app.to_str().unwrap();
+    let host_json = std::fs::read_to_string(project.join("function_app/host.json")).unwrap();
+    assert!(
+        host_json.contains(&format!("\"../target/debug/{PACKAGE}\"")),
+        "{host_json}"
+    );
+    let shared = [("CARGO_TARGET_DIR", target)];
+    let app = "function_app";
 
-    // Not built yet: invoke says so, and how to build it.
-    let (code, stdout, stderr) = kit::hubhost(&["invoke", FUNCTION, "--app", app], &[]);
+    // Not built yet: invoke says so, where it looked, and how to build it (from here).
+    let (code, stdout, stderr) = hubhost_in(&project, &["invoke", FUNCTION], &shared);
     assert_ne!(code, 0, "{stdout}");
     assert!(stderr.contains("is not built"), "{stderr}");
     assert!(
-        stderr.contains(&format!("cargo build --bin {PACKAGE}")),
+        stderr.contains(&format!(
+            "{}/target/debug/{PACKAGE} does not exist",
+            project.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("build it with `cargo build --bin {PACKAGE}`")),
         "{stderr}"
     );
 
@@ -157,8 +178,14 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
     let stderr = dir.path().join("emulate.err");
     let child = Command::new(hubhost)
         .args(["emulate", "--watch", "--app", app])
-        .args(["--metrics-port", &metrics.to_string(), "--storage"])
-        .arg(dir.path().join("storage"))
+        .args([
+            "--metrics-port",
+            &metrics.to_string(),
+            "--storage",
+            "storage",
+        ])
+        .current_dir(&project)
+        .env("CARGO_TARGET_DIR", target)
         .env("EventHubConnection", hub.connection_string(KEY))
         .env("RUST_LOG", "info,hubhost::function=debug")
         .env_remove("AzureWebJobsStorage")
@@ -189,18 +216,19 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
         r#"["hello", {"body": {"n": 1}, "partitionKey": "k"}]"#,
     )
     .unwrap();
-    let (code, out, err) = kit::hubhost(
+    let (code, out, err) = hubhost_in(
+        &project,
         &[
             "invoke",
             FUNCTION,
             "--app",
             app,
             "--events",
-            events.to_str().unwrap(),
+            "../events.json",
             "--partition",
             "2",
         ],
-        &[],
+        &shared,
     );
     assert_eq!(code, 0, "{out}{err}");
     let answer: Value = serde_json::from_str(&out).unwrap();
@@ -255,7 +283,7 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
     );
     let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     build
-        .args(["build", "--offline", "--bin", PACKAGE])
+        .args(["build", "--bin", PACKAGE])
         .current_dir(&project)
         .env("CARGO_TARGET_DIR", target);
     let built = kit::output_within(&mut build, Duration::from_secs(300));
@@ -264,7 +292,7 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
         "{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let (code, out, err) = kit::hubhost(&["invoke", FUNCTION, "--app", app], &[]);
+    let (code, out, err) = hubhost_in(&project, &["invoke", FUNCTION], &shared);
     assert_ne!(code, 0, "{out}");
     let answer: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(answer["status"], 500);

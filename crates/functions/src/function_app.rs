@@ -214,7 +214,9 @@ pub struct FunctionSpec {
 /// A function app folder (script root): host.json and the functions beside it.
 #[derive(Debug, Clone)]
 pub struct FunctionApp {
-    /// The folder.
+    /// The folder, absolute, as the host's script root is: a relative folder is taken from the
+    /// current directory when the app is loaded, so that paths built on it (host.json's
+    /// executable, its working directory) stay right in a process started elsewhere.
     pub root: PathBuf,
     /// host.json as read.
     pub host_json: Value,
@@ -306,7 +308,10 @@ impl FunctionApp {
             })?);
         }
         Ok(FunctionApp {
-            root: root.to_path_buf(),
+            root: std::path::absolute(root).map_err(|source| FunctionAppError::Io {
+                path: root.to_path_buf(),
+                source,
+            })?,
             host_json,
             functions,
         })
@@ -449,6 +454,19 @@ fn parse_retry(json: &Value) -> Result<RetryPolicy, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A relative app folder is taken from the current directory once, when loaded: a path
+    /// joined to the root later (host.json's executable) means the same from any directory.
+    /// (Tests run in the crate's folder; the reference app is two folders up.)
+    #[test]
+    fn a_relative_app_folder_is_loaded_as_an_absolute_root() {
+        let relative = Path::new("../../function_app");
+        let app = FunctionApp::load(relative).unwrap();
+        assert!(app.root.is_absolute(), "{}", app.root.display());
+        assert_eq!(app.root, std::env::current_dir().unwrap().join(relative));
+        assert!(app.root.join("host.json").is_file());
+        assert!(!app.functions.is_empty());
+    }
 
     #[test]
     fn event_hub_trigger_defaults_follow_the_host() {

@@ -2,99 +2,193 @@
 //! `defaultExecutablePath` pointing into a Cargo target folder (`…/target/debug/NAME`,
 //! `…/target/release/NAME`, `…/target/TRIPLE/PROFILE/NAME`) names the build that makes it.
 //!
+//! Cargo is asked where its target folder is ([`CargoLayout`]: `cargo metadata` for the project
+//! that holds the app folder), rather than the path guessed at: a target folder can have any
+//! name (`CARGO_TARGET_DIR`, `build.target-dir`), and one shared by several projects is common.
+//! When host.json names the project's own `target/` but Cargo builds elsewhere, the build's
+//! [`output`](CargoBuild::output) is where the executable really is; `emulate` and `invoke` run
+//! that one.
+//!
 //! `emulate` uses it to say how to build a missing executable, and `emulate --watch` to build
 //! it before starting and again when the sources change ([`SourceSnapshot`]).
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use serde_json::Value;
+
+/// What Cargo says of the project that holds a folder: its workspace, its target folder and the
+/// binaries its packages build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CargoLayout {
+    /// The workspace's root folder (where `cargo build` is run).
+    pub workspace_root: PathBuf,
+    /// Where Cargo puts what it builds (`CARGO_TARGET_DIR` and `build.target-dir` honoured).
+    pub target_directory: PathBuf,
+    /// Every binary of the workspace's packages.
+    pub binaries: Vec<CargoBinary>,
+}
+
+/// A binary target of a workspace package.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CargoBinary {
+    pub package: String,
+    pub name: String,
+    /// The folder of the package's Cargo.toml.
+    pub package_dir: PathBuf,
+}
+
+impl CargoLayout {
+    /// Cargo's answer (`cargo metadata --no-deps`, run in `dir`) for the project holding `dir`;
+    /// `None` when there is no Cargo project there or no `cargo` to ask.
+    pub fn of(dir: &Path) -> Option<Self> {
+        let project = dir.ancestors().find(|d| d.join("Cargo.toml").is_file())?;
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .args([
+                "metadata",
+                "--no-deps",
+                "--format-version",
+                "1",
+                "--offline",
+            ])
+            .current_dir(project)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        Self::from_metadata(&serde_json::from_slice(&out.stdout).ok()?)
+    }
+
+    /// The layout in `cargo metadata`'s JSON.
+    pub fn from_metadata(metadata: &Value) -> Option<Self> {
+        let path = |key: &str| metadata[key].as_str().map(PathBuf::from);
+        let mut binaries = Vec::new();
+        for package in metadata["packages"].as_array()? {
+            let (Some(name), Some(manifest)) =
+                (package["name"].as_str(), package["manifest_path"].as_str())
+            else {
+                continue;
+            };
+            for target in package["targets"].as_array().into_iter().flatten() {
+                let is_bin = target["kind"]
+                    .as_array()
+                    .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"));
+                if let (true, Some(bin)) = (is_bin, target["name"].as_str()) {
+                    binaries.push(CargoBinary {
+                        package: name.to_string(),
+                        name: bin.to_string(),
+                        package_dir: Path::new(manifest)
+                            .parent()
+                            .unwrap_or(Path::new("."))
+                            .to_path_buf(),
+                    });
+                }
+            }
+        }
+        Some(CargoLayout {
+            workspace_root: path("workspace_root")?,
+            target_directory: path("target_directory")?,
+            binaries,
+        })
+    }
+
+    /// The workspace's binary named `name`.
+    pub fn binary(&self, name: &str) -> Option<&CargoBinary> {
+        self.binaries.iter().find(|b| b.name == name)
+    }
+
+    /// Whether the workspace has more than one package (`--bin` alone then looks only in the
+    /// default members, so a command names the package too).
+    fn has_several_packages(&self) -> bool {
+        let mut packages: Vec<&str> = self.binaries.iter().map(|b| b.package.as_str()).collect();
+        packages.sort_unstable();
+        packages.dedup();
+        packages.len() > 1
+    }
+}
+
 /// The Cargo build an executable path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CargoBuild {
-    /// The folder holding `target/` (the workspace or package root, as Cargo's default
-    /// target folder is); [`in_project`](Self::in_project) sets the real one.
+    /// The workspace root, where `cargo build` runs.
     pub root: PathBuf,
-    /// The target folder the executable lies in (`…/target`).
-    pub target_dir: PathBuf,
     /// `debug` (the dev profile), `release`, or a custom profile's folder.
     pub profile: String,
     /// The target triple, when the path has one.
     pub target: Option<String>,
+    /// The package that has the binary, named in the command when the workspace has several.
+    pub package: Option<String>,
     /// The binary's name.
     pub bin: String,
+    /// Where Cargo puts the executable: the path named, or the same place in Cargo's own target
+    /// folder when the path names the project's `target/` and Cargo builds elsewhere.
+    pub output: PathBuf,
 }
 
 impl CargoBuild {
-    /// The build `executable` comes from, if it lies in a Cargo target folder.
+    /// The build that makes `executable` in the Cargo project holding the app folder `app`
+    /// (Cargo is asked, see [`CargoLayout::of`]).
+    pub fn find(executable: &Path, app: &Path) -> Option<Self> {
+        Self::in_layout(executable, &CargoLayout::of(app)?)
+    }
+
+    /// The build that makes `executable` (an absolute path) in `layout`: it lies in Cargo's
+    /// target folder, or in the workspace's `target/` (what host.json files name), as
+    /// `PROFILE/NAME` or `TRIPLE/PROFILE/NAME`, and the workspace has a binary of that name.
     ///
     /// ```
-    /// use std::path::Path;
-    /// use hubhost_host::emulate::build::CargoBuild;
+    /// use std::path::{Path, PathBuf};
+    /// use hubhost_host::emulate::build::{CargoBinary, CargoBuild, CargoLayout};
     ///
-    /// let build = CargoBuild::of(Path::new("/src/app/target/release/my-function")).unwrap();
-    /// assert_eq!(build.root, Path::new("/src/app"));
-    /// assert_eq!(build.args(), ["build", "--release", "--bin", "my-function"]);
-    /// assert!(CargoBuild::of(Path::new("/usr/bin/my-function")).is_none());
+    /// let layout = CargoLayout {
+    ///     workspace_root: "/src/app".into(),
+    ///     target_directory: "/cache/cargo-target".into(),
+    ///     binaries: vec![CargoBinary { package: "app".into(), name: "app".into(), package_dir: "/src/app".into() }],
+    /// };
+    /// let build = CargoBuild::in_layout(Path::new("/src/app/function_app/../target/release/app"), &layout).unwrap();
+    /// assert_eq!(build.args(), ["build", "--release", "--bin", "app"]);
+    /// assert_eq!(build.output, Path::new("/cache/cargo-target/release/app"));
+    /// assert!(CargoBuild::in_layout(Path::new("/usr/bin/app"), &layout).is_none());
     /// ```
-    pub fn of(executable: &Path) -> Option<Self> {
-        let bin = executable.file_name()?.to_str()?.to_string();
-        let parts: Vec<&str> = executable
-            .parent()?
+    pub fn in_layout(executable: &Path, layout: &CargoLayout) -> Option<Self> {
+        let executable = lexically_normal(executable);
+        let in_target = [
+            lexically_normal(&layout.target_directory),
+            lexically_normal(&layout.workspace_root.join("target")),
+        ]
+        .into_iter()
+        .find_map(|folder| executable.strip_prefix(&folder).ok().map(Path::to_path_buf))?;
+        let parts: Vec<&str> = in_target
             .components()
-            .filter_map(|c| c.as_os_str().to_str())
-            .collect();
-        // …/target/PROFILE or …/target/TRIPLE/PROFILE, the last `target` in the path; or, in
-        // a target folder of another name (CARGO_TARGET_DIR), …/debug or …/release.
-        let is_triple = |part: &str| part.matches('-').count() >= 2;
-        let at = match parts.iter().rposition(|p| *p == "target") {
-            Some(at) => at,
-            None => match parts.as_slice() {
-                [.., _, triple, "debug" | "release"] if is_triple(triple) => parts.len() - 3,
-                [.., _, "debug" | "release"] => parts.len() - 2,
-                _ => return None,
-            },
-        };
-        let (target, profile) = match &parts[at + 1..] {
-            [profile] => (None, *profile),
-            [triple, profile] => (Some(triple.to_string()), *profile),
+            .map(|c| c.as_os_str().to_str())
+            .collect::<Option<_>>()?;
+        let (target, profile, bin) = match parts.as_slice() {
+            [profile, bin] => (None, *profile, *bin),
+            [triple, profile, bin] => (Some(triple.to_string()), *profile, *bin),
             _ => return None,
         };
-        let target_dir =
-            lexically_normal(executable.parent()?.ancestors().nth(parts.len() - at - 1)?);
+        let binary = layout.binary(bin)?;
         Some(CargoBuild {
-            root: match target_dir.parent() {
-                Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-                _ => PathBuf::from("."),
-            },
-            target_dir,
+            root: layout.workspace_root.clone(),
             profile: profile.to_string(),
             target,
-            bin,
+            package: layout
+                .has_several_packages()
+                .then(|| binary.package.clone()),
+            bin: bin.to_string(),
+            output: layout.target_directory.join(in_target),
         })
     }
 
-    /// The same build, of the Cargo project that holds the app folder `app` (the nearest folder
-    /// above it with a Cargo.toml), when there is one: a target folder shared between
-    /// projects (`CARGO_TARGET_DIR`) does not say which project builds into it.
-    pub fn in_project(mut self, app: &Path) -> Self {
-        if let Some(project) = app.ancestors().find(|dir| dir.join("Cargo.toml").is_file()) {
-            self.root = lexically_normal(project);
-        }
-        self
-    }
-
-    /// Whether the executable goes to the project's own `target/` (no `CARGO_TARGET_DIR`
-    /// needed).
-    fn default_target_dir(&self) -> bool {
-        self.target_dir == self.root.join("target")
-    }
-
-    /// A `cargo` command that builds it into its target folder.
+    /// A `cargo` command that builds it.
     pub fn command(&self) -> std::process::Command {
         let mut cargo =
             std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         cargo.args(self.args()).current_dir(&self.root);
-        cargo.env("CARGO_TARGET_DIR", &self.target_dir);
         cargo
     }
 
@@ -109,23 +203,29 @@ impl CargoBuild {
         if let Some(target) = &self.target {
             args.extend(["--target".into(), target.clone()]);
         }
+        if let Some(package) = &self.package {
+            args.extend(["--package".into(), package.clone()]);
+        }
         args.extend(["--bin".into(), self.bin.clone()]);
         args
     }
 
-    /// The command, as a person would type it.
+    /// The command, as a person in the current directory would type it.
     pub fn command_line(&self) -> String {
-        let target_dir = if self.default_target_dir() {
-            String::new()
-        } else {
-            format!("CARGO_TARGET_DIR={} ", self.target_dir.display())
-        };
-        format!(
-            "cd {} && {target_dir}cargo {}",
-            self.root.display(),
-            self.args().join(" ")
-        )
+        let here = std::env::current_dir().unwrap_or_default();
+        command_line_from(&here, &self.root, &self.args())
     }
+}
+
+/// `cargo ARGS`, preceded by `cd ROOT &&` unless `here` is `root` (ROOT relative to `here` when
+/// it lies below it).
+fn command_line_from(here: &Path, root: &Path, args: &[String]) -> String {
+    let cargo = format!("cargo {}", args.join(" "));
+    if lexically_normal(here) == lexically_normal(root) {
+        return cargo;
+    }
+    let shown = root.strip_prefix(here).unwrap_or(root);
+    format!("cd {} && {cargo}", shown.display())
 }
 
 /// The newest modification time among a build's sources: every `*.rs`, `Cargo.toml` and
@@ -180,7 +280,7 @@ impl SourceSnapshot {
 
 /// `path` with `.` and `dir/..` pairs taken out, without asking the file system
 /// (`app/../../target` → `../target`), so the command shown reads as the user would type it.
-fn lexically_normal(path: &Path) -> PathBuf {
+pub(crate) fn lexically_normal(path: &Path) -> PathBuf {
     use std::path::Component;
     let mut out: Vec<Component> = Vec::new();
     for part in path.components() {
@@ -271,19 +371,33 @@ fn is_source(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn layout(root: &str, target: &str, binaries: &[(&str, &str)]) -> CargoLayout {
+        CargoLayout {
+            workspace_root: root.into(),
+            target_directory: target.into(),
+            binaries: binaries
+                .iter()
+                .map(|(package, name)| CargoBinary {
+                    package: package.to_string(),
+                    name: name.to_string(),
+                    package_dir: Path::new(root).join(package),
+                })
+                .collect(),
+        }
+    }
+
     #[test]
-    fn executable_paths_name_their_build() {
-        let build = CargoBuild::of(Path::new("../target/debug/orders")).unwrap();
-        assert_eq!(build.root, Path::new(".."));
-        assert_eq!(build.target_dir, Path::new("../target"));
-        assert_eq!(build.command_line(), "cd .. && cargo build --bin orders");
-        assert_eq!(build.args(), ["build", "--bin", "orders"]);
-        let build = CargoBuild::of(Path::new(
-            "/w/target/x86_64-unknown-linux-gnu/release/orders",
-        ))
-        .unwrap();
+    fn executable_paths_in_the_target_folder_name_their_build() {
+        let w = layout("/w", "/w/target", &[("orders", "orders")]);
+        let build = CargoBuild::in_layout(Path::new("/w/app/../target/debug/orders"), &w).unwrap();
         assert_eq!(build.root, Path::new("/w"));
-        assert_eq!(build.target_dir, Path::new("/w/target"));
+        assert_eq!(build.args(), ["build", "--bin", "orders"]);
+        assert_eq!(build.output, Path::new("/w/target/debug/orders"));
+        let build = CargoBuild::in_layout(
+            Path::new("/w/target/x86_64-unknown-linux-gnu/release/orders"),
+            &w,
+        )
+        .unwrap();
         assert_eq!(
             build.args(),
             [
@@ -295,46 +409,147 @@ mod tests {
                 "orders"
             ]
         );
-        let build = CargoBuild::of(Path::new("/w/target/profiling/orders")).unwrap();
+        let build = CargoBuild::in_layout(Path::new("/w/target/profiling/orders"), &w).unwrap();
         assert_eq!(
             build.args(),
             ["build", "--profile", "profiling", "--bin", "orders"]
         );
-        let build = CargoBuild::of(Path::new(
-            "examples/app/function_app/../../../target/debug/app",
-        ));
-        assert_eq!(build.unwrap().root, Path::new("."));
-        let build = CargoBuild::of(Path::new("/w/app/function_app/../target/debug/app"));
-        assert_eq!(build.unwrap().root, Path::new("/w/app"));
-        let build = CargoBuild::of(Path::new("/w/out/debug/orders")).unwrap();
-        assert_eq!(build.target_dir, Path::new("/w/out"));
-        let build = CargoBuild::of(Path::new("/w/out/aarch64-unknown-linux-gnu/release/orders"));
-        assert_eq!(build.unwrap().target_dir, Path::new("/w/out"));
-        assert_eq!(CargoBuild::of(Path::new("/usr/local/bin/orders")), None);
-        assert_eq!(CargoBuild::of(Path::new("orders")), None);
-        assert_eq!(CargoBuild::of(Path::new("/w/target/orders")), None);
-        assert_eq!(CargoBuild::of(Path::new("/w/target/a/b/c/orders")), None);
+        for elsewhere in [
+            "/usr/local/bin/orders",
+            "/w/target/orders",
+            "/w/target/a/b/c/orders",
+            "/w/target/debug/not-a-binary-of-ours",
+        ] {
+            assert_eq!(
+                CargoBuild::in_layout(Path::new(elsewhere), &w),
+                None,
+                "{elsewhere}"
+            );
+        }
     }
 
     #[test]
-    fn a_shared_target_folder_builds_the_project_that_holds_the_app() {
+    fn a_target_folder_of_any_name_is_the_one_cargo_names() {
+        // A shared CARGO_TARGET_DIR whose name has dashes, below a folder named `target`: no
+        // triple is guessed from either.
+        let shared = layout(
+            "/src/orders",
+            "/home/u/target/shared-target",
+            &[("orders", "orders")],
+        );
+        let build = CargoBuild::in_layout(
+            Path::new("/home/u/target/shared-target/debug/orders"),
+            &shared,
+        )
+        .unwrap();
+        assert_eq!(build.args(), ["build", "--bin", "orders"]);
+        assert_eq!(build.target, None);
+        assert_eq!(build.root, Path::new("/src/orders"));
+        // host.json names the project's own target/ (as `hubhost new` writes it): Cargo builds
+        // into the shared folder, and that is where the executable is.
+        let build = CargoBuild::in_layout(
+            Path::new("/src/orders/function_app/../target/debug/orders"),
+            &shared,
+        )
+        .unwrap();
+        assert_eq!(
+            build.output,
+            Path::new("/home/u/target/shared-target/debug/orders")
+        );
+    }
+
+    #[test]
+    fn a_workspace_of_several_packages_names_the_package() {
+        let w = layout(
+            "/w",
+            "/w/target",
+            &[("hubhost", "hubhost"), ("app", "app-handler")],
+        );
+        let build = CargoBuild::in_layout(Path::new("/w/target/release/app-handler"), &w).unwrap();
+        assert_eq!(
+            build.args(),
+            [
+                "build",
+                "--release",
+                "--package",
+                "app",
+                "--bin",
+                "app-handler"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_command_is_shown_from_where_the_user_is() {
+        let args = ["build".to_string(), "--bin".into(), "orders".into()];
+        assert_eq!(
+            command_line_from(Path::new("/src/orders"), Path::new("/src/orders"), &args),
+            "cargo build --bin orders"
+        );
+        assert_eq!(
+            command_line_from(Path::new("/src"), Path::new("/src/orders"), &args),
+            "cd orders && cargo build --bin orders"
+        );
+        assert_eq!(
+            command_line_from(Path::new("/elsewhere"), Path::new("/src/orders"), &args),
+            "cd /src/orders && cargo build --bin orders"
+        );
+    }
+
+    #[test]
+    fn cargo_metadata_is_read_for_the_workspace_its_target_folder_and_binaries() {
+        let metadata = serde_json::json!({
+            "workspace_root": "/w",
+            "target_directory": "/cache/target",
+            "packages": [
+                {"name": "orders", "manifest_path": "/w/orders/Cargo.toml", "targets": [
+                    {"name": "orders", "kind": ["bin"]},
+                    {"name": "orders", "kind": ["lib"]},
+                    {"name": "local_app", "kind": ["test"]}
+                ]},
+                {"name": "tool", "manifest_path": "/w/tool/Cargo.toml", "targets": [
+                    {"name": "tool-cli", "kind": ["bin"]}
+                ]}
+            ]
+        });
+        let layout = CargoLayout::from_metadata(&metadata).unwrap();
+        assert_eq!(layout.workspace_root, Path::new("/w"));
+        assert_eq!(layout.target_directory, Path::new("/cache/target"));
+        let names: Vec<&str> = layout.binaries.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["orders", "tool-cli"]);
+        assert_eq!(
+            layout.binary("tool-cli").unwrap().package_dir,
+            Path::new("/w/tool")
+        );
+        assert_eq!(CargoLayout::from_metadata(&serde_json::json!({})), None);
+    }
+
+    /// Cargo itself, on a project of the test's own: its answer honours CARGO_TARGET_DIR.
+    #[test]
+    fn cargo_is_asked_where_it_builds() {
         let dir = tempfile::tempdir().unwrap();
         let project = dir.path().join("orders");
+        std::fs::create_dir_all(project.join("src")).unwrap();
         std::fs::create_dir_all(project.join("function_app")).unwrap();
-        std::fs::write(project.join("Cargo.toml"), "[package]").unwrap();
-        let shared = dir.path().join("shared/target/debug/orders");
-        let build = CargoBuild::of(&shared)
-            .unwrap()
-            .in_project(&project.join("function_app"));
-        assert_eq!(build.root, project);
+        std::fs::write(
+            project.join("Cargo.toml"),
+            "[package]\nname = \"orders\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n",
+        )
+        .unwrap();
+        std::fs::write(project.join("src/main.rs"), "fn main() {}").unwrap();
+        let layout = CargoLayout::of(&project.join("function_app")).expect("cargo answers");
         assert_eq!(
-            build.command_line(),
-            format!(
-                "cd {} && CARGO_TARGET_DIR={} cargo build --bin orders",
-                project.display(),
-                dir.path().join("shared/target").display()
-            )
+            layout.workspace_root.canonicalize().unwrap(),
+            project.canonicalize().unwrap()
         );
+        assert_eq!(layout.binary("orders").unwrap().package, "orders");
+        // Wherever this test's own Cargo builds (CARGO_TARGET_DIR or not), the answer is a
+        // target folder of the project's or the one named.
+        match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+            Some(shared) if shared.is_absolute() => assert_eq!(layout.target_directory, shared),
+            Some(_) => {}
+            None => assert!(layout.target_directory.ends_with("orders/target")),
+        }
     }
 
     #[test]

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::build::CargoBuild;
 use super::{AppSettings, EmulateError};
 use crate::invoker::Invoker;
 use hubhost_functions::function_app::FunctionApp;
@@ -27,12 +26,11 @@ pub(super) struct HandlerProcess {
 }
 
 impl HandlerProcess {
-    /// host.json's `defaultExecutablePath`, expanded, as a path from the app root (a command on
-    /// PATH stays a bare name).
+    /// host.json's `defaultExecutablePath`, expanded: a path from the app root, or a command.
     pub(super) fn declared_executable(
         app: &FunctionApp,
         settings: &AppSettings,
-    ) -> Result<PathBuf, EmulateError> {
+    ) -> Result<String, EmulateError> {
         let description = Self::description(app)?;
         let executable = description
             .get("defaultExecutablePath")
@@ -41,14 +39,7 @@ impl HandlerProcess {
             .ok_or(EmulateError::HostJson(
                 "WorkerDescription DefaultExecutablePath cannot be empty".into(),
             ))?;
-        let executable = settings
-            .expand(executable)
-            .map_err(EmulateError::HostJson)?;
-        Ok(if executable.contains('/') {
-            app.root.join(executable)
-        } else {
-            PathBuf::from(executable)
-        })
+        settings.expand(executable).map_err(EmulateError::HostJson)
     }
 
     fn description(app: &FunctionApp) -> Result<&Value, EmulateError> {
@@ -74,24 +65,14 @@ impl HandlerProcess {
         let text = |key: &str| description.get(key).and_then(Value::as_str);
         let expand = |s: &str| settings.expand(s).map_err(EmulateError::HostJson);
         let declared = Self::declared_executable(app, settings)?;
-        // As the host: relative to the app root if that file exists, else a command on PATH.
-        let bare_name = declared.components().count() == 1;
-        let in_app = if bare_name {
-            app.root.join(&declared)
-        } else {
-            declared.clone()
-        };
-        let program = if in_app.is_file() {
-            in_app
-        } else if bare_name {
-            declared
-        } else {
-            // A path, not a command on PATH: say what is missing and how to make it.
-            return Err(EmulateError::HandlerMissing {
-                build: CargoBuild::of(&in_app).map(|b| b.in_project(&app.root).command_line()),
-                path: in_app,
-            });
-        };
+        // `hubhost` in host.json finds this very build first.
+        let mut path = settings.get("PATH").unwrap_or_default();
+        if let Ok(me) = std::env::current_exe()
+            && let Some(dir) = me.parent()
+        {
+            path = format!("{}:{path}", dir.display());
+        }
+        let program = super::executable::program(&declared, &app.root, &path)?;
         let mut arguments = Vec::new();
         for a in description
             .get("arguments")
@@ -111,13 +92,7 @@ impl HandlerProcess {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        // `hubhost` in host.json finds this very build first.
-        if let Ok(me) = std::env::current_exe()
-            && let Some(dir) = me.parent()
-        {
-            let path = settings.get("PATH").unwrap_or_default();
-            env.push(("PATH".into(), format!("{}:{path}", dir.display())));
-        }
+        env.push(("PATH".into(), path));
         let worker_id = uuid::Uuid::new_v4().to_string();
         for (k, v) in [
             ("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string()),
@@ -143,7 +118,10 @@ impl HandlerProcess {
     }
 
     pub(super) fn describe(&self) -> String {
-        format!("{} {}", self.program.display(), self.arguments.join(" "))
+        std::iter::once(self.program.display().to_string())
+            .chain(self.arguments.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     pub(super) fn spawn(&self) -> Result<tokio::process::Child, EmulateError> {

@@ -14,6 +14,7 @@
 
 pub mod build;
 mod dispatch;
+mod executable;
 mod handler_process;
 mod identity;
 pub mod invoke;
@@ -70,12 +71,29 @@ pub enum EmulateError {
     #[error("the custom handler ({command}) could not start: {problem}")]
     HandlerStart { command: String, problem: String },
     #[error(
-        "host.json's defaultExecutablePath is not built: {path} does not exist{}",
+        "host.json's defaultExecutablePath `{declared}` is not built: {} does not exist{}",
+        path.display(),
         match build { Some(command) => format!("; build it with `{command}`"), None => String::new() }
     )]
     HandlerMissing {
+        /// As host.json says it, expanded.
+        declared: String,
+        /// The file it names.
         path: PathBuf,
         /// The command that builds it, when the path lies in a Cargo target folder.
+        build: Option<String>,
+    },
+    #[error(
+        "host.json's defaultExecutablePath `{declared}` is neither in the app folder nor a command on PATH (looked in {}){}",
+        looked_in.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        match build { Some(how) => format!("; {how}"), None => String::new() }
+    )]
+    HandlerNotFound {
+        /// As host.json says it, expanded.
+        declared: String,
+        /// The app folder, then each folder on the handler's PATH.
+        looked_in: Vec<PathBuf>,
+        /// How to make it, in words, when it is a binary of the Cargo project holding the app.
         build: Option<String>,
     },
     #[error(
@@ -253,10 +271,11 @@ pub async fn run(
     let instance_id = identity.id.clone();
 
     let mut rebuilder = if opts.watch {
-        let executable = HandlerProcess::declared_executable(&app, &settings)?;
-        let build = build::CargoBuild::of(&executable)
-            .ok_or(EmulateError::NotACargoBuild(executable))?
-            .in_project(&app.root);
+        let executable = app
+            .root
+            .join(HandlerProcess::declared_executable(&app, &settings)?);
+        let build = build::CargoBuild::find(&executable, &app.root)
+            .ok_or(EmulateError::NotACargoBuild(executable))?;
         let mut rebuilder = build::Rebuilder::new(build);
         println!(
             "hubhost emulate: building the handler: {}",
