@@ -77,6 +77,23 @@ fn scaffold_and_test(args: &[&str]) {
 }
 
 #[test]
+fn new_says_what_it_makes() {
+    let (code, help, stderr) = common::hubhost(&["new", "--help"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let help = help.replace('\n', " ");
+    assert!(
+        help.contains("Cargo.lock hubhost was tested with"),
+        "{help}"
+    );
+    assert!(help.contains("both inside `cargo test`"), "{help}");
+    // The tests it makes run in-process, not under a `hubhost emulate` of their own.
+    assert!(
+        !help.contains("under `hubhost emulate` on `hubhost hub`"),
+        "{help}"
+    );
+}
+
+#[test]
 fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_passes_both_test_tiers()
  {
     scaffold_and_test(&[

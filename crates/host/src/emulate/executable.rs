@@ -91,35 +91,34 @@ pub(super) fn program(
     }
 }
 
-/// How to make a bare command that is a binary of the Cargo project holding the app, in words:
-/// built beside this `hubhost` when it runs from that project's target folder (its folder comes
-/// first on the handler's `PATH`), else installed.
+/// How to make a bare command that is a binary of the Cargo project holding the app, in words
+/// (see [`build_advice`]).
 fn command_build(name: &str, app_root: &Path) -> Option<String> {
     let layout = CargoLayout::of(app_root)?;
-    let binary = layout.binary(name)?;
     let me = std::env::current_exe().ok()?;
+    let here = std::env::current_dir().unwrap_or_default();
+    build_advice(name, &layout, &me, &here)
+}
+
+/// How to make the workspace's binary `name` for a `hubhost` at `me`, said to a user in `here`:
+/// built beside `me` when `me` runs from the workspace's target folder (its folder comes first
+/// on the handler's `PATH`), else installed.
+fn build_advice(name: &str, layout: &CargoLayout, me: &Path, here: &Path) -> Option<String> {
+    let binary = layout.binary(name)?;
     let beside = me.parent()?;
     let profile = beside
         .strip_prefix(&layout.target_directory)
         .ok()
-        .and_then(|p| p.to_str())
-        .map(str::to_string);
-    let here = std::env::current_dir().unwrap_or_default();
-    let flag = match profile.as_deref() {
+        .and_then(|p| p.to_str());
+    let flag = match profile {
         Some("debug") => "",
         Some("release") => " --release",
         _ => {
-            let dir = binary
-                .package_dir
-                .strip_prefix(&here)
-                .map(|p| {
-                    if p.as_os_str().is_empty() {
-                        Path::new(".")
-                    } else {
-                        p
-                    }
-                })
-                .unwrap_or(&binary.package_dir);
+            let dir = match binary.package_dir.strip_prefix(here) {
+                Ok(p) if p.as_os_str().is_empty() => Path::new("."),
+                Ok(p) => p,
+                Err(_) => &binary.package_dir,
+            };
             return Some(format!(
                 "install it with `cargo install --locked --path {}`",
                 dir.display()
@@ -128,7 +127,7 @@ fn command_build(name: &str, app_root: &Path) -> Option<String> {
     };
     Some(format!(
         "build it with `{}cargo build{flag} --package {}` (it lands beside hubhost, in {}, which comes first on the handler's PATH)",
-        cd_prefix(&here, &layout.workspace_root),
+        cd_prefix(here, &layout.workspace_root),
         binary.package,
         beside.display()
     ))
@@ -208,6 +207,39 @@ mod tests {
             locate("handler", app, "/a::/b", exists(&[])),
             Located::MissingCommand(vec!["/app".into(), "/a".into(), "/b".into()])
         );
+    }
+
+    #[test]
+    fn a_missing_binary_of_the_workspace_is_built_beside_hubhost_or_installed() {
+        let layout = CargoLayout {
+            workspace_root: "/src/hubhost".into(),
+            target_directory: "/src/hubhost/target".into(),
+            binaries: vec![super::super::build::CargoBinary {
+                package: "hubhost-app".into(),
+                name: "hubhost-app".into(),
+                package_dir: "/src/hubhost/crates/app".into(),
+            }],
+        };
+        let here = Path::new("/src/hubhost");
+        let release = Path::new("/src/hubhost/target/release/hubhost");
+        assert_eq!(
+            build_advice("hubhost-app", &layout, release, here).unwrap(),
+            "build it with `cargo build --release --package hubhost-app` (it lands beside hubhost, in /src/hubhost/target/release, which comes first on the handler's PATH)"
+        );
+        let debug = Path::new("/src/hubhost/target/debug/hubhost");
+        assert!(
+            build_advice("hubhost-app", &layout, debug, Path::new("/elsewhere"))
+                .unwrap()
+                .starts_with(
+                    "build it with `cd /src/hubhost && cargo build --package hubhost-app`"
+                )
+        );
+        let installed = Path::new("/home/u/.cargo/bin/hubhost");
+        assert_eq!(
+            build_advice("hubhost-app", &layout, installed, here).unwrap(),
+            "install it with `cargo install --locked --path crates/app`"
+        );
+        assert_eq!(build_advice("other", &layout, release, here), None);
     }
 
     #[test]
