@@ -21,7 +21,14 @@
 //!   (`hubhost-data/`, `app.zip`, a copied executable) stays out of the checkout's own files.
 //!
 //! The commands use the fixed ports the docs name (5672, 5671, 5443, 9092, 5380, 7071, 6671), so
-//! the scenarios take turns, and each first checks the ports are free.
+//! the scenarios take turns on them, each first waiting until they are free; what needs no port
+//! (a new project's first `cargo test`, packaging) runs meanwhile.
+//!
+//! The release profile is built at opt-level 0 here (`CARGO_PROFILE_RELEASE_OPT_LEVEL=0` in the
+//! shells' environment, the commands unchanged): the installs and `cargo run --release` then
+//! build in half the time, and nothing they check depends on optimization (the rest of the suite
+//! runs unoptimized builds too; the benchmarks build the real profile). `hubhost package` keeps
+//! the full profile, so the reference app's package is the one tests/package.rs checks.
 
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
@@ -350,6 +357,10 @@ fn commands_are_read_from_fenced_shell_blocks_only() {
 // ---------------------------------------------------------------------------------------------
 // Running commands as a user's shell does
 
+/// The release profile at opt-level 0, for the builds that do not package (see the module's
+/// documentation).
+const QUICK_RELEASE: (&str, &str) = ("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0");
+
 /// The fixed ports the documented commands use.
 const DEFAULT_PORTS: &[u16] = &[5672, 5671, 5443, 9092, 5380, 7071, 6671];
 
@@ -429,10 +440,23 @@ impl Shell {
             name,
             script,
             dir: dir.to_path_buf(),
-            env: vec![("PATH".into(), path.into_string().unwrap())],
+            env: vec![
+                ("PATH".into(), path.into_string().unwrap()),
+                (QUICK_RELEASE.0.into(), QUICK_RELEASE.1.into()),
+            ],
             logs,
             ran: BTreeSet::new(),
         }
+    }
+
+    /// Runs `text`, which must succeed, with the release profile as the project sets it (for
+    /// `hubhost package`); its stdout.
+    fn ok_fully_optimized(&mut self, text: &str, limit: Duration) -> String {
+        let quick = self.env.iter().position(|(k, _)| k == QUICK_RELEASE.0);
+        let removed = quick.map(|at| self.env.remove(at));
+        let out = self.ok(text, limit);
+        self.env.extend(removed);
+        out
     }
 
     fn set(&mut self, key: &str, value: &Path) {
@@ -454,6 +478,7 @@ impl Shell {
         command.arg("-c").arg(text).current_dir(&self.dir);
         for (key, _) in std::env::vars() {
             let ours = key.starts_with("HUBHOST_")
+                || key.starts_with("CARGO_PROFILE_")
                 || key.starts_with("EventHubConnection")
                 || key.starts_with("AzureWebJobsStorage")
                 || matches!(
@@ -717,8 +742,8 @@ fn last_number_before(text: &str, suffix: &str) -> Option<u64> {
 
 #[test]
 fn the_first_command_runs_the_demo_on_its_embedded_default() {
-    let _ports = default_ports();
     let installed = installed();
+    let _ports = default_ports();
     let root = stand_in_root("first-command");
     let mut shell = Shell::user("first command", FIRST_COMMAND, &root, installed);
     let mut demo = shell.start("cargo run --release -- demo");
@@ -742,7 +767,6 @@ fn the_first_command_runs_the_demo_on_its_embedded_default() {
 #[test]
 fn the_five_minute_path_works_as_a_user_types_it() {
     kit::require!(Tool::Zigbuild);
-    let _ports = default_ports();
     let installed = installed();
     let work = tempfile::tempdir().unwrap();
     let mut shell = Shell::user("five minutes", FIVE_MINUTES, work.path(), installed);
@@ -821,6 +845,7 @@ fn the_five_minute_path_works_as_a_user_types_it() {
     );
 
     // 4. The hub, the trigger rebuilt as you edit, and readings.
+    let ports = default_ports();
     let mut hub = shell.start("hubhost hub");
     hub.wait_for("the hub listening", Duration::from_secs(60), |_| {
         std::net::TcpStream::connect(("127.0.0.1", 5672)).is_ok()
@@ -878,9 +903,10 @@ fn the_five_minute_path_works_as_a_user_types_it() {
     assert!(status.success(), "{status}:\n{out}");
     let (status, out) = hub.interrupt(Duration::from_secs(30));
     assert!(status.success(), "{status}:\n{out}");
+    drop(ports);
 
     // 5. Package.
-    shell.ok(
+    shell.ok_fully_optimized(
         "hubhost package --app function_app --out app.zip",
         Duration::from_secs(2400),
     );
@@ -1041,8 +1067,8 @@ fn rust_recipe() {
 #[test]
 fn the_hub_starts_as_documented_and_serves_the_documented_recipes() {
     kit::require!(Tool::PythonSdk, Tool::KafkaClients, Tool::SystemTools);
-    let _ports = default_ports();
     let installed = installed();
+    let _ports = default_ports();
     let root = stand_in_root("hub");
     let mut shell = Shell::user("hub", HUB, &root, installed);
     readme_says(EMULATOR_CONNECTION);
@@ -1207,7 +1233,6 @@ fn the_hub_starts_as_documented_and_serves_the_documented_recipes() {
 #[test]
 fn the_reference_app_runs_as_docs_running_says() {
     kit::require!(Tool::Zigbuild);
-    let _ports = default_ports();
     let installed = installed();
 
     // Preparing `func start` (which cannot run here): the executable and the settings beside
@@ -1232,6 +1257,7 @@ fn the_reference_app_runs_as_docs_running_says() {
     // The trigger locally, each command in its own terminal, from another root.
     let root = stand_in_root("running-emulate");
     shell.dir = root.clone();
+    let ports = default_ports();
     let hub = shell.start("hubhost hub");
     wait_for_port(5672, Duration::from_secs(60));
     let fleet = shell.start("hubhost simulate --homes 1000 --speed-up 10");
@@ -1257,9 +1283,10 @@ fn the_reference_app_runs_as_docs_running_says() {
     let (status, out) = fleet.interrupt(Duration::from_secs(60));
     assert!(status.success(), "{status}:\n{out}");
     drop(hub);
+    drop(ports);
 
     // The deployment zip of the reference app.
-    let out = shell.ok("hubhost package --out app.zip", Duration::from_secs(2400));
+    let out = shell.ok_fully_optimized("hubhost package --out app.zip", Duration::from_secs(2400));
     assert!(out.contains("app.zip: valid"), "{out}");
     let zip = zip::ZipArchive::new(std::fs::File::open(root.join("app.zip")).unwrap()).unwrap();
     let names: BTreeSet<String> = zip
@@ -1276,8 +1303,8 @@ fn the_reference_app_runs_as_docs_running_says() {
 
 #[test]
 fn the_examples_run_as_docs_writing_functions_says() {
-    let _ports = default_ports();
     let installed = installed();
+    let _ports = default_ports();
     let root = stand_in_root("examples");
     let mut shell = Shell::user("examples", EXAMPLES, &root, installed);
     let hub = shell.start("hubhost hub");
