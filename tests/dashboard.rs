@@ -326,9 +326,10 @@ fn the_explorer_shows_the_hub_peeks_and_sends() {
     for (args, reason) in [
         (vec!["add-hub", "explorer-test:2"], "exists"),
         (vec!["add-hub", "too-many:64"], "1 to 32"),
+        (vec!["add-hub", "bad!name:2"], "cannot name an event hub"),
         (
-            vec!["add-hub", "bad!name:2"],
-            "not a valid hub or consumer group name",
+            vec!["add-consumer-group", "explorer-test", "$audit"],
+            "cannot name a consumer group",
         ),
         (
             vec!["add-consumer-group", "explorer-test", "audit"],

@@ -275,7 +275,7 @@ impl Mark {
 
 /// A process's name, resident KiB, open files and threads now.
 fn read_process((name, pid): &(String, u32)) -> (String, u64, usize, usize) {
-    use super::startup::status_number;
+    use hubhost_testkit::status_number;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     (
         name.clone(),

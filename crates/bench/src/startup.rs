@@ -156,7 +156,7 @@ fn start_once(c: &Candidate, scratch: &Path) -> Result<(Duration, u64), StartupE
         std::thread::sleep(Duration::from_micros(500));
     };
     std::thread::sleep(SETTLE);
-    let rss = resident_kib(child.id()).unwrap_or(0);
+    let rss = hubhost_testkit::resident_kib(child.id()).unwrap_or(0);
     stop(&mut child);
     Ok((answered, rss))
 }
@@ -177,20 +177,6 @@ fn probe(port: u16) -> bool {
     stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 ")
 }
 
-/// VmRSS of a process, in KiB.
-pub(crate) fn resident_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status_number(&status, "VmRSS")
-}
-
-/// A number of a `/proc/{pid}/status` text: `VmRSS` (in KiB), `Threads`, …
-pub(crate) fn status_number(status: &str, field: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 fn stop(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -199,14 +185,6 @@ fn stop(child: &mut Child) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_status_field_is_read_by_its_whole_name() {
-        let status = "Name:\thubhost\nVmRSSx:\t1 kB\nVmRSS:\t  48200 kB\nThreads:\t9\n";
-        assert_eq!(status_number(status, "VmRSS"), Some(48200));
-        assert_eq!(status_number(status, "Threads"), Some(9));
-        assert_eq!(status_number(status, "VmSwap"), None);
-    }
 
     #[test]
     fn a_candidate_is_a_label_an_executable_and_its_arguments() {
@@ -220,7 +198,7 @@ mod tests {
 
     #[test]
     fn resident_memory_is_read_from_proc() {
-        let kib = resident_kib(std::process::id()).unwrap();
+        let kib = hubhost_testkit::resident_kib(std::process::id()).unwrap();
         assert!(kib > 0);
     }
 }

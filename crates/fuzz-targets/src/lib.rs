@@ -303,7 +303,7 @@ pub fn emulator_config(data: &[u8]) {
                 "a hub with {} partitions was accepted",
                 hub.partitions
             );
-            assert!(hubhost_hub::config::is_valid_name(&hub.name));
+            assert!(hubhost_hub::config::is_valid_hub_name(&hub.name));
         }
     }
 }

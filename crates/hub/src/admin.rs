@@ -35,8 +35,8 @@ use serde_json::json;
 use super::config::{ConfigError, HubSpec};
 use super::{Namespace, log};
 
-/// The file in the data directory that remembers additions.
-const ADDITIONS_FILE: &str = "hubhost-additions.json";
+/// The file among the hub's own files (`crate::own_files`) that remembers additions.
+pub(crate) const ADDITIONS_FILE: &str = "additions.json";
 /// The most events one read returns.
 pub const MAX_EVENTS: usize = 100;
 
@@ -97,9 +97,9 @@ pub struct RememberedHub {
 }
 
 impl Additions {
-    /// What the data directory remembers (nothing when it has no file yet).
+    /// What the data directory `dir` remembers (nothing when it has no file yet).
     pub fn load(dir: &Path) -> Result<Self, String> {
-        let path = dir.join(ADDITIONS_FILE);
+        let path = crate::own_files(dir).join(ADDITIONS_FILE);
         match std::fs::read_to_string(&path) {
             Ok(text) => serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Additions::default()),
@@ -107,7 +107,8 @@ impl Additions {
         }
     }
 
-    /// Remembers the namespace `hubs` (written whole, then renamed over the old file).
+    /// Remembers the namespace `hubs` in the data directory `dir` (written whole, then renamed
+    /// over the old file).
     pub fn remember(dir: &Path, hubs: &[HubSpec]) -> Result<(), String> {
         let additions = Additions {
             hubs: hubs
@@ -119,7 +120,8 @@ impl Additions {
                 })
                 .collect(),
         };
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let dir = crate::own_files(dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let path = dir.join(ADDITIONS_FILE);
         let temporary = dir.join(format!(".{ADDITIONS_FILE}.tmp"));
         let text = serde_json::to_vec_pretty(&additions).expect("JSON serializes");
@@ -449,8 +451,8 @@ async fn add_hub(
         consumer_groups,
     };
     for group in &spec.consumer_groups {
-        if !super::config::is_valid_name(group) {
-            return Err(ConfigError::Name(group.clone()).into());
+        if !super::config::is_valid_consumer_group_name(group) {
+            return Err(ConfigError::ConsumerGroupName(group.clone()).into());
         }
     }
     let hub = namespace.add_hub(&spec)?;

@@ -95,9 +95,13 @@ pub enum ConfigError {
     #[error("hub `{hub}` has {partitions} partitions; Event Hubs allows 1 to 32")]
     PartitionCount { hub: String, partitions: u32 },
     #[error(
-        "`{0}` is not a valid hub or consumer group name (letters, digits, `.`, `-`, `_`, `$`; 1-256 characters)"
+        "`{0}` cannot name an event hub: use 1 to 256 letters, digits, `.`, `-` and `_`, starting and ending with a letter or a digit (Event Hubs' rule)"
     )]
-    Name(String),
+    HubName(String),
+    #[error(
+        "`{0}` cannot name a consumer group: use 1 to 50 letters, digits, `.`, `-` and `_`, starting and ending with a letter or a digit, or `$Default` (Event Hubs' rule)"
+    )]
+    ConsumerGroupName(String),
     #[error("no hub is configured")]
     NoHubs,
 }
@@ -164,25 +168,44 @@ impl HubSpec {
                 partitions: self.partitions,
             });
         }
-        for name in std::iter::once(&self.name).chain(&self.consumer_groups) {
-            if !is_valid_name(name) {
-                return Err(ConfigError::Name(name.clone()));
+        if !is_valid_hub_name(&self.name) {
+            return Err(ConfigError::HubName(self.name.clone()));
+        }
+        for group in &self.consumer_groups {
+            if !is_valid_consumer_group_name(group) {
+                return Err(ConfigError::ConsumerGroupName(group.clone()));
             }
         }
         Ok(())
     }
 }
 
-/// Whether `name` can name a hub or a consumer group: letters, digits, `.`, `-`, `_` and `$`,
-/// starting with a letter, a digit or `$`, at most 256 characters.
-pub fn is_valid_name(name: &str) -> bool {
-    name.chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '$')
-        && name.len() <= 256
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '$'))
+/// Whether `name` can name an event hub, by Event Hubs' resource rules: 1 to 256 letters,
+/// digits, `.`, `-` and `_`, starting and ending with a letter or a digit. (So no hub name is
+/// a dot file: the hub keeps its own files under `.hubhost/` in its data directory.)
+pub fn is_valid_hub_name(name: &str) -> bool {
+    is_entity_name(name, 256)
+}
+
+/// Whether `name` can name a consumer group: the same characters as a hub, 1 to 50 of them, or
+/// the built-in `$Default` (in any case).
+pub fn is_valid_consumer_group_name(name: &str) -> bool {
+    name.eq_ignore_ascii_case("$Default") || is_entity_name(name, 50)
+}
+
+fn is_entity_name(name: &str, longest: usize) -> bool {
+    let bytes = name.as_bytes();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            bytes.len() <= longest
+                && first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && bytes
+                    .iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_'))
+        }
+        _ => false,
+    }
 }
 
 /// hubhost's own file: `{"hubs": [{"name": "sensors", "partitions": 16, "consumerGroups": ["archive"]}]}`.
@@ -386,8 +409,38 @@ mod tests {
         );
         assert!(matches!(
             HubSpec::parse_flag("../etc:2"),
-            Err(ConfigError::Name(_))
+            Err(ConfigError::HubName(_))
         ));
+        assert!(matches!(
+            HubSpec::parse_flag("orders:2:$audit"),
+            Err(ConfigError::ConsumerGroupName(_))
+        ));
+    }
+
+    #[test]
+    fn names_follow_event_hubs_rules() {
+        for good in ["sensors", "a", "orders.v2", "my-hub_1", &"x".repeat(256)] {
+            assert!(is_valid_hub_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            ".hubhost",
+            "-orders",
+            "orders-",
+            "$cbs",
+            "$management",
+            "a/b",
+            "a b",
+            &"x".repeat(257),
+        ] {
+            assert!(!is_valid_hub_name(bad), "{bad:?}");
+        }
+        for good in ["$Default", "$default", "audit", "g.1-2_3", &"g".repeat(50)] {
+            assert!(is_valid_consumer_group_name(good), "{good}");
+        }
+        for bad in ["", "$audit", "_audit", &"g".repeat(51), "a\\b"] {
+            assert!(!is_valid_consumer_group_name(bad), "{bad:?}");
+        }
         assert!(matches!(
             hubs_from_json(r#"{"hubs":[]}"#),
             Err(ConfigError::NoHubs)

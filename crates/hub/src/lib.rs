@@ -11,6 +11,7 @@
 
 pub mod admin;
 pub mod config;
+pub(crate) mod connections;
 pub(crate) mod encoding;
 pub mod entra;
 pub mod filter;
@@ -123,6 +124,50 @@ impl Drop for ReceiverLease {
 
 static NEXT_RECEIVER_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Where the hub keeps its own files in a data directory (what was added while it ran, Kafka
+/// groups' commits): a folder no hub can be named (a hub's name starts with a letter or a digit),
+/// beside one folder per hub.
+pub fn own_files(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join(".hubhost")
+}
+
+/// Moves the hub's own files from where earlier versions kept them — beside the hubs' folders,
+/// where a hub of the same name collided with them — into [`own_files`].
+fn move_own_files(data_dir: &std::path::Path) -> std::io::Result<()> {
+    let own = own_files(data_dir);
+    let moves = [
+        (
+            data_dir.join("hubhost-additions.json"),
+            own.join(admin::ADDITIONS_FILE),
+            false,
+        ),
+        (
+            data_dir.join("kafka-offsets"),
+            own.join(kafka::OFFSETS_FOLDER),
+            true,
+        ),
+    ];
+    for (old, new, folder) in moves {
+        let is_old_layout = if folder {
+            // A folder of the old layout holds a group's offsets as JSON files; a hub's, its
+            // partitions' folders.
+            std::fs::read_dir(&old).is_ok_and(|entries| {
+                entries
+                    .flatten()
+                    .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+            })
+        } else {
+            old.is_file()
+        };
+        if is_old_layout && !new.exists() {
+            std::fs::create_dir_all(&own)?;
+            std::fs::rename(&old, &new)?;
+            tracing::info!(from = %old.display(), to = %new.display(), "moved the hub's own file");
+        }
+    }
+    Ok(())
+}
+
 impl Namespace {
     /// Opens every partition's log (recovering torn tails) under the configured data directory:
     /// the configured hubs, and what was added to them while an earlier run of the hub ran
@@ -135,7 +180,12 @@ impl Namespace {
             fsync: config.fsync,
         };
         let added = match &config.data_dir {
-            Some(dir) => admin::Additions::load(dir).map_err(HubError::Additions)?,
+            Some(dir) => {
+                move_own_files(dir).map_err(|e| {
+                    HubError::Additions(format!("moving into {}: {e}", own_files(dir).display()))
+                })?;
+                admin::Additions::load(dir).map_err(HubError::Additions)?
+            }
             None => admin::Additions::default(),
         };
         let specs = added.apply_to(config.hubs.clone());
@@ -203,10 +253,10 @@ impl Namespace {
 
     /// Adds a consumer group to a hub while the hub runs, remembered in the data directory.
     pub fn add_consumer_group(&self, hub: &str, name: &str) -> Result<(), admin::AdminError> {
-        if !config::is_valid_name(name) {
-            return Err(admin::AdminError::Invalid(config::ConfigError::Name(
-                name.to_string(),
-            )));
+        if !config::is_valid_consumer_group_name(name) {
+            return Err(admin::AdminError::Invalid(
+                config::ConfigError::ConsumerGroupName(name.to_string()),
+            ));
         }
         let hubs = self.hubs.write().expect("hubs lock");
         let found = hubs
@@ -489,6 +539,9 @@ pub async fn serve(
     on_listening: impl FnOnce(&HubConfig, &Namespace, Listening),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), HubError> {
+    // A socket per client and a file per open segment: as many descriptors as allowed.
+    let open_files = connections::raise_open_files_limit();
+    tracing::debug!(?open_files, "open files limit");
     let namespace = Arc::new(Namespace::open(&config)?);
     let listen = |address: SocketAddr, what: &str| {
         let failed = |source| HubError::Listen {
@@ -592,7 +645,8 @@ pub async fn serve(
             }
         })
     };
-    let open_connections = Arc::new(AtomicUsize::new(0));
+    // Every listener's connections share the slots: --max-connections bounds them together.
+    let slots = connections::Slots::new(config.limits.max_connections);
     let mut serving = tokio::task::JoinSet::new();
     for (listener, transport) in listeners {
         serving.spawn(server::serve(
@@ -600,7 +654,7 @@ pub async fn serve(
             transport,
             namespace.clone(),
             config.limits,
-            open_connections.clone(),
+            slots.clone(),
         ));
     }
     if let Some((listener, _, endpoint)) = kafka {
@@ -608,14 +662,12 @@ pub async fn serve(
             listener,
             endpoint,
             config.limits,
-            open_connections.clone(),
+            slots.clone(),
         ));
     }
     tokio::select! {
-        Some(result) = serving.join_next() => match result {
-            Ok(result) => result.map_err(HubError::Accept)?,
-            Err(panic) => std::panic::resume_unwind(panic.into_panic()),
-        },
+        // The listeners serve until the hub stops; one ends only by a panic, passed on.
+        Some(Err(panic)) = serving.join_next() => std::panic::resume_unwind(panic.into_panic()),
         _ = shutdown => tracing::info!("stopping"),
     }
     retention.abort();
@@ -636,12 +688,83 @@ pub enum HubError {
         address: String,
         source: std::io::Error,
     },
-    #[error("accepting connections failed: {0}")]
-    Accept(std::io::Error),
     #[error("what the data directory remembers of added hubs cannot be read: {0}")]
     Additions(String),
     #[error("TLS: {0}")]
     Tls(#[from] tls::TlsError),
     #[error("the Kafka endpoint's committed offsets cannot be opened: {0}")]
     KafkaOffsets(std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path, hubs: &[&str]) -> HubConfig {
+        let specs = hubs
+            .iter()
+            .map(|h| HubSpec::parse_flag(h).unwrap())
+            .collect();
+        HubConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            specs,
+            Some(dir.to_path_buf()),
+        )
+    }
+
+    /// Hubs named as the hub's files were named beside them: each is a hub like any other, and
+    /// what the hub remembers of additions is read back.
+    #[test]
+    fn no_hub_name_reaches_the_hubs_own_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let namespace = Namespace::open(&config(dir.path(), &["sensors:2"])).unwrap();
+        for name in ["hubhost-additions.json", "kafka-offsets", "additions.json"] {
+            namespace
+                .add_hub(&HubSpec::parse_flag(&format!("{name}:2")).unwrap())
+                .unwrap();
+        }
+        namespace.add_consumer_group("sensors", "audit").unwrap();
+        for name in [".hubhost", "$cbs", "$management"] {
+            let spec = HubSpec {
+                name: name.into(),
+                partitions: 1,
+                consumer_groups: Vec::new(),
+            };
+            assert!(namespace.add_hub(&spec).is_err(), "{name}");
+        }
+        drop(namespace);
+        let again = Namespace::open(&config(dir.path(), &["sensors:2"])).unwrap();
+        let names: Vec<String> = again.hubs().iter().map(|h| h.name.clone()).collect();
+        assert_eq!(
+            names,
+            [
+                "additions.json",
+                "hubhost-additions.json",
+                "kafka-offsets",
+                "sensors"
+            ]
+        );
+        assert!(again.hub("sensors").unwrap().has_consumer_group("audit"));
+        assert!(own_files(dir.path()).join(admin::ADDITIONS_FILE).is_file());
+    }
+
+    /// A data directory of an earlier version keeps its additions and its groups' commits.
+    #[test]
+    fn the_earlier_layout_is_moved_into_the_hubs_own_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("hubhost-additions.json"),
+            r#"{"hubs":[{"name":"orders","partitions":3,"consumerGroups":["$default"]}]}"#,
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("kafka-offsets")).unwrap();
+        std::fs::write(dir.path().join("kafka-offsets/ab12.json"), "{}").unwrap();
+        let namespace = Namespace::open(&config(dir.path(), &["sensors:2"])).unwrap();
+        assert_eq!(namespace.hub("orders").unwrap().partitions.len(), 3);
+        let own = own_files(dir.path());
+        assert!(own.join(admin::ADDITIONS_FILE).is_file());
+        assert!(own.join(kafka::OFFSETS_FOLDER).join("ab12.json").is_file());
+        assert!(!dir.path().join("hubhost-additions.json").exists());
+        assert!(!dir.path().join("kafka-offsets").exists());
+    }
 }

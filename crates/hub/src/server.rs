@@ -37,6 +37,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 
 use super::config::ClientLimits;
+use super::connections::{Slot, Slots, Taken};
 use super::inbound::FrameGuard;
 use super::links::{self, Address};
 use super::received;
@@ -45,17 +46,25 @@ use super::sas::{self, Grant};
 use super::websocket;
 use super::{MAX_MESSAGE_BYTES, Namespace};
 
+/// The most tokens one connection keeps: a client puts one per entity it uses and renews it
+/// before it expires; past this many, the oldest is forgotten (its entities need it put again).
+/// Each token is a few hundred bytes kept until the connection ends.
+pub(crate) const MAX_TOKENS_PER_CONNECTION: usize = 64;
+
 /// What one client connection has proven, and where its replies go.
-#[derive(Default)]
 struct ConnectionState {
     grants: Mutex<Vec<Grant>>,
     /// Reply links by the address the client receives replies on (and by node name).
     replies: Mutex<HashMap<String, mpsc::UnboundedSender<AmqpMessage>>>,
     /// Links open on the connection, over all its sessions.
     link_counter: Arc<AtomicUsize>,
+    /// The connection's place among the hub's (`crate::connections`): held for good once a
+    /// valid token was put. Only the connection's own task holds it: its sessions' and links'
+    /// tasks, which may outlive it briefly, must not keep the slot taken.
+    slot: std::sync::Weak<Slot>,
 }
 
-/// One counted thing (a connection, a link): the count goes down when it is dropped, however
+/// One counted thing (a link of a connection): the count goes down when it is dropped, however
 /// its task ends.
 pub(crate) struct Counted(Arc<AtomicUsize>);
 
@@ -78,6 +87,34 @@ impl Drop for Counted {
 }
 
 impl ConnectionState {
+    fn new(slot: &Arc<Slot>) -> Self {
+        ConnectionState {
+            grants: Mutex::new(Vec::new()),
+            replies: Mutex::new(HashMap::new()),
+            link_counter: Arc::new(AtomicUsize::new(0)),
+            slot: Arc::downgrade(slot),
+        }
+    }
+
+    /// Keeps a token the client put: expired ones go, and past
+    /// [`MAX_TOKENS_PER_CONNECTION`] the oldest. The first one authenticates the connection.
+    fn keep(&self, grant: Grant) {
+        let now = chrono::Utc::now().timestamp();
+        let mut grants = self.grants.lock().expect("grants lock");
+        grants.retain(|g| g.expires_at > now);
+        if grants.len() >= MAX_TOKENS_PER_CONNECTION {
+            grants.remove(0);
+        }
+        grants.push(grant);
+        if let Some(slot) = self.slot.upgrade() {
+            slot.authenticated();
+        }
+    }
+
+    fn has_authenticated(&self) -> bool {
+        !self.grants.lock().expect("grants lock").is_empty()
+    }
+
     fn authorized(&self, hub: &str) -> bool {
         let now = chrono::Utc::now().timestamp();
         self.grants
@@ -110,63 +147,77 @@ impl Transport {
     }
 }
 
-/// Accepts connections on `listener` until it fails. `open_connections` counts the connections
-/// of every listener of the hub: `--max-connections` bounds them together.
+/// Accepts connections on `listener`, each in a slot of the hub's: `--max-connections` bounds
+/// every listener's connections together (`crate::connections`).
 pub async fn serve(
     listener: TcpListener,
     transport: Transport,
     namespace: Arc<Namespace>,
     limits: ClientLimits,
-    open_connections: Arc<AtomicUsize>,
-) -> std::io::Result<()> {
+    slots: Arc<Slots>,
+) {
     loop {
-        let (stream, peer) = listener.accept().await?;
-        let Some(counted) = Counted::take(&open_connections, limits.max_connections) else {
+        let (stream, peer) = crate::connections::accept(&listener, transport.name(), &slots).await;
+        let Some((slot, taken)) = slots.take() else {
             // Before the protocol header there is no AMQP way to say why: the socket is closed.
             tracing::warn!(
                 %peer,
                 limit = limits.max_connections,
-                "connection refused: the hub has as many connections as --max-connections allows"
+                "connection refused: the hub has as many authenticated connections as --max-connections allows"
             );
             drop(stream);
             continue;
         };
+        if taken == Taken::FromUnauthenticated {
+            tracing::info!(%peer, "the hub is full: its oldest unauthenticated connection makes way for this one");
+        }
         let _ = stream.set_nodelay(true);
         let namespace = namespace.clone();
         let transport = transport.clone();
+        let slot = Arc::new(slot);
         tokio::spawn(async move {
             tracing::debug!(%peer, transport = transport.name(), "connection");
-            // TLS, the WebSocket upgrade and the AMQP open all count against one open timeout.
+            // TLS, the WebSocket upgrade, the AMQP open and the first token all count against
+            // one open timeout.
             let deadline = tokio::time::Instant::now() + limits.open_timeout;
+            let evicted = slot.evicted();
             let amqp = Amqp {
                 namespace,
                 limits,
                 deadline,
+                slot,
             };
-            match transport {
-                Transport::Tcp => amqp.serve(stream).await,
-                Transport::Tls(tls) => {
-                    if let Some(stream) = amqp.opened("TLS handshake", tls.accept(stream)).await {
-                        amqp.serve(stream).await
+            let serving = async {
+                match transport {
+                    Transport::Tcp => amqp.serve(stream).await,
+                    Transport::Tls(tls) => {
+                        if let Some(stream) = amqp.opened("TLS handshake", tls.accept(stream)).await
+                        {
+                            amqp.serve(stream).await
+                        }
                     }
-                }
-                Transport::WebSocket(None) => {
-                    let upgrade = websocket::accept(stream, limits.max_frame_bytes as usize);
-                    if let Some(stream) = amqp.opened("WebSocket upgrade", upgrade).await {
-                        amqp.serve(stream).await
-                    }
-                }
-                Transport::WebSocket(Some(tls)) => {
-                    if let Some(stream) = amqp.opened("TLS handshake", tls.accept(stream)).await {
+                    Transport::WebSocket(None) => {
                         let upgrade = websocket::accept(stream, limits.max_frame_bytes as usize);
                         if let Some(stream) = amqp.opened("WebSocket upgrade", upgrade).await {
                             amqp.serve(stream).await
                         }
                     }
+                    Transport::WebSocket(Some(tls)) => {
+                        if let Some(stream) = amqp.opened("TLS handshake", tls.accept(stream)).await
+                        {
+                            let upgrade =
+                                websocket::accept(stream, limits.max_frame_bytes as usize);
+                            if let Some(stream) = amqp.opened("WebSocket upgrade", upgrade).await {
+                                amqp.serve(stream).await
+                            }
+                        }
+                    }
                 }
+            };
+            tokio::select! {
+                () = serving => tracing::debug!(%peer, "connection closed"),
+                () = evicted => tracing::info!(%peer, "connection closed: not authenticated, and a newer connection took its slot"),
             }
-            tracing::debug!(%peer, "connection closed");
-            drop(counted);
         });
     }
 }
@@ -175,8 +226,9 @@ pub async fn serve(
 struct Amqp {
     namespace: Arc<Namespace>,
     limits: ClientLimits,
-    /// When the AMQP open must be complete.
+    /// When the AMQP open must be complete, and the first token put.
     deadline: tokio::time::Instant,
+    slot: Arc<Slot>,
 }
 
 impl Amqp {
@@ -213,6 +265,7 @@ impl Amqp {
             namespace,
             limits,
             deadline,
+            slot,
         } = self;
         let (limits, deadline) = (*limits, *deadline);
         // Python's AMQP stack decodes performatives as complete lists: a frame whose trailing null
@@ -241,14 +294,39 @@ impl Amqp {
                 return;
             }
         };
-        let state = Arc::new(ConnectionState::default());
+        let state = Arc::new(ConnectionState::new(slot));
         // Python's AMQP stack compares against the session's handle-max without a default for it, so
         // it must be on the wire (the AMQP default, u32::MAX, would be left out).
         let sessions = SessionAcceptor::builder()
             .handle_max(u32::MAX - 1)
             .properties(product_properties())
             .build();
-        while let Some(incoming) = connection.next_incoming_session().await {
+        // A connection that put no valid token by the deadline is closed: until then it holds
+        // a slot without having proven a key.
+        let unauthenticated = {
+            let state = state.clone();
+            async move {
+                tokio::time::sleep_until(deadline).await;
+                if state.has_authenticated() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::pin!(unauthenticated);
+        loop {
+            let incoming = tokio::select! {
+                incoming = connection.next_incoming_session() => incoming,
+                () = &mut unauthenticated => {
+                    tracing::info!(
+                        timeout = ?limits.open_timeout,
+                        "connection closed: no valid token put within the open timeout"
+                    );
+                    break;
+                }
+            };
+            let Some(incoming) = incoming else {
+                break;
+            };
             match sessions
                 .accept_incoming_session(incoming, &mut connection)
                 .await
@@ -586,7 +664,7 @@ async fn requests_loop(
             _ => requests::management(request, &namespace, now, |hub| state.authorized(hub)),
         };
         if let Some(grant) = handled.grant {
-            state.grants.lock().expect("grants lock").push(grant);
+            state.keep(grant);
         }
         let reply_to = request
             .properties

@@ -98,7 +98,7 @@ pub enum ScaffoldError {
     )]
     FunctionName(String),
     #[error(
-        "`{0}` is not a valid event hub or consumer group name (letters, digits, `.`, `-`, `_`, `$`; starting with a letter, a digit or `$`)"
+        "`{0}` is not a valid event hub or consumer group name (Event Hubs' rule: letters, digits, `.`, `-` and `_`, starting and ending with a letter or a digit; at most 256 characters for a hub, 50 for a consumer group, which may also be `$Default`)"
     )]
     EntityName(String),
     #[error("{0} exists and is not empty: pick a new folder")]
@@ -167,11 +167,13 @@ impl Scaffold {
         {
             return Err(ScaffoldError::FunctionName(self.function.clone()));
         }
-        // The rule `hubhost hub` applies: the new project's test serves these names there.
-        for name in [&self.event_hub, &self.consumer_group] {
-            if !hubhost_hub::config::is_valid_name(name) {
-                return Err(ScaffoldError::EntityName(name.clone()));
-            }
+        // Event Hubs' rules, which `hubhost hub` applies: the new project's test serves these
+        // names there.
+        if !hubhost_hub::config::is_valid_hub_name(&self.event_hub) {
+            return Err(ScaffoldError::EntityName(self.event_hub.clone()));
+        }
+        if !hubhost_hub::config::is_valid_consumer_group_name(&self.consumer_group) {
+            return Err(ScaffoldError::EntityName(self.consumer_group.clone()));
         }
         Ok(())
     }

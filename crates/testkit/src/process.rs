@@ -103,17 +103,31 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
         .map(|(_, body)| body.to_string())
 }
 
+/// A number of a `/proc/{pid}/status` text: `VmRSS` (in KiB), `Threads`, `THP_enabled`, …
+pub fn status_number(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// A number of process `pid`'s `/proc/{pid}/status` (see [`status_number`]).
+pub fn process_status_number(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status_number(&status, field)
+}
+
+/// VmRSS of process `pid`, in KiB.
+pub fn resident_kib(pid: u32) -> Option<u64> {
+    process_status_number(pid, "VmRSS")
+}
+
 /// Whether process `pid` may get transparent huge pages (`THP_enabled` of its
 /// `/proc/{pid}/status`, Linux 5.0 and later); `None` where the kernel does not say.
 pub fn transparent_huge_pages(pid: u32) -> Option<bool> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    match status
-        .lines()
-        .find_map(|l| l.strip_prefix("THP_enabled:"))?
-        .trim()
-    {
-        "0" => Some(false),
-        "1" => Some(true),
+    match process_status_number(pid, "THP_enabled")? {
+        0 => Some(false),
+        1 => Some(true),
         _ => None,
     }
 }
@@ -214,5 +228,20 @@ pub fn copy_dir(from: &Path, to: &Path) {
         } else {
             std::fs::copy(entry.path(), target).unwrap();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_field_is_read_by_its_whole_name() {
+        let status =
+            "Name:\thubhost\nVmRSSx:\t1 kB\nVmRSS:\t  48200 kB\nThreads:\t9\nTHP_enabled:\t0\n";
+        assert_eq!(status_number(status, "VmRSS"), Some(48200));
+        assert_eq!(status_number(status, "Threads"), Some(9));
+        assert_eq!(status_number(status, "THP_enabled"), Some(0));
+        assert_eq!(status_number(status, "VmSwap"), None);
     }
 }

@@ -21,7 +21,7 @@ pub mod sasl;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicUsize};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::ClientLimits;
+use crate::connections::{Slot, Slots, Taken};
 use crate::{MAX_MESSAGE_BYTES, Namespace};
 pub use coordinator::GroupView;
 use groups::{JoinOutcome, JoinRequest, SyncOutcome};
@@ -42,8 +43,14 @@ use sasl::Access;
 /// `socket.request.max.bytes` does the same). Above the 1 MB event limit, so that a producer
 /// that raised its own limit hears `MESSAGE_TOO_LARGE` rather than a closed connection.
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// The largest request read before the client authenticated: the SASL exchange, ApiVersions and
+/// a Metadata request are a few hundred bytes, an Entra ID token a few KiB. (Kafka brokers bound
+/// this too: `sasl.server.max.receive.size`.)
+pub const MAX_UNAUTHENTICATED_REQUEST_BYTES: usize = 16 * 1024;
 /// The most one fetch response holds, whatever the client asks (it fetches again for more).
 pub const MAX_FETCH_BYTES: usize = 8 * 1024 * 1024;
+/// The folder among the hub's own files (`crate::own_files`) that keeps groups' commits.
+pub(crate) const OFFSETS_FOLDER: &str = "kafka-offsets";
 /// The broker id the endpoint answers as: one broker leads every partition.
 const NODE_ID: i32 = 0;
 /// What one fetch reads from a partition at a time, in events.
@@ -79,8 +86,8 @@ fn supported(key: ApiKey) -> Option<(i16, i16)> {
 /// What a request frame cannot be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
-    #[error("a request declares {0} bytes; the endpoint reads at most {MAX_REQUEST_BYTES}")]
-    TooLarge(i64),
+    #[error("a request declares {declared} bytes; the endpoint reads at most {limit} here")]
+    TooLarge { declared: i64, limit: usize },
     #[error("a request is shorter than its header")]
     Short,
     #[error("API key {0} is not one this endpoint serves")]
@@ -110,10 +117,18 @@ pub struct Decoded {
     pub request: RequestKind,
 }
 
-/// Checks a frame's declared size (the 4 bytes before it).
-pub fn check_size(declared: i32) -> Result<usize, FrameError> {
-    if declared < 8 || declared as usize > MAX_REQUEST_BYTES {
-        return Err(FrameError::TooLarge(declared as i64));
+/// Checks a frame's declared size (the 4 bytes before it), `authenticated` or not yet.
+pub fn check_size(declared: i32, authenticated: bool) -> Result<usize, FrameError> {
+    let limit = if authenticated {
+        MAX_REQUEST_BYTES
+    } else {
+        MAX_UNAUTHENTICATED_REQUEST_BYTES
+    };
+    if declared < 8 || declared as usize > limit {
+        return Err(FrameError::TooLarge {
+            declared: declared as i64,
+            limit,
+        });
     }
     Ok(declared as usize)
 }
@@ -255,13 +270,13 @@ pub struct KafkaPartitionLag {
     pub lag: i64,
 }
 
-/// Accepts Kafka connections until the listener fails.
+/// Accepts Kafka connections, each in a slot of the hub's (`crate::connections`).
 pub async fn serve(
     listener: TcpListener,
     kafka: Arc<Kafka>,
     limits: ClientLimits,
-    open_connections: Arc<AtomicUsize>,
-) -> std::io::Result<()> {
+    slots: Arc<Slots>,
+) {
     let ticker = {
         let kafka = kafka.clone();
         tokio::spawn(async move {
@@ -274,18 +289,25 @@ pub async fn serve(
     };
     let _stop_ticker = AbortOnDrop(ticker);
     loop {
-        let (stream, peer) = listener.accept().await?;
-        let Some(counted) = crate::server::Counted::take(&open_connections, limits.max_connections)
-        else {
-            tracing::warn!(%peer, limit = limits.max_connections, "Kafka connection refused: the hub has as many connections as --max-connections allows");
+        let (stream, peer) = crate::connections::accept(&listener, "kafka", &slots).await;
+        let Some((slot, taken)) = slots.take() else {
+            tracing::warn!(%peer, limit = limits.max_connections, "Kafka connection refused: the hub has as many authenticated connections as --max-connections allows");
             continue;
         };
+        if taken == Taken::FromUnauthenticated {
+            tracing::info!(%peer, "the hub is full: its oldest unauthenticated connection makes way for this one");
+        }
         let _ = stream.set_nodelay(true);
         let kafka = kafka.clone();
         tokio::spawn(async move {
-            let _counted = counted;
-            if let Err(reason) = connection(stream, kafka, limits).await {
-                tracing::warn!(%peer, "Kafka connection closed: {reason}");
+            let evicted = slot.evicted();
+            tokio::select! {
+                result = connection(stream, kafka, limits, &slot) => {
+                    if let Err(reason) = result {
+                        tracing::warn!(%peer, "Kafka connection closed: {reason}");
+                    }
+                }
+                () = evicted => tracing::info!(%peer, "Kafka connection closed: not authenticated, and a newer connection took its slot"),
             }
         });
     }
@@ -308,11 +330,14 @@ struct Session {
     client_id: String,
 }
 
-/// Serves one connection; `Err` says why it closed early.
+/// Serves one connection; `Err` says why it closed early. Until the client authenticated, every
+/// read is due by the open timeout and a request may hold at most
+/// [`MAX_UNAUTHENTICATED_REQUEST_BYTES`].
 async fn connection(
     mut stream: TcpStream,
     kafka: Arc<Kafka>,
     limits: ClientLimits,
+    slot: &Slot,
 ) -> Result<(), String> {
     let local = stream.local_addr().map_err(|e| e.to_string())?;
     let mut session = Session {
@@ -323,30 +348,18 @@ async fn connection(
     };
     let authentication_deadline = tokio::time::Instant::now() + limits.open_timeout;
     loop {
-        let mut size = [0u8; 4];
-        let read = async {
-            match stream.read_exact(&mut size).await {
-                Ok(_) => Ok(true),
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-                Err(e) => Err(e.to_string()),
-            }
-        };
-        let more = if session.access.is_none() {
+        let authenticated = session.access.is_some();
+        let read = read_request(&mut stream, authenticated);
+        let frame = if authenticated {
+            read.await?
+        } else {
             tokio::time::timeout_at(authentication_deadline, read)
                 .await
                 .map_err(|_| "not authenticated within the open timeout".to_string())??
-        } else {
-            read.await?
         };
-        if !more {
+        let Some(frame) = frame else {
             return Ok(());
-        }
-        let len = check_size(i32::from_be_bytes(size)).map_err(|e| e.to_string())?;
-        let mut frame = BytesMut::zeroed(len);
-        stream
-            .read_exact(&mut frame)
-            .await
-            .map_err(|e| format!("a request was cut short: {e}"))?;
+        };
         // Before authentication only the SASL exchange is read, and Metadata, the request a
         // client that skipped SASL sends first, to tell it why (`unauthenticated`).
         if session.access.is_none() {
@@ -367,6 +380,9 @@ async fn connection(
             session.client_id = client.chars().take(100).collect();
         }
         let outcome = kafka.handle(&mut session, decoded).await;
+        if !authenticated && session.access.is_some() {
+            slot.authenticated();
+        }
         if let Some(body) = outcome.response {
             let mut out = BytesMut::with_capacity(body.len() + 16);
             out.put_i32(0);
@@ -386,6 +402,27 @@ async fn connection(
             return Err(reason);
         }
     }
+}
+
+/// The next request frame, its declared size checked before it is read; `None` at the end of
+/// the stream.
+async fn read_request(
+    stream: &mut TcpStream,
+    authenticated: bool,
+) -> Result<Option<BytesMut>, String> {
+    let mut size = [0u8; 4];
+    match stream.read_exact(&mut size).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    let len = check_size(i32::from_be_bytes(size), authenticated).map_err(|e| e.to_string())?;
+    let mut frame = BytesMut::zeroed(len);
+    stream
+        .read_exact(&mut frame)
+        .await
+        .map_err(|e| format!("a request was cut short: {e}"))?;
+    Ok(Some(frame))
 }
 
 /// A handler's answer: the encoded response body (none for `acks=0`) and whether to close.
@@ -1320,12 +1357,20 @@ mod tests {
 
     #[test]
     fn declared_sizes_and_versions_are_checked_before_decoding() {
-        assert_eq!(check_size(-1), Err(FrameError::TooLarge(-1)));
+        let too_large = |declared: i64, limit| FrameError::TooLarge { declared, limit };
+        assert_eq!(check_size(-1, true), Err(too_large(-1, MAX_REQUEST_BYTES)));
         assert_eq!(
-            check_size(i32::MAX),
-            Err(FrameError::TooLarge(i32::MAX as i64))
+            check_size(i32::MAX, true),
+            Err(too_large(i32::MAX as i64, MAX_REQUEST_BYTES))
         );
-        assert_eq!(check_size(100), Ok(100));
+        assert_eq!(check_size(100, true), Ok(100));
+        // Before authentication, only what the SASL exchange needs.
+        assert_eq!(check_size(16 * 1024, false), Ok(16 * 1024));
+        assert_eq!(
+            check_size(100_000, false),
+            Err(too_large(100_000, MAX_UNAUTHENTICATED_REQUEST_BYTES))
+        );
+        assert_eq!(check_size(100_000, true), Ok(100_000));
         assert_eq!(
             decode(Bytes::from_static(b"\x00\x03")).unwrap_err(),
             FrameError::Short

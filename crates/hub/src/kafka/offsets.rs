@@ -1,5 +1,5 @@
 //! Committed offsets of Kafka consumer groups, kept across restarts of the hub: one JSON file per
-//! group under `<data dir>/kafka-offsets/`, replaced whole on each commit (written beside it,
+//! group under `<data dir>/.hubhost/kafka-offsets/` (among the hub's own files), replaced whole on each commit (written beside it,
 //! then renamed over it), so a `kill -9` leaves the previous commit or the new one, never half.
 //! A hub without a data directory keeps them in memory.
 
@@ -34,7 +34,7 @@ pub struct OffsetStore {
 impl OffsetStore {
     /// Opens the store, reading every group's file.
     pub fn open(data_dir: Option<&Path>) -> std::io::Result<Self> {
-        let dir = data_dir.map(|d| d.join("kafka-offsets"));
+        let dir = data_dir.map(|d| crate::own_files(d).join(super::OFFSETS_FOLDER));
         let mut groups = HashMap::new();
         if let Some(dir) = &dir {
             std::fs::create_dir_all(dir)?;
@@ -189,10 +189,11 @@ mod tests {
             Some("m")
         );
         assert_eq!(reopened.committed(group, "sensors", 5), None);
-        let files: Vec<_> = std::fs::read_dir(dir.path().join("kafka-offsets"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
+        let files: Vec<_> =
+            std::fs::read_dir(crate::own_files(dir.path()).join(crate::kafka::OFFSETS_FOLDER))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
         assert_eq!(files.len(), 1);
         assert!(files[0].ends_with(".json") && !files[0].contains('/'));
     }
