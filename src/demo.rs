@@ -142,7 +142,11 @@ pub async fn run(
                 key,
             ));
             // The page is the demo's own, on loopback: its explorer may send.
-            sources.with_explorer(listening.admin.map(|a| format!("http://{a}")), true)
+            sources.with_explorer(
+                listening.admin.map(|a| format!("http://{a}")),
+                listening.admin_token.clone(),
+                true,
+            )
         },
     };
     let mut server = tokio::spawn(handler::serve(
@@ -186,7 +190,21 @@ pub async fn run(
         opts.partitions
     );
     if let Some(admin) = listening.admin {
-        println!("hub admin: http://{admin} (hubhost hub add-hub/add-consumer-group --admin …)");
+        // The admin token is the user's secret: shown on their terminal (or where it is kept),
+        // never logged.
+        match (&listening.admin_token_file, &listening.admin_token) {
+            (Some(file), _) => println!(
+                "hub admin: http://{admin} (hubhost hub add-hub/add-consumer-group --admin … --data-dir {})",
+                file.parent()
+                    .and_then(std::path::Path::parent)
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default()
+            ),
+            (None, Some(token)) => println!(
+                "hub admin: http://{admin} (hubhost hub add-hub/add-consumer-group --admin … --admin-token {token})"
+            ),
+            (None, None) => println!("hub admin: http://{admin}"),
+        }
     }
     if let Some(kafka) = listening.kafka {
         println!(

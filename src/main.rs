@@ -47,7 +47,7 @@ enum Command {
         #[command(subcommand)]
         action: commands::checkpoints::CheckpointsCommand,
     },
-    Hub(commands::hub::Args),
+    Hub(Box<commands::hub::Args>),
     Simulate(commands::simulate::Args),
     Bench(commands::bench::Args),
     New(commands::new::Args),
@@ -104,7 +104,7 @@ fn main() -> ExitCode {
             Command::Emulate(args) => commands::emulate::run(args).await,
             Command::Invoke(args) => commands::invoke::run(args).await,
             Command::Checkpoints { action } => commands::checkpoints::run(action).await,
-            Command::Hub(args) => commands::hub::run(args).await,
+            Command::Hub(args) => commands::hub::run(*args).await,
             Command::Simulate(args) => commands::simulate::run(args).await,
             Command::Bench(_) => unreachable!("forwarded above"),
             Command::New(args) => commands::new::run(args).await,

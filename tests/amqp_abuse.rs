@@ -419,10 +419,7 @@ fn data_section(body: &[u8]) -> Vec<u8> {
 
 fn token(hub: &Hub, resource_path: &str) -> (String, String) {
     let resource = format!("sb://localhost:{}/{resource_path}", hub.port);
-    let key = hubhost_hub::sas::SharedAccessKey {
-        name: "RootManageSharedAccessKey".into(),
-        key: KEY.into(),
-    };
+    let key = hubhost_hub::sas::SharedAccessKey::emulator();
     let expires = chrono::Utc::now().timestamp() + 3600;
     (hubhost_hub::sas::sign(&resource, &key, expires), resource)
 }

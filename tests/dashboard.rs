@@ -25,6 +25,8 @@ struct Demo {
     hub_port: u16,
     /// The hub's admin endpoint.
     admin: String,
+    /// The hub's data directory, where it wrote its admin token.
+    hub_dir: std::path::PathBuf,
     /// The hub's Kafka endpoint (`host:port`).
     kafka: String,
 }
@@ -72,6 +74,7 @@ impl Demo {
             url: url.unwrap(),
             hub_port: hub_port.unwrap(),
             admin: admin.unwrap(),
+            hub_dir: storage.join("hub"),
             kafka: kafka.unwrap(),
         }
     }
@@ -299,11 +302,13 @@ fn the_dashboard_shows_what_was_sent_live() {
     }
 }
 
-/// `hubhost hub <action>` against a hub's admin endpoint: (exit code, stdout, stderr).
-fn hub_action(admin: &str, args: &[&str]) -> (i32, String, String) {
+/// `hubhost hub <action>` against the demo hub's admin endpoint, with the token it wrote to its
+/// data directory: (exit code, stdout, stderr).
+fn hub_action(demo: &Demo, args: &[&str]) -> (i32, String, String) {
     let mut all = vec!["hub"];
     all.extend_from_slice(args);
-    all.extend_from_slice(&["--admin", admin]);
+    let data_dir = demo.hub_dir.to_str().unwrap();
+    all.extend_from_slice(&["--admin", &demo.admin, "--data-dir", data_dir]);
     common::hubhost(&all, &[])
 }
 
@@ -314,13 +319,10 @@ fn the_explorer_shows_the_hub_peeks_and_sends() {
     let demo = Demo::start(storage.path());
 
     // A hub and a consumer group added while the hub runs, as a user would add them.
-    let (code, out, err) = hub_action(&demo.admin, &["add-hub", "explorer-test:2"]);
+    let (code, out, err) = hub_action(&demo, &["add-hub", "explorer-test:2"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("explorer-test: 2 partitions"), "{out}");
-    let (code, _, err) = hub_action(
-        &demo.admin,
-        &["add-consumer-group", "explorer-test", "audit"],
-    );
+    let (code, _, err) = hub_action(&demo, &["add-consumer-group", "explorer-test", "audit"]);
     assert_eq!(code, 0, "{err}");
     // What the official emulator's Config.json would refuse is refused, naming why.
     for (args, reason) in [
@@ -340,7 +342,7 @@ fn the_explorer_shows_the_hub_peeks_and_sends() {
             "no event hub nowhere",
         ),
     ] {
-        let (code, _, err) = hub_action(&demo.admin, &args);
+        let (code, _, err) = hub_action(&demo, &args);
         assert_eq!(code, 1, "{args:?}");
         assert!(err.contains(reason), "{args:?}: {err}");
     }

@@ -982,11 +982,15 @@ fn assert_round_trip(result: &Value, recipe: &str) {
 }
 
 /// The hubs a running hub lists on its admin endpoint (the default one, 5380).
-fn hub_list(installed: &Path) -> String {
-    let out = kit::output_within(
-        Command::new(installed.join("bin/hubhost")).args(["hub", "list"]),
-        Duration::from_secs(30),
-    );
+/// `hubhost hub list` for the hub on the default ports: with the token an in-memory hub printed
+/// at start, else the one a hub with a data directory wrote to `hubhost-data/hub` in `root`.
+fn hub_list(installed: &Path, root: &Path, printed_token: Option<&str>) -> String {
+    let mut command = Command::new(installed.join("bin/hubhost"));
+    command.args(["hub", "list"]).current_dir(root);
+    if let Some(token) = printed_token {
+        command.args(["--admin-token", token]);
+    }
+    let out = kit::output_within(&mut command, Duration::from_secs(30));
     assert!(
         out.status.success(),
         "{}",
@@ -1125,11 +1129,20 @@ fn the_hub_starts_as_documented_and_serves_the_documented_recipes() {
     assert!(status.success(), "{status}:\n{out}");
 
     // Hubs named on the command line, in memory.
-    let hub = shell.start(
+    let mut hub = shell.start(
         "cargo run --release -- hub --hub orders:4:audit --hub sensors:16:archive --in-memory",
     );
     wait_for_port(5380, Duration::from_secs(60));
-    let listed = hub_list(installed);
+    let printed = hub.wait_for("the admin token", Duration::from_secs(10), |out| {
+        out.contains("(token: ")
+    });
+    let token = printed
+        .split("(token: ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap()
+        .to_string();
+    let listed = hub_list(installed, &root, Some(&token));
     assert!(
         listed.contains("orders: 4 partitions, consumer groups $default, audit"),
         "{listed}"
@@ -1145,7 +1158,7 @@ fn the_hub_starts_as_documented_and_serves_the_documented_recipes() {
     .unwrap();
     let hub = shell.start("cargo run --release -- hub --config Config.json");
     wait_for_port(5380, Duration::from_secs(60));
-    let listed = hub_list(installed);
+    let listed = hub_list(installed, &root, None);
     assert!(
         listed.contains("sensors: 4 partitions, consumer groups $default, cg1"),
         "{listed}"

@@ -164,3 +164,295 @@ fn a_hub_out_of_file_descriptors_keeps_serving() {
         "the hub says what happened:\n{log}"
     );
 }
+
+/// One HTTP/1.0 request to the admin endpoint with `headers` (a `Host` among them, or
+/// `localhost`'s): its status and body.
+fn admin_request(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    use std::io::Read;
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut request = format!("GET {path} HTTP/1.0\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request.push_str("Host: localhost\r\n");
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_string());
+    (status, body)
+}
+
+/// A hub with its data in a temporary folder (where it writes its admin token) and its admin
+/// endpoint on a free port.
+fn hub_with_admin_endpoint() -> (Hub, tempfile::TempDir, u16) {
+    let data = tempfile::tempdir().unwrap();
+    let admin = kit::free_port();
+    let hub = Hub::start_serving(
+        kit::free_port(),
+        Some(data.path()),
+        &["sensors:2"],
+        &["--admin-port", &admin.to_string()],
+    );
+    kit::wait_for_port(admin, "the admin endpoint");
+    (hub, data, admin)
+}
+
+#[test]
+fn the_admin_endpoint_answers_only_its_user() {
+    kit::require!(Tool::PythonSdk);
+    let (hub, data, admin) = hub_with_admin_endpoint();
+    let token_file = data.path().join(".hubhost/admin-token");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the token is its owner's only");
+    }
+    let bearer = format!("Bearer {}", token.trim());
+
+    let (status, body) = admin_request(admin, "/hubs", &[("Authorization", &bearer)]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("sensors"), "{body}");
+
+    type Headers<'a> = Vec<(&'a str, &'a str)>;
+    let refused: [(&str, Headers, u16); 4] = [
+        ("no token", vec![], 401),
+        ("a wrong token", vec![("Authorization", "Bearer 0000")], 401),
+        (
+            "a foreign Host (a rebound DNS name)",
+            vec![("Authorization", &bearer), ("Host", "evil.example:5380")],
+            403,
+        ),
+        (
+            "a foreign Origin (another site's page)",
+            vec![
+                ("Authorization", &bearer),
+                ("Origin", "http://evil.example"),
+            ],
+            403,
+        ),
+    ];
+    for (what, headers, expected) in refused {
+        let (status, body) = admin_request(admin, "/hubs", &headers);
+        assert_eq!(status, expected, "{what}: {body}");
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(error["error"]["message"].is_string(), "{what}: {body}");
+        assert!(
+            !body.contains(token.trim()),
+            "{what}: the token is not echoed"
+        );
+    }
+
+    // 100 sockets that send half a request and stall take no slot from the user, and each is
+    // closed once its header is late.
+    let stalled = stalled_sockets(admin, 100, b"GET /hubs HTTP/1.1\r\nHost: localhost\r\n");
+    assert_eq!(stalled.len(), 100);
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let (status, body) = admin_request(admin, "/hubs", &[("Authorization", &bearer)]);
+    assert_eq!(status, 200, "beside 100 stalled sockets: {body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the user waited {:?} beside 100 stalled sockets",
+        started.elapsed()
+    );
+    let mut newest = stalled.into_iter().last().unwrap();
+    newest
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let read = std::io::Read::read_to_end(&mut newest, &mut answer);
+    let timed_out = matches!(&read, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+    assert!(
+        !timed_out && started.elapsed() < Duration::from_secs(15),
+        "a stalled socket was still open after {:?}: {read:?}",
+        started.elapsed()
+    );
+    drop(hub);
+}
+
+#[test]
+fn reading_large_events_through_the_admin_endpoint_is_bounded() {
+    kit::require!(Tool::PythonSdk);
+    let (hub, data, admin) = hub_with_admin_endpoint();
+    let token = std::fs::read_to_string(data.path().join(".hubhost/admin-token")).unwrap();
+    let bearer = format!("Bearer {}", token.trim());
+    let sent = hub.python("send-large", &["0", "40", "1000000"]);
+    assert_eq!(sent["sent"], 40, "{sent}");
+    let idle = kit::resident_kib(hub.child.id()).unwrap();
+
+    // One read of 100 events: at most 4 MiB of bodies, the rest left for the next read.
+    let path = "/hubs/sensors/partitions/0/events?from=earliest&count=100";
+    let (status, body) = admin_request(admin, path, &[("Authorization", &bearer)]);
+    assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+    let events: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let returned = events.as_array().unwrap().len();
+    assert!(
+        (1..=4).contains(&returned),
+        "{returned} events of 1 MB in one read"
+    );
+    assert!(body.len() < 3 * 1024 * 1024, "{} bytes", body.len());
+
+    // Sixteen such reads at once: four at a time, the memory they take bounded.
+    let readers: Vec<_> = (0..16)
+        .map(|_| {
+            let bearer = bearer.clone();
+            std::thread::spawn(move || admin_request(admin, path, &[("Authorization", &bearer)]).0)
+        })
+        .collect();
+    let mut peak = idle;
+    while !readers.iter().all(|r| r.is_finished()) {
+        peak = peak.max(kit::resident_kib(hub.child.id()).unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for reader in readers {
+        assert_eq!(reader.join().unwrap(), 200);
+    }
+    eprintln!("16 concurrent reads of 1 MB events: {idle} KiB idle, {peak} KiB at most");
+    assert!(
+        peak < idle + MEMORY_BOUND_KIB,
+        "concurrent reads took the hub from {idle} KiB to {peak} KiB"
+    );
+}
+
+/// One of tests/python/rights_peer.py's operations: whether the client did it, and its error.
+fn rights_peer(args: &[&str]) -> (bool, String) {
+    let result = kit::python_json("rights_peer.py", args);
+    (
+        result["ok"] == true,
+        result["error"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+#[test]
+fn a_key_does_what_its_rights_allow_on_every_protocol() {
+    kit::require!(Tool::PythonSdk, Tool::KafkaClients);
+    let kafka = kit::free_port();
+    let hub = Hub::start_serving(
+        kit::free_port(),
+        None,
+        &["sensors:2", "alarms:1"],
+        &[
+            "--kafka-port",
+            &kafka.to_string(),
+            "--key",
+            &format!("RootManageSharedAccessKey={KEY}"),
+            "--key",
+            "SendOnly=c2VuZC1vbmx5:Send",
+            "--key",
+            "ListenOnly=bGlzdGVuLW9ubHk=:Listen",
+        ],
+    );
+    kit::wait_for_port(kafka, "the Kafka endpoint");
+    let bootstrap = format!("127.0.0.1:{kafka}");
+    let cs = |name: &str, key: &str| {
+        format!(
+            "Endpoint=sb://localhost:{};SharedAccessKeyName={name};SharedAccessKey={key};UseDevelopmentEmulator=true;",
+            hub.port
+        )
+    };
+    let root = hub.connection_string(KEY);
+    let send_only = cs("SendOnly", "c2VuZC1vbmx5");
+    let listen_only = cs("ListenOnly", "bGlzdGVuLW9ubHk=");
+
+    // AMQP: sending needs Send, receiving Listen; the default key has both.
+    for (what, args, allowed) in [
+        ("root sends", ["amqp-send", &root, "sensors"], true),
+        ("SendOnly sends", ["amqp-send", &send_only, "sensors"], true),
+        (
+            "ListenOnly sends",
+            ["amqp-send", &listen_only, "sensors"],
+            false,
+        ),
+        ("root receives", ["amqp-receive", &root, "sensors"], true),
+        (
+            "ListenOnly receives",
+            ["amqp-receive", &listen_only, "sensors"],
+            true,
+        ),
+        (
+            "SendOnly receives",
+            ["amqp-receive", &send_only, "sensors"],
+            false,
+        ),
+    ] {
+        let (ok, error) = rights_peer(&args);
+        assert_eq!(ok, allowed, "{what}: {error}");
+    }
+
+    // Kafka: producing needs Send; consuming, a group and its offsets Listen.
+    for (what, args, allowed) in [
+        (
+            "SendOnly produces",
+            vec!["kafka-produce", &bootstrap, &send_only, "alarms"],
+            true,
+        ),
+        (
+            "ListenOnly produces",
+            vec!["kafka-produce", &bootstrap, &listen_only, "alarms"],
+            false,
+        ),
+        (
+            "SendOnly consumes",
+            vec!["kafka-consume", &bootstrap, &send_only, "sensors", "g1"],
+            false,
+        ),
+        (
+            "ListenOnly consumes",
+            vec![
+                "kafka-consume",
+                &bootstrap,
+                &listen_only,
+                "sensors",
+                "readers",
+            ],
+            true,
+        ),
+    ] {
+        let (ok, error) = rights_peer(&args);
+        assert_eq!(ok, allowed, "{what}: {error}");
+    }
+
+    // A group is tied to the hubs it consumes: a client scoped to `alarms` cannot join the
+    // group that consumes (and committed for) `sensors`, though it may use a group of its own.
+    let alarms_only = format!("{root}EntityPath=alarms");
+    let (ok, error) = rights_peer(&[
+        "kafka-consume",
+        &bootstrap,
+        &alarms_only,
+        "alarms",
+        "readers",
+    ]);
+    assert!(
+        !ok,
+        "a client scoped to alarms joined the sensors readers' group"
+    );
+    assert!(error.to_uppercase().contains("AUTHORIZ"), "{error}");
+    let (ok, error) = rights_peer(&[
+        "kafka-consume",
+        &bootstrap,
+        &alarms_only,
+        "alarms",
+        "alarm-readers",
+    ]);
+    assert!(
+        ok,
+        "a client scoped to alarms, in a group of its own: {error}"
+    );
+}

@@ -129,10 +129,7 @@ fn a_wrong_key_is_refused_with_401() {
 fn an_expired_token_is_refused_and_a_valid_one_accepted() {
     common::require!(Tool::PythonSdk);
     let hub = Hub::start(None);
-    let key = hubhost_hub::sas::SharedAccessKey {
-        name: "RootManageSharedAccessKey".into(),
-        key: KEY.into(),
-    };
+    let key = hubhost_hub::sas::SharedAccessKey::emulator();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -206,10 +203,12 @@ fn hubs_and_consumer_groups_added_while_the_hub_runs_survive_a_restart() {
     let admin = format!("http://127.0.0.1:{admin_port}");
     let flags = ["--admin-port", admin_port.as_str()];
     let mut hub = Hub::start_serving(common::free_port(), Some(dir.path()), &[], &flags);
+    // The CLI finds the hub's admin token in the data directory it is given.
+    let data_dir = dir.path().to_str().unwrap();
     let action = |args: &[&str]| {
         let mut all = vec!["hub"];
         all.extend_from_slice(args);
-        all.extend_from_slice(&["--admin", &admin]);
+        all.extend_from_slice(&["--admin", &admin, "--data-dir", data_dir]);
         common::hubhost(&all, &[])
     };
     let (code, out, err) = action(&["add-hub", "orders:3:team"]);

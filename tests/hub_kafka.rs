@@ -32,9 +32,11 @@ fn start(port: u16, kafka: u16, admin: u16, data: &std::path::Path) -> Hub {
     hub
 }
 
-/// The hub's Kafka groups for `hub`, as the admin endpoint (and so the page's explorer) shows.
-fn kafka_groups(admin: u16, hub: &str) -> Vec<Value> {
-    let body = common::http_get(admin, "/hubs").expect("the admin endpoint answers");
+/// The hub's Kafka groups for `hub`, as the admin endpoint (and so the page's explorer) shows;
+/// the admin token is the one the hub wrote to its data directory `data`.
+fn kafka_groups(admin: u16, data: &std::path::Path, hub: &str) -> Vec<Value> {
+    let token = hubhost_hub::admin::read_token(data).expect("the hub wrote its admin token");
+    let body = common::http_get_bearer(admin, "/hubs", &token).expect("the admin endpoint answers");
     let hubs: Vec<Value> = serde_json::from_str(&body).unwrap();
     let found = hubs.iter().find(|h| h["name"] == hub).expect("the hub");
     found["kafkaGroups"].as_array().unwrap().clone()
@@ -203,7 +205,7 @@ fn kafka_and_amqp_share_one_log_and_groups_resume_from_commits_after_kill_9() {
     assert_eq!(read.len(), total, "the group read every event");
     assert_eq!(amqp_records, 120);
     // The explorer's view: the group committed every partition to its end.
-    let groups = kafka_groups(admin, "sensors");
+    let groups = kafka_groups(admin, data.path(), "sensors");
     let pair = groups
         .iter()
         .find(|g| g["name"] == "pair")
@@ -217,7 +219,7 @@ fn kafka_and_amqp_share_one_log_and_groups_resume_from_commits_after_kill_9() {
     hub.kill_9();
     let hub = start(port, kafka_port, admin, data.path());
     hub.python("send", &["30", "10", "after"]);
-    let before = kafka_groups(admin, "sensors");
+    let before = kafka_groups(admin, data.path(), "sensors");
     let pair = before
         .iter()
         .find(|g| g["name"] == "pair")
@@ -284,7 +286,19 @@ fn wrong_credentials_scopes_topics_and_sizes_fail_with_the_clients_error() {
 
     // A hub added while the hub runs is a topic at once.
     let url = format!("http://127.0.0.1:{admin}");
-    let (code, _, err) = common::hubhost(&["hub", "add-hub", "orders:3", "--admin", &url], &[]);
+    let data_dir = data.path().to_str().unwrap();
+    let (code, _, err) = common::hubhost(
+        &[
+            "hub",
+            "add-hub",
+            "orders:3",
+            "--admin",
+            &url,
+            "--data-dir",
+            data_dir,
+        ],
+        &[],
+    );
     assert_eq!(code, 0, "{err}");
     let e = errors(&cs, "orders", "small");
     assert_eq!(e, "[null]", "{e}");

@@ -30,6 +30,11 @@ pub struct Args {
     /// --port is 5672, else none].
     #[arg(long)]
     pub admin_port: Option<u16>,
+    /// The token the admin endpoint requires [default: a random one, written to
+    /// DATA_DIR/.hubhost/admin-token (readable by you only), or printed at start with
+    /// --in-memory].
+    #[arg(long, env = "HUBHOST_HUB_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
@@ -56,8 +61,9 @@ pub struct Args {
     /// Flush every acknowledged send to disk (survives power loss, not only kill -9).
     #[arg(long)]
     pub fsync: bool,
-    /// Shared access key as `name=key`, replacing the emulator's well-known
-    /// RootManageSharedAccessKey=SAS_KEY_VALUE; repeatable.
+    /// Shared access key as `name=key`, or `name=key:Send,Listen` with its rights (`Send`,
+    /// `Listen`, `Manage`; all three when none is given), replacing the emulator's well-known
+    /// RootManageSharedAccessKey=SAS_KEY_VALUE (which has all three); repeatable.
     #[arg(long = "key", env = "HUBHOST_HUB_KEY", hide_env_values = true)]
     pub keys: Vec<String>,
     /// Also accept Entra ID tokens (identity-based connections) issued by this issuer (the
@@ -187,27 +193,56 @@ impl LimitArgs {
     }
 }
 
+/// Which running hub an action is for, and its admin token.
+#[derive(clap::Args)]
+pub struct AdminArgs {
+    /// The running hub's admin endpoint.
+    #[arg(long, env = "HUBHOST_HUB_ADMIN", default_value = DEFAULT_ADMIN)]
+    admin: String,
+    /// The admin endpoint's token [default: the one in DATA_DIR/.hubhost/admin-token].
+    #[arg(long, env = "HUBHOST_HUB_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// The running hub's --data-dir, where it wrote its admin token.
+    #[arg(long, default_value = "hubhost-data/hub")]
+    data_dir: PathBuf,
+}
+
+impl AdminArgs {
+    fn token(&self) -> Result<String, String> {
+        if let Some(token) = &self.admin_token {
+            return Ok(token.clone());
+        }
+        hubhost_hub::admin::read_token(&self.data_dir).ok_or_else(|| {
+            format!(
+                "the admin endpoint needs the hub's token, and {} has none: pass the hub's --data-dir, or --admin-token with the token an in-memory hub printed at start",
+                hubhost_hub::own_files(&self.data_dir)
+                    .join(hubhost_hub::admin::TOKEN_FILE)
+                    .display()
+            )
+        })
+    }
+}
+
 /// What can be done to a running hub, through its admin endpoint.
 #[derive(clap::Subcommand)]
 pub enum HubAction {
     /// Adds an event hub while the hub runs: `name:partitions[:group1,group2]`, as --hub takes it.
     AddHub {
         hub: String,
-        /// The running hub's admin endpoint.
-        #[arg(long, env = "HUBHOST_HUB_ADMIN", default_value = DEFAULT_ADMIN)]
-        admin: String,
+        #[command(flatten)]
+        admin: AdminArgs,
     },
     /// Adds a consumer group to an event hub while the hub runs.
     AddConsumerGroup {
         hub: String,
         consumer_group: String,
-        #[arg(long, env = "HUBHOST_HUB_ADMIN", default_value = DEFAULT_ADMIN)]
-        admin: String,
+        #[command(flatten)]
+        admin: AdminArgs,
     },
     /// Lists the running hub's event hubs, partitions and consumer groups.
     List {
-        #[arg(long, env = "HUBHOST_HUB_ADMIN", default_value = DEFAULT_ADMIN)]
-        admin: String,
+        #[command(flatten)]
+        admin: AdminArgs,
         #[arg(long)]
         json: bool,
     },
@@ -215,17 +250,19 @@ pub enum HubAction {
 
 /// Sends one request to a running hub's admin endpoint; its JSON answer, or its error message.
 async fn admin_request(
-    admin: &str,
+    target: &AdminArgs,
     method: reqwest::Method,
     path: &str,
     body: Option<serde_json::Value>,
 ) -> Result<serde_json::Value, String> {
+    let admin = &target.admin;
+    let token = target.token()?;
     let url = format!("{}{path}", admin.trim_end_matches('/'));
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
         .build()
         .map_err(|e| e.to_string())?;
-    let mut request = client.request(method, &url);
+    let mut request = client.request(method, &url).bearer_auth(token);
     if let Some(body) = body {
         request = request
             .header("content-type", "application/json")
@@ -321,6 +358,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         action,
         port,
         admin_port,
+        admin_token,
         bind,
         hubs,
         config,
@@ -350,6 +388,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     let data_dir = (!in_memory).then_some(data_dir);
     let mut config = hubhost_hub::HubConfig::new((bind, port).into(), specs, data_dir);
     config.admin_port = admin_port.or((port == 5672).then_some(DEFAULT_ADMIN_PORT));
+    config.admin_token = admin_token;
     if retention_hours.is_nan() || retention_hours <= 0.0 {
         return Err("--retention-hours must be positive".into());
     }
@@ -361,15 +400,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     if !keys.is_empty() {
         config.keys = keys
             .iter()
-            .map(|k| {
-                k.split_once('=')
-                    .filter(|(n, v)| !n.is_empty() && !v.is_empty())
-                    .map(|(n, v)| hubhost_hub::sas::SharedAccessKey {
-                        name: n.into(),
-                        key: v.into(),
-                    })
-                    .ok_or_else(|| "--key takes name=key".to_string())
-            })
+            .map(|k| hubhost_hub::sas::SharedAccessKey::parse(k))
             .collect::<Result<_, _>>()?;
     }
     if let (Some(issuer), Some(jwks)) = (entra_issuer, entra_jwks) {

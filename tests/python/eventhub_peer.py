@@ -15,6 +15,8 @@ The connection string is the one users write for the official emulator
   oversize                           tries to send an event of 1 MB + 1 byte
   send-varied <partition>            sends to a partition: a binary body, a JSON body with typed
                                      properties, a text body made of HTML, and a 900,000-byte text
+  send-large <partition> <count> <bytes>
+                                     sends events of that many bytes each to a partition
 """
 
 import json
@@ -189,6 +191,13 @@ def oversize(cs, hub):
             return {"refused": True, "type": type(error).__name__, "message": str(error)}
 
 
+def send_large(cs, hub, partition, count, size):
+    with EventHubProducerClient.from_connection_string(cs, eventhub_name=hub) as producer:
+        for i in range(count):
+            producer.send_event(EventData(bytes([i % 256]) * size), partition_id=partition)
+    return {"sent": count}
+
+
 def main():
     cs, hub, op, *args = sys.argv[1:]
     if op == "props":
@@ -212,6 +221,8 @@ def main():
         out = oversize(cs, hub)
     elif op == "send-varied":
         out = send_varied(cs, hub, args[0])
+    elif op == "send-large":
+        out = send_large(cs, hub, args[0], int(args[1]), int(args[2]))
     else:
         raise SystemExit(f"unknown operation {op}")
     json.dump(out, sys.stdout)

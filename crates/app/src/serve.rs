@@ -63,10 +63,13 @@ pub async fn run(args: Args) -> Result<(), String> {
         container,
         window_seconds,
         max_body_bytes,
-        dashboard: crate::dashboard::DashboardSources::from_app_settings(env).with_explorer(
-            env("HUBHOST_HUB_ADMIN"),
-            allow_send || (bind.is_loopback() && env("FUNCTIONS_CUSTOMHANDLER_PORT").is_none()),
-        ),
+        dashboard: crate::dashboard::DashboardSources::from_app_settings(env)
+            .with_explorer_on_any_host(
+                env("HUBHOST_HUB_ADMIN"),
+                env("HUBHOST_HUB_ADMIN_TOKEN"),
+                allow_send || (bind.is_loopback() && env("FUNCTIONS_CUSTOMHANDLER_PORT").is_none()),
+                allow_send,
+            ),
     };
     handler::serve(config, |_| {}, hubhost_functions::server::shutdown_signal())
         .await

@@ -338,10 +338,7 @@ pub fn legacy_lease(data: &[u8]) {
 /// A SAS token: refused or granted, never granted when tampered with.
 pub fn sas_token(data: &[u8]) {
     use hubhost_hub::sas::{SharedAccessKey, sign, validate};
-    let key = SharedAccessKey {
-        name: "RootManageSharedAccessKey".into(),
-        key: "SAS_KEY_VALUE".into(),
-    };
+    let key = SharedAccessKey::emulator();
     let now = 1_700_000_000;
     let raw = text(data);
     let _ = validate(&raw, std::slice::from_ref(&key), now);

@@ -15,6 +15,14 @@
 //! checkpoint: no consumer can notice it. Additions are remembered in the data directory
 //! (`Additions`), so a restart keeps them; an in-memory hub forgets them with its events.
 //! Errors are `{"error": {"code", "message"}}`.
+//!
+//! Only its user reaches it (`guard`): it listens on loopback, answers only requests whose
+//! `Host` (and `Origin`, when a browser sends one) is a loopback name — so a web page the user
+//! visits cannot reach it through a rebound DNS name — and requires the hub's token
+//! (`Authorization: Bearer …`), which the hub writes to its data directory (readable by its
+//! owner only) or, in memory, prints at start. At most [`MAX_CONCURRENT_REQUESTS`] requests are
+//! served at once, and a read returns at most [`MAX_RESPONSE_BODY_BYTES`] of events' bodies (the
+//! next read goes on from there).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -39,6 +47,22 @@ use super::{Namespace, log};
 pub(crate) const ADDITIONS_FILE: &str = "additions.json";
 /// The most events one read returns.
 pub const MAX_EVENTS: usize = 100;
+/// The most bytes of events' bodies one read returns (at least one event, whatever its size):
+/// a read of 100 events of 1 MB each would otherwise answer 134 MB of JSON.
+pub const MAX_RESPONSE_BODY_BYTES: usize = 1024 * 1024;
+/// Events read from a partition's log at once while a read fills its budget.
+const READ_CHUNK: usize = 4;
+/// The most requests the endpoint serves at once; more wait for a turn.
+pub const MAX_CONCURRENT_REQUESTS: usize = 4;
+/// The most connections the endpoint holds at once.
+pub const MAX_CONNECTIONS: usize = 32;
+/// How long a connection may take to send a request's header (and, between requests, the
+/// next one's), before it is closed.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a request waits for its turn before it is answered 503.
+const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The file among the hub's own files (`crate::own_files`) that holds the admin token.
+pub const TOKEN_FILE: &str = "admin-token";
 
 /// Why an addition was refused.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +77,12 @@ pub enum AdminError {
     BadRequest(String),
     #[error("the data directory could not be written: {0}")]
     Storage(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("the admin endpoint is serving {MAX_CONCURRENT_REQUESTS} requests; try again")]
+    Busy,
 }
 
 impl AdminError {
@@ -64,6 +94,9 @@ impl AdminError {
             AdminError::Exists(_) => (StatusCode::CONFLICT, "Conflict"),
             AdminError::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
             AdminError::Storage(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Storage"),
+            AdminError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            AdminError::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
+            AdminError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "Busy"),
         }
     }
 }
@@ -407,14 +440,34 @@ struct ReadQuery {
     count: Option<usize>,
 }
 
-/// What the admin routes read: the namespace, and the Kafka endpoint's groups when it runs.
+/// What the admin routes read: the namespace, and the Kafka endpoint's groups when it runs;
+/// and what they check.
 #[derive(Clone)]
 pub struct AdminState {
     pub namespace: Arc<Namespace>,
     pub kafka: Option<Arc<super::kafka::Kafka>>,
+    /// The token every request must present.
+    pub token: Arc<str>,
+    /// Turns for [`MAX_CONCURRENT_REQUESTS`] requests at once.
+    pub turns: Arc<tokio::sync::Semaphore>,
 }
 
-/// The admin routes over a namespace.
+impl AdminState {
+    pub fn new(
+        namespace: Arc<Namespace>,
+        kafka: Option<Arc<super::kafka::Kafka>>,
+        token: &str,
+    ) -> Self {
+        AdminState {
+            namespace,
+            kafka,
+            token: token.into(),
+            turns: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_REQUESTS)),
+        }
+    }
+}
+
+/// The admin routes over a namespace, behind `guard`.
 pub fn router(state: AdminState) -> Router {
     Router::new()
         .route("/hubs", get(list_hubs).post(add_hub))
@@ -423,7 +476,122 @@ pub fn router(state: AdminState) -> Router {
             "/hubs/{hub}/partitions/{partition}/events",
             get(read_events),
         )
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// A new admin token: 32 random bytes, as hex.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes the admin token where the CLI finds it: `.hubhost/admin-token` in the data
+/// directory, readable and writable by its owner only. Returns its path.
+pub fn write_token(data_dir: &Path, token: &str) -> std::io::Result<std::path::PathBuf> {
+    let dir = crate::own_files(data_dir);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(TOKEN_FILE);
+    let temporary = dir.join(format!(".{TOKEN_FILE}.tmp"));
+    let _ = std::fs::remove_file(&temporary);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&temporary)?;
+    std::io::Write::write_all(&mut file, token.as_bytes())?;
+    drop(file);
+    std::fs::rename(&temporary, &path)?;
+    Ok(path)
+}
+
+/// The admin token a hub with data directory `data_dir` wrote, if there is one.
+pub fn read_token(data_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(crate::own_files(data_dir).join(TOKEN_FILE)).ok()?;
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
+}
+
+/// Whether `host` (a `Host` header's value, or an `Origin`'s host and port) names this
+/// machine's loopback: `127.0.0.1`, `localhost` or `[::1]`, with or without a port. Pure.
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or("", |(name, _)| name),
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    name.eq_ignore_ascii_case("localhost") || name == "127.0.0.1" || name == "::1"
+}
+
+/// Every request, before its route: a loopback `Host` and `Origin`, the token, and a turn.
+async fn guard(
+    State(state): State<AdminState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match admit(&state, request.headers()) {
+        Ok(()) => {
+            // The connection proved the token: it keeps its slot from now on.
+            if let Some(AdminConnection(slot)) = request.extensions().get::<AdminConnection>() {
+                slot.authenticated();
+            }
+        }
+        Err(refused) => {
+            tracing::warn!(reason = %refused, "admin request refused");
+            return refused.into_response();
+        }
+    }
+    let turn = match tokio::time::timeout(TURN_WAIT, state.turns.clone().acquire_owned()).await {
+        Ok(Ok(turn)) => turn,
+        _ => return AdminError::Busy.into_response(),
+    };
+    let response = next.run(request).await;
+    drop(turn);
+    response
+}
+
+/// Whether a request's headers let it in. Pure.
+fn admit(state: &AdminState, headers: &axum::http::HeaderMap) -> Result<(), AdminError> {
+    let text = |name: axum::http::header::HeaderName| {
+        headers
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("").to_string())
+    };
+    let host = text(axum::http::header::HOST).unwrap_or_default();
+    if !is_loopback_host(&host) {
+        return Err(AdminError::Forbidden(format!(
+            "the admin endpoint answers requests for 127.0.0.1, localhost or [::1] only, not for {host:?}"
+        )));
+    }
+    if let Some(origin) = text(axum::http::header::ORIGIN) {
+        let origin_host = origin
+            .split_once("://")
+            .map_or("", |(_, rest)| rest.trim_end_matches('/'));
+        if !is_loopback_host(origin_host) {
+            return Err(AdminError::Forbidden(format!(
+                "the admin endpoint answers pages served from this machine's loopback only, not from {origin:?}"
+            )));
+        }
+    }
+    let presented = text(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.strip_prefix("Bearer ").map(str::to_string));
+    match presented {
+        Some(token) if crate::sas::constant_time_eq(token.as_bytes(), state.token.as_bytes()) => {
+            Ok(())
+        }
+        Some(_) => Err(AdminError::Unauthorized(
+            "the admin token is not this hub's".into(),
+        )),
+        None => Err(AdminError::Unauthorized(
+            "the admin endpoint needs the hub's token (Authorization: Bearer …): the hub writes it to .hubhost/admin-token in its data directory, or prints it at start when in memory".into(),
+        )),
+    }
 }
 
 async fn list_hubs(State(state): State<AdminState>) -> Json<Vec<HubView>> {
@@ -496,14 +664,77 @@ async fn read_events(
             .map_err(storage_error)?,
         other => other.first(&summary, count, |_| summary.next_sequence),
     };
-    let events = partition.read(first, count).map_err(storage_error)?;
-    Ok(Json(events.iter().filter_map(event_view).collect()))
+    // Read a few events at a time and stop at the response's budget, so that a read of large
+    // events holds about the budget, not `count` events; the explorer's next read goes on from
+    // the last one shown.
+    let mut budget = MAX_RESPONSE_BODY_BYTES;
+    let mut shown = Vec::new();
+    let mut next = first;
+    'reading: while shown.len() < count {
+        let events = partition
+            .read(next, READ_CHUNK.min(count - shown.len()))
+            .map_err(storage_error)?;
+        let Some(last) = events.last() else { break };
+        next = last.sequence + 1;
+        for event in &events {
+            let Some(view) = event_view(event) else {
+                continue;
+            };
+            let size = view.body_base64.len() / 4 * 3;
+            if !shown.is_empty() && size > budget {
+                break 'reading;
+            }
+            budget = budget.saturating_sub(size);
+            shown.push(view);
+        }
+    }
+    Ok(Json(shown))
 }
 
-/// Serves the admin routes on `listener` until the task is dropped.
+/// The slot of the connection a request came on (a request extension), so that a request
+/// with the token keeps its connection's slot.
+#[derive(Clone)]
+struct AdminConnection(Arc<super::connections::Slot>);
+
+/// Serves the admin routes on `listener` until the task is dropped: at most
+/// [`MAX_CONNECTIONS`] connections at once, a new one taking the slot of the oldest that has
+/// not yet presented the token (as on the hub's other listeners), and each closed when a
+/// request's header has not arrived within [`HEADER_READ_TIMEOUT`] (axum's own `serve` waits
+/// for it forever): stalled sockets hold neither descriptors nor the endpoint.
 pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
-    if let Err(e) = axum::serve(listener, router(state)).await {
-        tracing::warn!(error = %e, "the admin endpoint stopped");
+    use tower::ServiceExt;
+    let routes = router(state);
+    let slots = super::connections::Slots::new(MAX_CONNECTIONS);
+    loop {
+        let (stream, _) = super::connections::accept(&listener, "admin", &slots).await;
+        let Some((slot, _)) = slots.take() else {
+            continue; // every slot is held by a client that presented the token: closed
+        };
+        let slot = Arc::new(slot);
+        let evicted = slot.evicted();
+        let routes = routes.clone();
+        let connection_slot = slot.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+            request
+                .extensions_mut()
+                .insert(AdminConnection(connection_slot.clone()));
+            routes.clone().oneshot(request.map(axum::body::Body::new))
+        });
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::select! {
+                result = connection => {
+                    if let Err(error) = result {
+                        tracing::debug!(%error, "an admin connection ended");
+                    }
+                }
+                () = evicted => tracing::debug!("an admin connection made way for a newer one"),
+            }
+            drop(slot);
+        });
     }
 }
 
@@ -551,6 +782,85 @@ mod tests {
             ]
         );
         assert_eq!(Additions::default().apply_to(vec![]), vec![]);
+    }
+
+    #[test]
+    fn only_loopback_names_reach_the_endpoint() {
+        for host in [
+            "127.0.0.1",
+            "127.0.0.1:5380",
+            "localhost",
+            "LOCALHOST:5380",
+            "[::1]:5380",
+            "[::1]",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "",
+            "evil.example",
+            "evil.example:5380",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "10.0.0.1:5380",
+            "[::2]:5380",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_needs_the_token_a_loopback_host_and_origin() {
+        use axum::http::{HeaderMap, HeaderValue, header};
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::HubConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            vec![HubSpec::sensors()],
+            None,
+        );
+        let namespace = Arc::new(Namespace::open(&config).unwrap());
+        let state = AdminState::new(namespace, None, "right");
+        let headers = |pairs: &[(header::HeaderName, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(name.clone(), HeaderValue::from_str(value).unwrap());
+            }
+            map
+        };
+        let good = [
+            (header::HOST, "127.0.0.1:5380"),
+            (header::AUTHORIZATION, "Bearer right"),
+        ];
+        assert!(admit(&state, &headers(&good)).is_ok());
+        let status = |pairs: &[(header::HeaderName, &str)]| {
+            admit(&state, &headers(pairs)).unwrap_err().status().0
+        };
+        assert_eq!(status(&good[..1]), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            status(&[good[0].clone(), (header::AUTHORIZATION, "Bearer wrong")]),
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            status(&[(header::HOST, "evil.example:5380"), good[1].clone()]),
+            StatusCode::FORBIDDEN
+        );
+        let from_a_page = |origin| [good[0].clone(), good[1].clone(), (header::ORIGIN, origin)];
+        assert_eq!(
+            status(&from_a_page("http://evil.example")),
+            StatusCode::FORBIDDEN
+        );
+        assert!(admit(&state, &headers(&from_a_page("http://localhost:7071"))).is_ok());
+        // The token file is its owner's alone.
+        let path = write_token(dir.path(), "right").unwrap();
+        assert_eq!(read_token(dir.path()).as_deref(), Some("right"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        assert_eq!(new_token().len(), 64);
+        assert_ne!(new_token(), new_token());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::sas::{EMULATOR_KEY, EMULATOR_KEY_NAME, SharedAccessKey};
+use super::sas::SharedAccessKey;
 
 #[derive(Debug, Clone)]
 pub struct HubConfig {
@@ -22,6 +22,9 @@ pub struct HubConfig {
     pub trusted_issuer: Option<crate::entra::TrustedIssuer>,
     /// The admin endpoint's port on 127.0.0.1 (`0`: any free one); `None`: no endpoint.
     pub admin_port: Option<u16>,
+    /// The token the admin endpoint requires (`Authorization: Bearer …`); `None`: a random one,
+    /// made at start.
+    pub admin_token: Option<String>,
     pub segment_bytes: u64,
     pub cache_bytes: usize,
     pub fsync: bool,
@@ -351,12 +354,10 @@ impl HubConfig {
             hubs,
             data_dir,
             retention: Duration::from_secs(24 * 3600),
-            keys: vec![SharedAccessKey {
-                name: EMULATOR_KEY_NAME.into(),
-                key: EMULATOR_KEY.into(),
-            }],
+            keys: vec![SharedAccessKey::emulator()],
             trusted_issuer: None,
             admin_port: None,
+            admin_token: None,
             segment_bytes: 64 * 1024 * 1024,
             cache_bytes: 8 * 1024 * 1024,
             fsync: false,

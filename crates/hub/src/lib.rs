@@ -484,6 +484,10 @@ pub struct Listening {
     pub ca_file: Option<PathBuf>,
     /// The admin endpoint (always on loopback), when configured.
     pub admin: Option<SocketAddr>,
+    /// The token its requests need, when it is configured.
+    pub admin_token: Option<String>,
+    /// Where that token is written for the CLI (a hub with a data directory).
+    pub admin_token_file: Option<PathBuf>,
 }
 
 /// What `hubhost hub` prints once it listens: where, and the connection string to use.
@@ -529,8 +533,29 @@ fn print_connection(config: &HubConfig, namespace: &Namespace, local: Listening)
         );
     }
     if let Some(admin) = local.admin {
-        println!("admin: http://{admin}");
+        // The token is a secret of the user's: it goes to their terminal (an in-memory hub has
+        // no file to put it in), never to the log.
+        match (&local.admin_token_file, &local.admin_token) {
+            (Some(file), _) => println!("admin: http://{admin} (its token in {})", file.display()),
+            (None, Some(token)) => println!("admin: http://{admin} (token: {token})"),
+            (None, None) => println!("admin: http://{admin}"),
+        }
     }
+}
+
+/// What to say when the hub listens beyond loopback with the official emulator's key, which
+/// anyone can read in the emulator's documentation. Pure.
+pub fn public_key_warning(config: &HubConfig) -> Option<String> {
+    let beyond_loopback = [Some(config.listen), config.kafka, config.websocket]
+        .into_iter()
+        .flatten()
+        .chain(config.tls.as_ref().map(|t| t.listen))
+        .find(|address| !address.ip().is_loopback())?;
+    let public = config.keys.iter().find(|k| k.key == sas::EMULATOR_KEY)?;
+    Some(format!(
+        "the hub listens on {beyond_loopback} with the official emulator's publicly known key ({}): anyone who can reach this machine may send, read and manage its event hubs; give it a key of your own with --key name=key",
+        public.name
+    ))
 }
 
 /// Runs the hub until `shutdown` resolves; `on_listening` is told where it listens.
@@ -539,6 +564,9 @@ pub async fn serve(
     on_listening: impl FnOnce(&HubConfig, &Namespace, Listening),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), HubError> {
+    if let Some(warning) = public_key_warning(&config) {
+        tracing::warn!("{warning}");
+    }
     // A socket per client and a file per open segment: as many descriptors as allowed.
     let open_files = connections::raise_open_files_limit();
     tracing::debug!(?open_files, "open files limit");
@@ -589,6 +617,7 @@ pub async fn serve(
         }
         None => None,
     };
+    let admin_token = config.admin_token.clone().unwrap_or_else(admin::new_token);
     let admin = match config.admin_port {
         Some(port) => {
             let (admin_listener, admin_local) =
@@ -598,15 +627,23 @@ pub async fn serve(
                         address: format!("127.0.0.1:{port} (admin)"),
                         source,
                     })?;
+            let token_file = match &config.data_dir {
+                Some(dir) => {
+                    Some(admin::write_token(dir, &admin_token).map_err(HubError::AdminToken)?)
+                }
+                None => None,
+            };
             Some((
                 tokio::spawn(admin::serve(
                     admin_listener,
-                    admin::AdminState {
-                        namespace: namespace.clone(),
-                        kafka: kafka.as_ref().map(|(_, _, endpoint)| endpoint.clone()),
-                    },
+                    admin::AdminState::new(
+                        namespace.clone(),
+                        kafka.as_ref().map(|(_, _, endpoint)| endpoint.clone()),
+                        &admin_token,
+                    ),
                 )),
                 admin_local,
+                token_file,
             ))
         }
         None => None,
@@ -628,7 +665,9 @@ pub async fn serve(
             websocket,
             kafka: kafka.as_ref().map(|(_, local, _)| *local),
             ca_file,
-            admin: admin.as_ref().map(|(_, a)| *a),
+            admin: admin.as_ref().map(|(_, a, _)| *a),
+            admin_token: admin.as_ref().map(|_| admin_token.clone()),
+            admin_token_file: admin.as_ref().and_then(|(_, _, file)| file.clone()),
         },
     );
     let retention = {
@@ -671,7 +710,7 @@ pub async fn serve(
         _ = shutdown => tracing::info!("stopping"),
     }
     retention.abort();
-    if let Some((task, _)) = admin {
+    if let Some((task, _, _)) = admin {
         task.abort();
     }
     Ok(())
@@ -694,6 +733,8 @@ pub enum HubError {
     Tls(#[from] tls::TlsError),
     #[error("the Kafka endpoint's committed offsets cannot be opened: {0}")]
     KafkaOffsets(std::io::Error),
+    #[error("the admin token cannot be written to the data directory: {0}")]
+    AdminToken(std::io::Error),
 }
 
 #[cfg(test)]
@@ -746,6 +787,29 @@ mod tests {
         );
         assert!(again.hub("sensors").unwrap().has_consumer_group("audit"));
         assert!(own_files(dir.path()).join(admin::ADDITIONS_FILE).is_file());
+    }
+
+    #[test]
+    fn listening_beyond_loopback_with_the_public_key_is_warned_of() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path(), &["sensors:2"]);
+        assert_eq!(public_key_warning(&config), None);
+        config.listen = "0.0.0.0:5672".parse().unwrap();
+        let warning = public_key_warning(&config).unwrap();
+        assert!(
+            warning.contains("0.0.0.0:5672") && warning.contains("--key"),
+            "{warning}"
+        );
+        assert!(
+            !warning.contains(sas::EMULATOR_KEY),
+            "the key itself is not repeated"
+        );
+        config.keys = vec![SharedAccessKey {
+            name: "mine".into(),
+            key: "a key of my own".into(),
+            rights: sas::Rights::ALL,
+        }];
+        assert_eq!(public_key_warning(&config), None);
     }
 
     /// A data directory of an earlier version keeps its additions and its groups' commits.

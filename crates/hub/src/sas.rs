@@ -15,11 +15,100 @@ use sha2::Sha256;
 pub const EMULATOR_KEY_NAME: &str = "RootManageSharedAccessKey";
 pub const EMULATOR_KEY: &str = "SAS_KEY_VALUE";
 
-/// A key the hub accepts signatures from.
+/// A key the hub accepts signatures from, and what its holders may do.
 #[derive(Clone)]
 pub struct SharedAccessKey {
     pub name: String,
     pub key: String,
+    pub rights: Rights,
+}
+
+impl SharedAccessKey {
+    /// The official emulator's key, with every right.
+    pub fn emulator() -> Self {
+        SharedAccessKey {
+            name: EMULATOR_KEY_NAME.into(),
+            key: EMULATOR_KEY.into(),
+            rights: Rights::ALL,
+        }
+    }
+
+    /// `name=key`, or `name=key:Send,Listen` with the rights (claims) it grants — `Send`,
+    /// `Listen`, `Manage` (which includes the other two, as Event Hubs requires) — as
+    /// `hubhost hub --key` takes it; without rights, all three. Pure.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (name, rest) = text
+            .split_once('=')
+            .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+            .ok_or("--key takes name=key or name=key:Send,Listen,Manage")?;
+        // A key is base64 (no `:`); what follows the last `:` is rights when it reads as rights.
+        let (key, rights) = match rest.rsplit_once(':') {
+            Some((key, rights)) if !key.is_empty() => (key, Rights::parse(rights)?),
+            _ => (rest, Rights::ALL),
+        };
+        Ok(SharedAccessKey {
+            name: name.into(),
+            key: key.into(),
+            rights,
+        })
+    }
+}
+
+/// One of the claims of Event Hubs' shared access policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Right {
+    /// Sending events.
+    Send,
+    /// Receiving events, and a consumer's group and offsets.
+    Listen,
+    /// Changing the namespace (and, as on Event Hubs, sending and receiving).
+    Manage,
+}
+
+/// The rights a key (and every token signed with it) grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rights {
+    pub send: bool,
+    pub listen: bool,
+    pub manage: bool,
+}
+
+impl Rights {
+    pub const ALL: Rights = Rights {
+        send: true,
+        listen: true,
+        manage: true,
+    };
+
+    /// `Send,Listen`, `Manage`, … (case-insensitive; `Manage` includes the others). Pure.
+    pub fn parse(text: &str) -> Result<Rights, String> {
+        let mut rights = Rights {
+            send: false,
+            listen: false,
+            manage: false,
+        };
+        for claim in text.split(',').map(str::trim) {
+            match claim.to_ascii_lowercase().as_str() {
+                "send" => rights.send = true,
+                "listen" => rights.listen = true,
+                "manage" => rights = Rights::ALL,
+                _ => {
+                    return Err(format!(
+                        "a key's rights are Send, Listen and Manage, comma-separated; not {claim:?}"
+                    ));
+                }
+            }
+        }
+        Ok(rights)
+    }
+
+    pub fn allows(self, right: Right) -> bool {
+        match right {
+            Right::Send => self.send,
+            Right::Listen => self.listen,
+            Right::Manage => self.manage,
+        }
+    }
 }
 
 impl std::fmt::Debug for SharedAccessKey {
@@ -27,18 +116,19 @@ impl std::fmt::Debug for SharedAccessKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "SharedAccessKey {{ name: {:?}, key: <redacted> }}",
-            self.name
+            "SharedAccessKey {{ name: {:?}, key: <redacted>, rights: {:?} }}",
+            self.name, self.rights
         )
     }
 }
 
 /// What a valid token grants: access to `resource` (a URI without scheme, lowercased) until
-/// `expires_at` (Unix seconds).
+/// `expires_at` (Unix seconds), with the rights of the key that signed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub resource: String,
     pub expires_at: i64,
+    pub rights: Rights,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,6 +203,7 @@ pub fn validate(token: &str, keys: &[SharedAccessKey], now: i64) -> Result<Grant
     Ok(Grant {
         resource: normalize_resource(&percent_decode(resource)),
         expires_at,
+        rights: key.rights,
     })
 }
 
@@ -173,10 +264,7 @@ mod tests {
     use super::*;
 
     fn key() -> SharedAccessKey {
-        SharedAccessKey {
-            name: EMULATOR_KEY_NAME.into(),
-            key: EMULATOR_KEY.into(),
-        }
+        SharedAccessKey::emulator()
     }
 
     #[test]
@@ -194,8 +282,8 @@ mod tests {
     #[test]
     fn wrong_key_expired_and_malformed_tokens_are_refused() {
         let wrong = SharedAccessKey {
-            name: EMULATOR_KEY_NAME.into(),
             key: "not-the-key".into(),
+            ..key()
         };
         let token = sign("sb://localhost/sensors", &wrong, 2_000);
         assert_eq!(
@@ -209,7 +297,7 @@ mod tests {
         ));
         let other = SharedAccessKey {
             name: "listen".into(),
-            key: EMULATOR_KEY.into(),
+            ..key()
         };
         let token = sign("sb://localhost/sensors", &other, 2_000);
         assert_eq!(
@@ -228,6 +316,7 @@ mod tests {
         let grant = |resource: &str| Grant {
             resource: normalize_resource(resource),
             expires_at: 0,
+            rights: Rights::ALL,
         };
         assert!(grants_hub(&grant("sb://localhost/"), "sensors"));
         assert!(grants_hub(
@@ -238,6 +327,36 @@ mod tests {
             &grant("amqps://ns/orders/Partitions/0"),
             "sensors"
         ));
+    }
+
+    #[test]
+    fn a_key_carries_the_rights_it_was_given_and_its_tokens_too() {
+        let send_only = SharedAccessKey::parse("SendOnly=c2VjcmV0:Send").unwrap();
+        assert_eq!(
+            (send_only.name.as_str(), send_only.key.as_str()),
+            ("SendOnly", "c2VjcmV0")
+        );
+        assert!(send_only.rights.allows(Right::Send));
+        assert!(!send_only.rights.allows(Right::Listen) && !send_only.rights.allows(Right::Manage));
+        let token = sign("sb://localhost/sensors", &send_only, 2_000);
+        let grant = validate(&token, &[send_only], 1_000).unwrap();
+        assert!(grant.rights.send && !grant.rights.listen);
+
+        let plain = SharedAccessKey::parse("k=secret").unwrap();
+        assert_eq!((plain.key.as_str(), plain.rights), ("secret", Rights::ALL));
+        assert_eq!(
+            SharedAccessKey::parse("k=s:manage").unwrap().rights,
+            Rights::ALL
+        );
+        let both = SharedAccessKey::parse("k=s:Send, Listen").unwrap().rights;
+        assert!(both.send && both.listen && !both.manage);
+        assert!(
+            SharedAccessKey::parse("k=s:Read")
+                .unwrap_err()
+                .contains("\"Read\"")
+        );
+        assert!(SharedAccessKey::parse("=s").is_err());
+        assert!(SharedAccessKey::parse("k=").is_err());
     }
 
     #[test]

@@ -42,7 +42,7 @@ use super::inbound::FrameGuard;
 use super::links::{self, Address};
 use super::received;
 use super::requests::{self, AmqpMessage};
-use super::sas::{self, Grant};
+use super::sas::{self, Grant, Right};
 use super::websocket;
 use super::{MAX_MESSAGE_BYTES, Namespace};
 
@@ -115,13 +115,14 @@ impl ConnectionState {
         !self.grants.lock().expect("grants lock").is_empty()
     }
 
-    fn authorized(&self, hub: &str) -> bool {
+    /// Whether a token the client put covers `hub` with `right` (any right, for `None`).
+    fn authorized(&self, hub: &str, right: Option<Right>) -> bool {
         let now = chrono::Utc::now().timestamp();
-        self.grants
-            .lock()
-            .expect("grants lock")
-            .iter()
-            .any(|g| g.expires_at > now && sas::grants_hub(g, hub))
+        self.grants.lock().expect("grants lock").iter().any(|g| {
+            g.expires_at > now
+                && sas::grants_hub(g, hub)
+                && right.is_none_or(|r| g.rights.allows(r))
+        })
     }
 }
 
@@ -490,18 +491,26 @@ fn selector(attach: &Attach) -> Option<String> {
     })
 }
 
-/// The hub an entity link names, if it exists and the connection holds a token for it.
+/// The hub an entity link names, if it exists and the connection holds a token for it with
+/// `right` (Send to send to it, Listen to receive from it).
 fn authorized_hub(
     namespace: &Namespace,
     state: &ConnectionState,
     hub: &str,
+    right: Right,
 ) -> Result<Arc<super::Hub>, (AmqpError, String)> {
     let Some(found) = namespace.hub(hub) else {
         let text = format!("The messaging entity '{hub}' could not be found.");
         return Err((AmqpError::NotFound, text));
     };
-    if !state.authorized(&found.name) {
+    if !state.authorized(&found.name, None) {
         let text = format!("Unauthorized access to '{hub}': put a token for it on $cbs first");
+        return Err((AmqpError::UnauthorizedAccess, text));
+    }
+    if !state.authorized(&found.name, Some(right)) {
+        let text = format!(
+            "Unauthorized access. '{right:?}' claim(s) are required to perform this operation on '{hub}'."
+        );
         return Err((AmqpError::UnauthorizedAccess, text));
     }
     Ok(found)
@@ -517,7 +526,7 @@ async fn client_sends(
     match address.as_deref().and_then(links::parse_address) {
         Some(Address::Node(node)) => requests_loop(receiver, node, namespace, state).await,
         Some(Address::Send { hub, partition }) => {
-            let hub_state = match authorized_hub(&namespace, &state, &hub) {
+            let hub_state = match authorized_hub(&namespace, &state, &hub, Right::Send) {
                 Ok(h) => h,
                 Err((condition, text)) => {
                     return links::refuse_receiver(receiver, condition, text).await;
@@ -582,7 +591,7 @@ async fn client_receives(
             consumer_group,
             partition,
         }) => {
-            let hub_state = match authorized_hub(&namespace, &state, &hub) {
+            let hub_state = match authorized_hub(&namespace, &state, &hub, Right::Listen) {
                 Ok(h) => h,
                 Err((condition, text)) => {
                     return links::refuse_sender(sender, condition, text).await;
@@ -661,7 +670,7 @@ async fn requests_loop(
         let request = delivery.message();
         let handled = match node.as_str() {
             "$cbs" => requests::put_token(request, &namespace, now),
-            _ => requests::management(request, &namespace, now, |hub| state.authorized(hub)),
+            _ => requests::management(request, &namespace, now, |hub| state.authorized(hub, None)),
         };
         if let Some(grant) = handled.grant {
             state.keep(grant);

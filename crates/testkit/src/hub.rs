@@ -104,6 +104,8 @@ pub struct InProcessHub {
     pub port: u16,
     /// The admin endpoint (`hubhost hub add-hub …`, the page's explorer), on loopback.
     pub admin: Option<std::net::SocketAddr>,
+    /// The token the admin endpoint requires (`Authorization: Bearer …`).
+    pub admin_token: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), hubhost_hub::HubError>>,
 }
@@ -128,6 +130,7 @@ impl InProcessHub {
             Ok(listening) => Ok(InProcessHub {
                 port: listening.amqp.port(),
                 admin: listening.admin,
+                admin_token: listening.admin_token.unwrap_or_default(),
                 stop: Some(stop_tx),
                 task,
             }),

@@ -33,9 +33,9 @@ pub use azurite::Azurite;
 pub use hub::{Hub, InProcessHub, KEY};
 pub use local_app::{LocalApp, LocalAppError};
 pub use process::{
-    COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, http_get, hubhost, output_within,
-    process_status_number, resident_kib, status_number, transparent_huge_pages, try_free_port,
-    try_wait_within, wait_for_port, wait_within,
+    COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, http_get, http_get_bearer, hubhost,
+    output_within, process_status_number, resident_kib, status_number, transparent_huge_pages,
+    try_free_port, try_wait_within, wait_for_port, wait_within,
 };
 pub use python::{json_output, python_json, python_output};
 pub use requests::{host_request, partition_context};

@@ -386,6 +386,7 @@ impl LocalApp {
         let response = self
             .http
             .get(url)
+            .bearer_auth(&self.hub.admin_token)
             .send()
             .await
             .and_then(|r| r.error_for_status())

@@ -93,9 +93,22 @@ pub fn free_port() -> u16 {
 
 /// `GET path` on loopback `port` over HTTP/1.0: the body, or `None` when nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<String> {
+    http_get_with(port, path, "")
+}
+
+/// [`http_get`] with a bearer token, as a hub's admin endpoint requires.
+pub fn http_get_bearer(port: u16, path: &str, token: &str) -> Option<String> {
+    http_get_with(port, path, &format!("Authorization: Bearer {token}\r\n"))
+}
+
+fn http_get_with(port: u16, path: &str, headers: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: localhost\r\n{headers}\r\n"
+    )
+    .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     response

@@ -60,6 +60,8 @@ pub enum ExplorerError {
 pub struct ExplorerSources {
     /// A `hubhost hub`'s admin endpoint, e.g. `http://127.0.0.1:5380`.
     pub hub_admin: Option<String>,
+    /// The token that endpoint requires (`HUBHOST_HUB_ADMIN_TOKEN`).
+    pub hub_admin_token: Option<String>,
     /// The page's event hub connection: its namespace, and the hub shown when there is no
     /// admin endpoint; sends go through it (to any hub of the namespace).
     pub event_hub: Option<EventHubTarget>,
@@ -67,6 +69,9 @@ pub struct ExplorerSources {
     pub checkpoints: Option<CheckpointStore>,
     /// Whether the page may send: it is served on loopback only, or `--allow-send` said so.
     pub allow_send: bool,
+    /// Whether sends may come to another name than loopback's (`--allow-send`, for a page
+    /// served beyond loopback on purpose); a send must come from the page itself either way.
+    pub any_host: bool,
     /// How long a foreign owner's ownership counts without renewal.
     pub foreign_ownership_expiry: Duration,
     /// The hub the app's functions are triggered by: the one the page opens on.
@@ -382,9 +387,11 @@ impl Explorer {
         path: &str,
     ) -> Result<T, ExplorerError> {
         let url = format!("{}{path}", admin.trim_end_matches('/'));
-        let response = self
-            .http
-            .get(&url)
+        let mut request = self.http.get(&url);
+        if let Some(token) = &self.sources.hub_admin_token {
+            request = request.bearer_auth(token);
+        }
+        let response = request
             .send()
             .await
             .map_err(|e| ExplorerError::Hub(format!("{admin} does not answer: {e}")))?;

@@ -94,14 +94,34 @@ impl DashboardSources {
     }
 
     /// The explorer reads what the other views read, and a hubhost hub's admin endpoint:
-    /// `hub_admin`, else the one a local hub on the official emulator's port has.
-    pub fn with_explorer(mut self, hub_admin: Option<String>, allow_send: bool) -> Self {
+    /// `hub_admin`, else the one a local hub on the official emulator's port has, with
+    /// `hub_admin_token`, the token the endpoint requires.
+    pub fn with_explorer(
+        self,
+        hub_admin: Option<String>,
+        hub_admin_token: Option<String>,
+        allow_send: bool,
+    ) -> Self {
+        self.with_explorer_on_any_host(hub_admin, hub_admin_token, allow_send, false)
+    }
+
+    /// [`with_explorer`](Self::with_explorer), for a page served beyond loopback on purpose
+    /// (`any_host`: its sends may name any host, still only from the page itself).
+    pub fn with_explorer_on_any_host(
+        mut self,
+        hub_admin: Option<String>,
+        hub_admin_token: Option<String>,
+        allow_send: bool,
+        any_host: bool,
+    ) -> Self {
         let local_default = self.event_hub.as_ref().and_then(|t| {
             (t.custom_endpoint.as_deref() == Some("amqp://127.0.0.1:5672"))
                 .then(|| DEFAULT_HUB_ADMIN.to_string())
         });
         self.explorer = explorer::ExplorerSources {
             hub_admin: hub_admin.or(local_default),
+            hub_admin_token,
+            any_host,
             event_hub: self.event_hub.clone(),
             checkpoints: self.checkpoints.as_ref().map(|(store, _)| store.clone()),
             allow_send,
@@ -139,7 +159,11 @@ impl DashboardSources {
         }
         // Sending from the page is off here: under the Functions host the page is public. The
         // command that serves it turns it on for a loopback-only page (`with_explorer`).
-        sources.with_explorer(env("HUBHOST_HUB_ADMIN"), false)
+        sources.with_explorer(
+            env("HUBHOST_HUB_ADMIN"),
+            env("HUBHOST_HUB_ADMIN_TOKEN"),
+            false,
+        )
     }
 }
 
@@ -804,8 +828,13 @@ async fn explorer_events(
 
 async fn explorer_send(
     State(d): State<Arc<Dashboard>>,
+    headers: axum::http::HeaderMap,
     body: Result<axum::Json<explorer::SendRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
+    if let Err(reason) = send_comes_from_the_page(&headers, d.explorer.sources().any_host) {
+        tracing::warn!(%reason, "an explorer send was refused");
+        return problem(StatusCode::FORBIDDEN, "not_from_the_page", &reason);
+    }
     match body {
         Ok(axum::Json(request)) => explorer_answer(d.explorer.send(request).await),
         Err(rejection) => problem(
@@ -819,10 +848,76 @@ async fn explorer_send(
     }
 }
 
+/// Whether a send comes from the page itself: a browser's `Origin`, when it sends one, names
+/// the host the request went to (no other site's page), and that host is a loopback name
+/// unless the page is served beyond loopback on purpose (`--allow-send`), so that a site whose
+/// name was rebound to 127.0.0.1 is refused too. Pure.
+fn send_comes_from_the_page(headers: &axum::http::HeaderMap, any_host: bool) -> Result<(), String> {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &axum::http::HeaderValue| v.to_str().ok())
+    };
+    let host = text(header::HOST).unwrap_or("");
+    if let Some(origin) = text(header::ORIGIN) {
+        let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
+        if !origin_host.eq_ignore_ascii_case(host) {
+            return Err(format!(
+                "a page from {origin} may not send through this one ({host})"
+            ));
+        }
+    }
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or("", |(name, _)| name),
+        None => host.split(':').next().unwrap_or(""),
+    };
+    let loopback = name.eq_ignore_ascii_case("localhost") || name == "127.0.0.1" || name == "::1";
+    if !loopback && !any_host {
+        return Err(format!(
+            "the page sends when it is asked for on this machine's loopback (127.0.0.1, localhost), not as {host:?}"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::aggregate::HomeWindow;
+
+    #[test]
+    fn a_send_must_come_from_the_page_on_loopback() {
+        let headers = |pairs: &[(header::HeaderName, &str)]| {
+            let mut map = axum::http::HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(name.clone(), value.parse().unwrap());
+            }
+            map
+        };
+        let page = [
+            (header::HOST, "127.0.0.1:7071"),
+            (header::ORIGIN, "http://127.0.0.1:7071"),
+        ];
+        assert!(send_comes_from_the_page(&headers(&page), false).is_ok());
+        assert!(send_comes_from_the_page(&headers(&page[..1]), false).is_ok());
+        let elsewhere = [
+            (header::HOST, "127.0.0.1:7071"),
+            (header::ORIGIN, "http://evil.example"),
+        ];
+        assert!(send_comes_from_the_page(&headers(&elsewhere), false).is_err());
+        let rebound = [
+            (header::HOST, "evil.example:7071"),
+            (header::ORIGIN, "http://evil.example:7071"),
+        ];
+        assert!(send_comes_from_the_page(&headers(&rebound), false).is_err());
+        // Served beyond loopback on purpose: its own name is fine, another site still not.
+        let named = [
+            (header::HOST, "myhost:7071"),
+            (header::ORIGIN, "http://myhost:7071"),
+        ];
+        assert!(send_comes_from_the_page(&headers(&named), true).is_ok());
+        assert!(send_comes_from_the_page(&headers(&elsewhere), true).is_err());
+    }
     use hubhost_storage::counting::CountingStore;
     use hubhost_storage::memory::MemoryStore;
     use hubhost_storage::{Condition, Metadata};

@@ -34,6 +34,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::ClientLimits;
 use crate::connections::{Slot, Slots, Taken};
+use crate::sas::Right;
 use crate::{MAX_MESSAGE_BYTES, Namespace};
 pub use coordinator::GroupView;
 use groups::{JoinOutcome, JoinRequest, SyncOutcome};
@@ -619,13 +620,24 @@ impl Kafka {
             .expect("authenticated before any other request")
     }
 
-    /// The hub for a topic, or the error a client gets for it.
-    fn topic(&self, session: &Session, name: &str) -> Result<Arc<crate::Hub>, i16> {
+    /// The hub for a topic, or the error a client gets for it: the client's credentials must
+    /// cover the hub, with `right` when one is needed (Send to produce, Listen to consume).
+    fn topic(
+        &self,
+        session: &Session,
+        name: &str,
+        right: Option<Right>,
+    ) -> Result<Arc<crate::Hub>, i16> {
         let hub = self
             .namespace
             .hub(name)
             .ok_or(ResponseError::UnknownTopicOrPartition.code())?;
-        if !Self::access(session).covers(&hub.name) {
+        let access = Self::access(session);
+        let allowed = match right {
+            Some(right) => access.allows(&hub.name, right),
+            None => access.covers(&hub.name),
+        };
+        if !allowed {
             return Err(ResponseError::TopicAuthorizationFailed.code());
         }
         Ok(hub)
@@ -658,7 +670,7 @@ impl Kafka {
             .map(|name| {
                 let topic = metadata_response::MetadataResponseTopic::default()
                     .with_name(Some(TopicName(text(&name))));
-                match self.topic(session, &name) {
+                match self.topic(session, &name, None) {
                     Err(code) => topic.with_error_code(code),
                     Ok(hub) => topic.with_partitions(
                         (0..hub.partitions.len() as i32)
@@ -746,7 +758,7 @@ impl Kafka {
         let mut responses = Vec::new();
         for topic in r.topic_data {
             let name = topic.name.0.to_string();
-            let hub = self.topic(session, &name);
+            let hub = self.topic(session, &name, Some(Right::Send));
             let mut partitions = Vec::new();
             for data in topic.partition_data {
                 let (code, base_offset, message) = match &hub {
@@ -911,7 +923,7 @@ impl Kafka {
             let mut responses = Vec::new();
             for topic in &r.topics {
                 let name = topic.topic.0.to_string();
-                let hub = self.topic(session, &name);
+                let hub = self.topic(session, &name, Some(Right::Listen));
                 let mut partitions = Vec::new();
                 for p in &topic.partitions {
                     let data = fetch_response::PartitionData::default()
@@ -994,7 +1006,7 @@ impl Kafka {
             .into_iter()
             .map(|topic| {
                 let name = topic.name.0.to_string();
-                let hub = self.topic(session, &name);
+                let hub = self.topic(session, &name, Some(Right::Listen));
                 let partitions = topic
                     .partitions
                     .into_iter()
@@ -1036,6 +1048,33 @@ impl Kafka {
     }
 
     async fn join_group(&self, session: &Session, r: JoinGroupRequest, version: i16) -> Outcome {
+        // A group is tied to the hubs it consumes: its members' subscriptions and its commits.
+        // A client joins only when it may Listen on all of them, so that a client scoped to
+        // one hub cannot take another hub's partitions from the group consuming it.
+        let refused = |code: i16| {
+            let response = JoinGroupResponse::default()
+                .with_error_code(code)
+                .with_generation_id(-1)
+                .with_protocol_name((version < 7).then(|| text("")))
+                .with_member_id(r.member_id.clone());
+            respond(&response, version)
+        };
+        let subscribed =
+            match subscribed_hubs(&r.protocol_type, r.protocols.iter().map(|p| &p.metadata)) {
+                Ok(hubs) => hubs,
+                Err(code) => return refused(code),
+            };
+        let access = Self::access(session);
+        let tied = subscribed
+            .into_iter()
+            .chain(self.offsets.hubs_of(&r.group_id.0));
+        let mut allowed = access.rights.allows(Right::Listen);
+        for hub in tied {
+            allowed &= access.allows(&hub, Right::Listen);
+        }
+        if !allowed {
+            return refused(ResponseError::GroupAuthorizationFailed.code());
+        }
         let request = JoinRequest {
             member_id: r.member_id.to_string(),
             client_id: if session.client_id.is_empty() {
@@ -1143,7 +1182,7 @@ impl Kafka {
             .into_iter()
             .map(|topic| {
                 let name = topic.name.0.to_string();
-                let hub = self.topic(session, &name);
+                let hub = self.topic(session, &name, Some(Right::Listen));
                 let partitions = topic
                     .partitions
                     .into_iter()
@@ -1218,7 +1257,7 @@ impl Kafka {
         topics
             .into_iter()
             .map(|(name, partitions)| {
-                let hub = self.topic(session, &name);
+                let hub = self.topic(session, &name, Some(Right::Listen));
                 let positions = partitions
                     .into_iter()
                     .map(|p| match &hub {
@@ -1351,9 +1390,71 @@ fn read_records(
     Ok((!fetched.is_empty()).then(|| batch::encode(&fetched)))
 }
 
+/// The hubs a JoinGroup's consumer protocols subscribe to (lowercased), each protocol's
+/// metadata being Kafka's `ConsumerProtocolSubscription` (a version, then its fields). Another
+/// protocol type names no hubs. Pure.
+fn subscribed_hubs<'a>(
+    protocol_type: &str,
+    metadata: impl IntoIterator<Item = &'a Bytes>,
+) -> Result<Vec<String>, i16> {
+    if protocol_type != "consumer" {
+        return Ok(Vec::new());
+    }
+    let mut hubs = Vec::new();
+    for bytes in metadata {
+        let mut buf = bytes.clone();
+        if buf.len() < 2 {
+            return Err(ResponseError::InconsistentGroupProtocol.code());
+        }
+        let version = i16::from_be_bytes([buf[0], buf[1]]).clamp(0, 3);
+        let _ = bytes::Buf::get_i16(&mut buf);
+        let subscription = ConsumerProtocolSubscription::decode(&mut buf, version)
+            .map_err(|_| ResponseError::InconsistentGroupProtocol.code())?;
+        hubs.extend(
+            subscription
+                .topics
+                .iter()
+                .map(|t| t.to_string().to_ascii_lowercase()),
+        );
+    }
+    hubs.sort();
+    hubs.dedup();
+    Ok(hubs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_join_names_the_hubs_its_consumer_protocols_subscribe_to() {
+        let subscription = |version: i16, topics: &[&str]| {
+            let mut buf = BytesMut::new();
+            buf.put_i16(version);
+            ConsumerProtocolSubscription::default()
+                .with_topics(
+                    topics
+                        .iter()
+                        .map(|t| StrBytes::from(t.to_string()))
+                        .collect(),
+                )
+                .encode(&mut buf, version)
+                .unwrap();
+            buf.freeze()
+        };
+        let range = subscription(1, &["Sensors", "alarms"]);
+        let roundrobin = subscription(3, &["sensors"]);
+        assert_eq!(
+            subscribed_hubs("consumer", [&range, &roundrobin]),
+            Ok(vec!["alarms".to_string(), "sensors".to_string()])
+        );
+        assert_eq!(subscribed_hubs("connect", [&range]), Ok(vec![]));
+        let garbage = Bytes::from_static(&[0, 1, 0xff, 0xff, 0xff]);
+        assert_eq!(
+            subscribed_hubs("consumer", [&garbage]),
+            Err(ResponseError::InconsistentGroupProtocol.code())
+        );
+    }
 
     #[test]
     fn declared_sizes_and_versions_are_checked_before_decoding() {

@@ -102,6 +102,16 @@ impl OffsetStore {
             .cloned()
     }
 
+    /// The hubs a group has committed offsets for (lowercased).
+    pub fn hubs_of(&self, group: &str) -> Vec<String> {
+        self.groups
+            .lock()
+            .expect("offsets lock")
+            .get(group)
+            .map(|g| g.topics.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Every group with its commits: group → hub → partition → offset.
     pub fn all(&self) -> BTreeMap<String, BTreeMap<String, BTreeMap<i32, i64>>> {
         self.groups

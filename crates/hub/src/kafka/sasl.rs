@@ -4,7 +4,7 @@
 //! the one its connection string names (`EntityPath`, or a shared access signature for one hub).
 
 use crate::entra::TrustedIssuer;
-use crate::sas::{self, SharedAccessKey};
+use crate::sas::{self, Right, Rights, SharedAccessKey};
 
 pub const PLAIN: &str = "PLAIN";
 pub const OAUTHBEARER: &str = "OAUTHBEARER";
@@ -12,20 +12,37 @@ pub const MECHANISMS: [&str; 2] = [PLAIN, OAUTHBEARER];
 /// The user name Event Hubs expects with PLAIN.
 pub const CONNECTION_STRING_USER: &str = "$ConnectionString";
 
-/// What an authenticated client may read and write.
+/// What an authenticated client may read and write: every hub or one, with the rights of the
+/// key its credentials were made with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Access {
-    AllHubs,
-    /// One hub, lowercased.
-    Hub(String),
+pub struct Access {
+    /// The one hub (lowercased), or `None` for every hub.
+    pub hub: Option<String>,
+    pub rights: Rights,
 }
 
 impl Access {
-    pub fn covers(&self, hub: &str) -> bool {
-        match self {
-            Access::AllHubs => true,
-            Access::Hub(name) => name.eq_ignore_ascii_case(hub),
+    pub fn all_hubs(rights: Rights) -> Self {
+        Access { hub: None, rights }
+    }
+
+    pub fn hub(name: &str, rights: Rights) -> Self {
+        Access {
+            hub: Some(name.to_ascii_lowercase()),
+            rights,
         }
+    }
+
+    /// Whether the client may see `hub` at all.
+    pub fn covers(&self, hub: &str) -> bool {
+        self.hub
+            .as_deref()
+            .is_none_or(|name| name.eq_ignore_ascii_case(hub))
+    }
+
+    /// Whether the client may do what needs `right` on `hub`.
+    pub fn allows(&self, hub: &str, right: Right) -> bool {
+        self.covers(hub) && self.rights.allows(right)
     }
 }
 
@@ -101,8 +118,8 @@ pub fn connection_string(
         (Some(token), _, _) => {
             let grant = sas::validate(token, keys, now).map_err(AuthError::Signature)?;
             match sas::granted_hub(&grant) {
-                None => Access::AllHubs,
-                Some(hub) => Access::Hub(hub.to_ascii_lowercase()),
+                None => Access::all_hubs(grant.rights),
+                Some(hub) => Access::hub(hub, grant.rights),
             }
         }
         (None, Some(name), Some(presented)) => {
@@ -113,13 +130,13 @@ pub fn connection_string(
             if !sas::constant_time_eq(known.key.as_bytes(), presented.as_bytes()) {
                 return Err(AuthError::WrongKey(known.name.clone()));
             }
-            Access::AllHubs
+            Access::all_hubs(known.rights)
         }
         (None, None, _) => return Err(AuthError::ConnectionString("SharedAccessKeyName=")),
         (None, Some(_), None) => return Err(AuthError::ConnectionString("SharedAccessKey=")),
     };
     Ok(match (access, entity) {
-        (Access::AllHubs, Some(hub)) => Access::Hub(hub),
+        (Access { hub: None, rights }, Some(hub)) => Access::hub(&hub, rights),
         (access, _) => access,
     })
 }
@@ -142,7 +159,9 @@ pub fn oauthbearer(
         .ok_or(AuthError::BearerFormat)?;
     let issuer = issuer.ok_or(AuthError::NoIssuer)?;
     let expires = issuer.validate(token, now).map_err(AuthError::Token)?;
-    Ok((Access::AllHubs, expires))
+    // Event Hubs decides an identity's rights by its role assignments, which a local hub does
+    // not have: a trusted issuer's token may do everything.
+    Ok((Access::all_hubs(Rights::ALL), expires))
 }
 
 #[cfg(test)]
@@ -150,10 +169,7 @@ mod tests {
     use super::*;
 
     fn keys() -> Vec<SharedAccessKey> {
-        vec![SharedAccessKey {
-            name: sas::EMULATOR_KEY_NAME.into(),
-            key: sas::EMULATOR_KEY.into(),
-        }]
+        vec![SharedAccessKey::emulator()]
     }
 
     fn credentials(user: &str, password: &str) -> Vec<u8> {
@@ -166,11 +182,11 @@ mod tests {
     fn the_emulators_connection_string_grants_every_hub_and_entity_path_one() {
         assert_eq!(
             plain(&credentials("$ConnectionString", EMULATOR), &keys(), 0),
-            Ok(Access::AllHubs)
+            Ok(Access::all_hubs(Rights::ALL))
         );
         let scoped = format!("{EMULATOR}EntityPath=Sensors");
         let access = plain(&credentials("$ConnectionString", &scoped), &keys(), 0).unwrap();
-        assert_eq!(access, Access::Hub("sensors".into()));
+        assert_eq!(access, Access::hub("sensors", Rights::ALL));
         assert!(access.covers("SENSORS") && !access.covers("alarms"));
     }
 
@@ -180,7 +196,7 @@ mod tests {
         let text = format!("Endpoint=sb://localhost;SharedAccessSignature={token}");
         assert_eq!(
             plain(&credentials("$ConnectionString", &text), &keys(), 0),
-            Ok(Access::Hub("alarms".into()))
+            Ok(Access::hub("alarms", Rights::ALL))
         );
         assert!(matches!(
             plain(
@@ -222,6 +238,16 @@ mod tests {
             plain(&credentials("$ConnectionString", &other), &keys(), 0),
             Err(AuthError::UnknownKey("Listen".into()))
         );
+    }
+
+    #[test]
+    fn a_key_s_rights_come_with_its_credentials() {
+        let keys = vec![SharedAccessKey::parse("SendOnly=c2VjcmV0:Send").unwrap()];
+        let text = "Endpoint=sb://localhost;SharedAccessKeyName=SendOnly;SharedAccessKey=c2VjcmV0;EntityPath=sensors";
+        let access = plain(&credentials("$ConnectionString", text), &keys, 0).unwrap();
+        assert!(access.allows("sensors", Right::Send));
+        assert!(!access.allows("sensors", Right::Listen));
+        assert!(!access.allows("alarms", Right::Send));
     }
 
     #[test]
