@@ -456,3 +456,133 @@ fn a_key_does_what_its_rights_allow_on_every_protocol() {
         "a client scoped to alarms, in a group of its own: {error}"
     );
 }
+
+/// A consumer's JoinGroup (v3: no member id required) for `group`, subscribed to `sensors`.
+fn join_request(group: &str, member_id: &str) -> kafka_protocol::messages::JoinGroupRequest {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let mut subscription = bytes::BytesMut::new();
+    bytes::BufMut::put_i16(&mut subscription, 0);
+    ConsumerProtocolSubscription::default()
+        .with_topics(vec![StrBytes::from_static_str("sensors")])
+        .encode(&mut subscription, 0)
+        .unwrap();
+    JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from(group.to_string())))
+        .with_session_timeout_ms(6_000)
+        .with_rebalance_timeout_ms(6_000)
+        .with_member_id(StrBytes::from(member_id.to_string()))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![
+            join_group_request::JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(subscription.freeze()),
+        ])
+}
+
+/// A simple consumer's OffsetCommit (v2: no member, no generation) of partition 0 of `sensors`.
+fn commit_request(group: &str, metadata: &str) -> kafka_protocol::messages::OffsetCommitRequest {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from(group.to_string())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_retention_time_ms(-1)
+        .with_topics(vec![
+            offset_commit_request::OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("sensors")))
+                .with_partitions(vec![
+                    offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(1)
+                        .with_committed_metadata(Some(StrBytes::from(metadata.to_string()))),
+                ]),
+        ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_group_state_a_client_can_make_the_hub_hold_is_bounded() {
+    use kafka_protocol::error::ResponseError;
+    let data = tempfile::tempdir().unwrap();
+    let kafka = kit::free_port();
+    let hub = Hub::start_serving(
+        kit::free_port(),
+        Some(data.path()),
+        &["sensors:4"],
+        &["--kafka-port", &kafka.to_string()],
+    );
+    kit::wait_for_port(kafka, "the Kafka endpoint");
+    let address: std::net::SocketAddr = ([127, 0, 0, 1], kafka).into();
+    let mut client = kit::KafkaConnection::open(address, &hub.connection_string(KEY))
+        .await
+        .unwrap();
+    let pid = hub.child.id();
+    let idle = kit::resident_kib(pid).unwrap();
+
+    // 3,000 groups, each joined by one member: the hub holds 1,000 at once.
+    let mut codes = std::collections::BTreeMap::<i16, usize>::new();
+    for i in 0..3_000 {
+        let response = client
+            .call(&join_request(&format!("group-{i}"), ""), 3)
+            .await
+            .unwrap();
+        *codes.entry(response.error_code).or_default() += 1;
+    }
+    assert_eq!(
+        codes,
+        [(0, 1_000), (ResponseError::InvalidGroupId.code(), 2_000)].into(),
+        "joins by outcome"
+    );
+
+    // Member ids of 1 MiB (JoinGroup v6, whose strings may be that long) are refused, and
+    // nothing of them is kept.
+    let long_id = "m".repeat(1024 * 1024);
+    for i in 0..50 {
+        let response = client
+            .call(&join_request(&format!("group-{i}"), &long_id), 6)
+            .await
+            .unwrap();
+        assert_eq!(response.error_code, ResponseError::InvalidRequest.code());
+    }
+
+    // Commit metadata is bounded as Kafka bounds it, and so are the groups with offsets.
+    let response = client
+        .call(&commit_request("committer-0", &"x".repeat(5_000)), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        response.topics[0].partitions[0].error_code,
+        ResponseError::OffsetMetadataTooLarge.code()
+    );
+    let mut refused = 0;
+    for i in 0..1_100 {
+        let response = client
+            .call(&commit_request(&format!("committer-{i}"), "m"), 2)
+            .await
+            .unwrap();
+        if response.topics[0].partitions[0].error_code == ResponseError::PolicyViolation.code() {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 100, "commits for groups past the 1,000th");
+    let files = std::fs::read_dir(data.path().join(".hubhost/kafka-offsets"))
+        .unwrap()
+        .count();
+    assert_eq!(files, 1_000);
+
+    let after = kit::resident_kib(pid).unwrap();
+    eprintln!("Kafka group attacks: {idle} KiB idle, {after} KiB after");
+    assert!(
+        after < idle + MEMORY_BOUND_KIB,
+        "the hub went from {idle} KiB to {after} KiB"
+    );
+
+    // The members go silent: past their session timeout the groups are forgotten, and new
+    // groups may be made again.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let response = client
+        .call(&join_request("a-new-group", ""), 3)
+        .await
+        .unwrap();
+    assert_eq!(response.error_code, 0, "a join once the old groups expired");
+}

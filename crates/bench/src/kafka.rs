@@ -18,15 +18,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
+use hubhost_testkit::KafkaConnection as Connection;
 use hubhost_testkit::stats::median_and_range;
 
 use crate::cpu;
@@ -63,10 +62,10 @@ const KAFKA_PRODUCE: &str = "Kafka produce: Produce v9, one batch per request";
 const AMQP_READ: &str = "AMQP read: Rust ConsumerClient (baseline)";
 const KAFKA_FETCH: &str = "Kafka fetch: Fetch v12, 1 MiB per partition per request";
 
-fn phase_error(phase: &'static str) -> impl Fn(anyhow::Error) -> HubBenchError {
+fn phase_error<E: Into<anyhow::Error>>(phase: &'static str) -> impl Fn(E) -> HubBenchError {
     move |e| HubBenchError::Phase {
         phase,
-        message: format!("{e:#}"),
+        message: format!("{:#}", e.into()),
     }
 }
 
@@ -172,64 +171,6 @@ fn print(phases: &[PhaseFigures]) {
             mid / baseline,
             cpu
         );
-    }
-}
-
-/// A Kafka connection after SASL PLAIN: one request at a time.
-struct Connection {
-    stream: TcpStream,
-    correlation: i32,
-}
-
-impl Connection {
-    async fn open(address: SocketAddr, password: &str) -> anyhow::Result<Self> {
-        let stream = TcpStream::connect(address).await?;
-        stream.set_nodelay(true)?;
-        let mut connection = Connection {
-            stream,
-            correlation: 0,
-        };
-        let handshake = connection
-            .call(
-                &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
-                1,
-            )
-            .await?;
-        anyhow::ensure!(handshake.error_code == 0, "SASL handshake: {handshake:?}");
-        let auth = connection
-            .call(
-                &SaslAuthenticateRequest::default()
-                    .with_auth_bytes(Bytes::from(format!("\0$ConnectionString\0{password}"))),
-                2,
-            )
-            .await?;
-        anyhow::ensure!(auth.error_code == 0, "SASL: {:?}", auth.error_message);
-        Ok(connection)
-    }
-
-    async fn call<R: Request>(&mut self, request: &R, version: i16) -> anyhow::Result<R::Response> {
-        let api = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("API key {}", R::KEY))?;
-        self.correlation += 1;
-        let mut out = BytesMut::new();
-        out.put_i32(0);
-        RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation)
-            .with_client_id(Some(StrBytes::from_static_str("hubhost-bench")))
-            .encode(&mut out, api.request_header_version(version))?;
-        request.encode(&mut out, version)?;
-        let len = (out.len() - 4) as i32;
-        out[..4].copy_from_slice(&len.to_be_bytes());
-        self.stream.write_all(&out).await?;
-        let size = self.stream.read_i32().await?;
-        anyhow::ensure!((0..64 << 20).contains(&size), "a response of {size} bytes");
-        let mut body = BytesMut::zeroed(size as usize);
-        self.stream.read_exact(&mut body).await?;
-        let mut body = body.freeze();
-        let header = ResponseHeader::decode(&mut body, api.response_header_version(version))?;
-        anyhow::ensure!(header.correlation_id == self.correlation, "out of order");
-        R::Response::decode(&mut body, version)
     }
 }
 

@@ -145,6 +145,10 @@ pub enum SasError {
     UnknownKey(String),
     #[error("the token's signature does not match the key `{0}`")]
     BadSignature(String),
+    #[error(
+        "the token's resource `{0}` names no namespace host (as sb://HOST/HUB or HOST/HUB), so it matches no namespace"
+    )]
+    NoHost(String),
 }
 
 /// Signs a token for `resource`, valid until `expires_at`: what clients do.
@@ -200,8 +204,12 @@ pub fn validate(token: &str, keys: &[SharedAccessKey], now: i64) -> Result<Grant
             now,
         });
     }
+    let decoded = percent_decode(resource);
+    if !names_a_host(&decoded) {
+        return Err(SasError::NoHost(decoded.chars().take(256).collect()));
+    }
     Ok(Grant {
-        resource: normalize_resource(&percent_decode(resource)),
+        resource: normalize_resource(&decoded),
         expires_at,
         rights: key.rights,
     })
@@ -219,6 +227,22 @@ pub fn grants_hub(grant: &Grant, hub: &str) -> bool {
 pub fn granted_hub(grant: &Grant) -> Option<&str> {
     let path = grant.resource.split_once('/').map(|(_, p)| p).unwrap_or("");
     Some(path.split('/').next().unwrap_or("")).filter(|first| !first.is_empty())
+}
+
+/// Whether a token's resource starts with a namespace's host, as Event Hubs reads every `sr`
+/// (`sb://HOST/PATH`, or without the scheme `HOST/PATH`): with a scheme, whatever follows it;
+/// without one, a first segment that a client could have dialled — `localhost`, a name with a
+/// dot, a port or an IPv6 literal. A bare `sensors` is a host on Event Hubs too, one no
+/// namespace has: read as this hub's namespace, it would grant every hub. Pure.
+pub fn names_a_host(resource: &str) -> bool {
+    if let Some((_, rest)) = resource.split_once("://") {
+        return !rest.is_empty() && !rest.starts_with('/');
+    }
+    let host = resource.split('/').next().unwrap_or("");
+    host.eq_ignore_ascii_case("localhost")
+        || host.contains('.')
+        || host.contains(':')
+        || host.starts_with('[')
 }
 
 /// `amqps://Host/Hub/` → `host/hub`: scheme and trailing slashes dropped, lowercased.
@@ -357,6 +381,34 @@ mod tests {
         );
         assert!(SharedAccessKey::parse("=s").is_err());
         assert!(SharedAccessKey::parse("k=").is_err());
+    }
+
+    #[test]
+    fn a_resource_is_matched_from_its_host_as_event_hubs_matches_it() {
+        // Hosts as clients write them, with or without a scheme: each names its hub.
+        for resource in [
+            "sb://localhost:5672/sensors",
+            "amqps://MyNs.servicebus.windows.net/Sensors",
+            "localhost/sensors",
+            "myns.servicebus.windows.net/sensors",
+            "127.0.0.1:5672/sensors",
+            "[::1]:5672/sensors",
+        ] {
+            let grant = validate(&sign(resource, &key(), 2_000), &[key()], 1_000).unwrap();
+            assert_eq!(granted_hub(&grant), Some("sensors"), "{resource}");
+        }
+        // A resource without a host matches no namespace: not a grant of every hub.
+        for resource in ["sensors", "sensors/partitions/0", "sb:///sensors", ""] {
+            assert!(
+                matches!(
+                    validate(&sign(resource, &key(), 2_000), &[key()], 1_000),
+                    Err(SasError::NoHost(_))
+                ),
+                "{resource:?}"
+            );
+        }
+        let namespace = validate(&sign("sb://localhost/", &key(), 2_000), &[key()], 1_000).unwrap();
+        assert_eq!(granted_hub(&namespace), None);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 pub mod azurite;
 pub mod hub;
+pub mod kafka;
 pub mod local_app;
 pub mod pool;
 pub mod process;
@@ -31,6 +32,7 @@ pub mod tools;
 
 pub use azurite::Azurite;
 pub use hub::{Hub, InProcessHub, KEY};
+pub use kafka::{KafkaCallError, KafkaConnection};
 pub use local_app::{LocalApp, LocalAppError};
 pub use process::{
     COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, http_get, http_get_bearer, hubhost,

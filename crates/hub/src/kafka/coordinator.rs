@@ -10,6 +10,11 @@ use tokio::sync::oneshot;
 
 use super::groups::{Effect, Group, JoinOutcome, JoinRequest, Reply, SyncOutcome};
 
+/// The most groups the coordinator holds at once; a join that would open another is refused
+/// (`INVALID_GROUP_ID` says no more can be made, and nothing is held for it). Groups with no
+/// member are forgotten at the next tick.
+pub const MAX_GROUPS: usize = 1000;
+
 /// Requests waiting for their answer, by (group, member id).
 type Parked<T> = HashMap<(String, String), oneshot::Sender<T>>;
 
@@ -49,7 +54,16 @@ impl Coordinator {
     }
 
     pub async fn join(&self, group: &str, request: JoinRequest) -> JoinOutcome {
-        let fresh = format!("{}-{}", request.client_id, uuid::Uuid::new_v4());
+        let refused = |error: kafka_protocol::error::ResponseError| JoinOutcome::Failed {
+            code: error.code(),
+            member_id: String::new(),
+        };
+        if group.is_empty() || group.len() > super::groups::MAX_ID_BYTES {
+            return refused(kafka_protocol::error::ResponseError::InvalidGroupId);
+        }
+        // A member id carries the client id (as Kafka's do), cut to a length a log can show.
+        let client: String = request.client_id.chars().take(64).collect();
+        let fresh = format!("{client}-{}", uuid::Uuid::new_v4());
         let member = if request.member_id.is_empty() {
             fresh.clone()
         } else {
@@ -58,6 +72,13 @@ impl Coordinator {
         let waiting = {
             let mut state = self.state.lock().expect("groups lock");
             let now = self.now();
+            if !state.groups.contains_key(group) && state.groups.len() >= MAX_GROUPS {
+                tracing::warn!(
+                    groups = MAX_GROUPS,
+                    "a Kafka join for a new group was refused: the hub holds as many as it may"
+                );
+                return refused(kafka_protocol::error::ResponseError::InvalidGroupId);
+            }
             let (reply, effects) = state
                 .groups
                 .entry(group.to_string())
@@ -140,6 +161,7 @@ impl Coordinator {
             let effects = state.groups.get_mut(&name).expect("group").tick(now);
             deliver(&mut state, &name, effects);
         }
+        state.groups.retain(|_, group| !group.is_idle());
     }
 
     pub fn views(&self) -> Vec<(String, GroupView)> {

@@ -25,6 +25,14 @@ const PENDING_ID_MS: u64 = 60_000;
 /// The most members a group holds (Kafka's `group.max.size`), and member ids waiting for their
 /// join: what a client can make a group hold.
 pub const MAX_MEMBERS: usize = 1000;
+/// The longest group id or member id a group takes (Kafka sets none; member ids of 1 MiB were
+/// held for every join): longer ones are refused with `INVALID_GROUP_ID` / `INVALID_REQUEST`.
+pub const MAX_ID_BYTES: usize = 255;
+/// The most bytes of protocol metadata (subscriptions) one member's join may make the group
+/// hold; a consumer's subscription is a few dozen bytes per topic.
+pub const MAX_MEMBER_METADATA_BYTES: usize = 64 * 1024;
+/// The most bytes of assignments one sync may make the group hold.
+pub const MAX_ASSIGNMENT_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -168,6 +176,12 @@ impl Group {
         self.protocol.as_deref()
     }
 
+    /// Whether the group holds nothing worth keeping: no member, no member id handed out, no
+    /// rebalance under way. The coordinator forgets such a group (its commits are kept apart).
+    pub fn is_idle(&self) -> bool {
+        self.state == State::Empty && self.members.is_empty() && self.pending_ids.is_empty()
+    }
+
     /// A join. `fresh_id` is the member id to hand out if the request has none.
     pub fn join(
         &mut self,
@@ -184,6 +198,17 @@ impl Group {
                 Vec::new(),
             )
         };
+        let metadata_bytes: usize = request
+            .protocols
+            .iter()
+            .map(|(name, metadata)| name.len() + metadata.len())
+            .sum();
+        if request.member_id.len() > MAX_ID_BYTES
+            || request.protocol_type.len() > MAX_ID_BYTES
+            || metadata_bytes > MAX_MEMBER_METADATA_BYTES
+        {
+            return failed(code(ResponseError::InvalidRequest), "");
+        }
         if request.protocol_type.is_empty() || request.protocols.is_empty() {
             return failed(
                 code(ResponseError::InconsistentGroupProtocol),
@@ -280,6 +305,13 @@ impl Group {
         assignments: Vec<(String, Bytes)>,
         now: u64,
     ) -> (Reply<SyncOutcome>, Vec<Effect>) {
+        let assignment_bytes: usize = assignments.iter().map(|(id, a)| id.len() + a.len()).sum();
+        if assignment_bytes > MAX_ASSIGNMENT_BYTES {
+            return (
+                Reply::Now(SyncOutcome::Failed(code(ResponseError::InvalidRequest))),
+                Vec::new(),
+            );
+        }
         let Some(member) = self.members.get_mut(member_id) else {
             return (
                 Reply::Now(SyncOutcome::Failed(code(ResponseError::UnknownMemberId))),
@@ -542,6 +574,35 @@ mod tests {
             Reply::Now(JoinOutcome::Joined(j)) => j,
             other => panic!("not joined: {other:?}"),
         }
+    }
+
+    #[test]
+    fn what_a_member_may_make_a_group_hold_is_bounded() {
+        let refused = |reply: Reply<JoinOutcome>| matches!(reply, Reply::Now(JoinOutcome::Failed { code, .. }) if code == ResponseError::InvalidRequest.code());
+        let mut group = Group::default();
+        let long_id = "m".repeat(MAX_ID_BYTES + 1);
+        assert!(refused(group.join(request(&long_id), "a".into(), 0).0));
+        let mut large = request("");
+        large.protocols = vec![(
+            "range".into(),
+            Bytes::from(vec![0u8; MAX_MEMBER_METADATA_BYTES + 1]),
+        )];
+        assert!(refused(group.join(large, "a".into(), 0).0));
+        assert!(group.is_idle(), "nothing is held for a refused join");
+
+        joined(group.join(request(""), "a".into(), 0).0);
+        let huge = vec![("a".into(), Bytes::from(vec![0u8; MAX_ASSIGNMENT_BYTES + 1]))];
+        assert!(matches!(
+            group.sync("a", 1, huge, 1).0,
+            Reply::Now(SyncOutcome::Failed(code)) if code == ResponseError::InvalidRequest.code()
+        ));
+        assert!(!group.is_idle());
+        assert_eq!(group.leave("a", 2).0, NONE);
+        group.tick(3);
+        assert!(
+            group.is_idle(),
+            "a group its last member left holds nothing"
+        );
     }
 
     #[test]

@@ -1196,6 +1196,13 @@ impl Kafka {
                             {
                                 ResponseError::UnknownTopicOrPartition.code()
                             }
+                            Ok(_)
+                                if p.committed_metadata
+                                    .as_ref()
+                                    .is_some_and(|m| m.len() > offsets::MAX_METADATA_BYTES) =>
+                            {
+                                ResponseError::OffsetMetadataTooLarge.code()
+                            }
                             Ok(hub) => {
                                 commits.push((
                                     hub.name.clone(),
@@ -1222,11 +1229,20 @@ impl Kafka {
         if !commits.is_empty()
             && let Err(e) = self.offsets.commit(&group, commits)
         {
-            tracing::error!(group, "Kafka offsets not written: {e}");
+            let code = match &e {
+                offsets::CommitError::TooManyGroups => {
+                    tracing::warn!(group, "Kafka offsets refused: {e}");
+                    ResponseError::PolicyViolation.code()
+                }
+                offsets::CommitError::Io(_) => {
+                    tracing::error!(group, "Kafka offsets not written: {e}");
+                    ResponseError::KafkaStorageError.code()
+                }
+            };
             for t in &mut topics {
                 for p in &mut t.partitions {
                     if p.error_code == 0 {
-                        p.error_code = ResponseError::KafkaStorageError.code();
+                        p.error_code = code;
                     }
                 }
             }

@@ -2,11 +2,30 @@
 //! group under `<data dir>/.hubhost/kafka-offsets/` (among the hub's own files), replaced whole on each commit (written beside it,
 //! then renamed over it), so a `kill -9` leaves the previous commit or the new one, never half.
 //! A hub without a data directory keeps them in memory.
+//!
+//! A commit changes the group in memory under the store's lock, then writes the group's file
+//! under that group's own lock only: a commit waiting for its disk holds up no other group.
+//! At most [`MAX_GROUPS`] groups have offsets, each commit's metadata at most
+//! [`MAX_METADATA_BYTES`] (Kafka's `offset.metadata.max.bytes`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// The most groups with committed offsets a hub keeps (a file each).
+pub const MAX_GROUPS: usize = 1000;
+/// The most bytes of metadata a commit may carry, as Kafka's default bounds it.
+pub const MAX_METADATA_BYTES: usize = 4096;
+
+/// Why a commit was not kept.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error("the hub keeps offsets for at most {MAX_GROUPS} consumer groups")]
+    TooManyGroups,
+    #[error("the offsets could not be written: {0}")]
+    Io(#[from] std::io::Error),
+}
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -29,6 +48,8 @@ struct GroupFile {
 pub struct OffsetStore {
     dir: Option<PathBuf>,
     groups: Mutex<HashMap<String, GroupFile>>,
+    /// Each group's file lock: held while its file is written, by that group's commits only.
+    writing: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 impl OffsetStore {
@@ -58,6 +79,7 @@ impl OffsetStore {
         Ok(OffsetStore {
             dir,
             groups: Mutex::new(groups),
+            writing: Mutex::new(HashMap::new()),
         })
     }
 
@@ -66,28 +88,47 @@ impl OffsetStore {
         &self,
         group: &str,
         commits: impl IntoIterator<Item = (String, i32, Committed)>,
-    ) -> std::io::Result<()> {
-        let mut groups = self.groups.lock().expect("offsets lock");
-        let file = groups
+    ) -> Result<(), CommitError> {
+        {
+            let mut groups = self.groups.lock().expect("offsets lock");
+            if !groups.contains_key(group) && groups.len() >= MAX_GROUPS {
+                return Err(CommitError::TooManyGroups);
+            }
+            let file = groups
+                .entry(group.to_string())
+                .or_insert_with(|| GroupFile {
+                    group: group.to_string(),
+                    topics: BTreeMap::new(),
+                });
+            for (hub, partition, committed) in commits {
+                file.topics
+                    .entry(hub.to_ascii_lowercase())
+                    .or_default()
+                    .insert(partition, committed);
+            }
+        }
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let lock = self
+            .writing
+            .lock()
+            .expect("offsets writers lock")
             .entry(group.to_string())
-            .or_insert_with(|| GroupFile {
-                group: group.to_string(),
-                topics: BTreeMap::new(),
-            });
-        for (hub, partition, committed) in commits {
-            file.topics
-                .entry(hub.to_ascii_lowercase())
-                .or_default()
-                .insert(partition, committed);
-        }
-        if let Some(dir) = &self.dir {
-            let path = dir.join(file_name(group));
-            let temporary = path.with_extension("json.tmp");
-            let mut out = std::fs::File::create(&temporary)?;
-            out.write_all(&serde_json::to_vec(file).expect("offsets serialize"))?;
-            out.sync_data()?;
-            std::fs::rename(&temporary, &path)?;
-        }
+            .or_default()
+            .clone();
+        let _writing = lock.lock().expect("group file lock");
+        // Taken under the group's file lock, so the last writer writes the newest commits.
+        let bytes = {
+            let groups = self.groups.lock().expect("offsets lock");
+            serde_json::to_vec(&groups[group]).expect("offsets serialize")
+        };
+        let path = dir.join(file_name(group));
+        let temporary = path.with_extension("json.tmp");
+        let mut out = std::fs::File::create(&temporary)?;
+        out.write_all(&bytes)?;
+        out.sync_data()?;
+        std::fs::rename(&temporary, &path)?;
         Ok(())
     }
 
@@ -145,6 +186,51 @@ fn file_name(group: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_commit_waits_for_no_other_group_s_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffsetStore::open(Some(dir.path())).unwrap();
+        let committed = || Committed {
+            offset: 1,
+            metadata: None,
+        };
+        // Another group's file being written (its lock held, as during its fsync)...
+        let other = store
+            .writing
+            .lock()
+            .unwrap()
+            .entry("other".into())
+            .or_default()
+            .clone();
+        let _writing = other.lock().unwrap();
+        // ...holds up neither this group's commit nor a read of the other's offsets.
+        store
+            .commit("mine", [("sensors".to_string(), 0, committed())])
+            .unwrap();
+        assert_eq!(store.committed("mine", "sensors", 0), Some(committed()));
+        assert_eq!(store.committed("other", "sensors", 0), None);
+    }
+
+    #[test]
+    fn a_hub_keeps_offsets_for_a_bounded_number_of_groups() {
+        let store = OffsetStore::open(None).unwrap();
+        let commit = |group: &str| {
+            let committed = Committed {
+                offset: 1,
+                metadata: None,
+            };
+            store.commit(group, [("sensors".to_string(), 0, committed)])
+        };
+        for i in 0..MAX_GROUPS {
+            commit(&format!("group-{i}")).unwrap();
+        }
+        assert!(matches!(
+            commit("one-too-many"),
+            Err(CommitError::TooManyGroups)
+        ));
+        commit("group-0").unwrap();
+    }
 
     #[test]
     fn commits_survive_reopening_and_any_group_name_is_a_safe_file() {
