@@ -42,6 +42,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("frame_guard", frame_guard),
     ("kafka_request", kafka_request),
     ("kafka_record_batches", kafka_record_batches),
+    ("kafka_connection", kafka_connection),
+    ("admin_request", admin_request),
 ];
 
 /// The key every connection string target plants, to check it never comes back in an error.
@@ -528,4 +530,18 @@ pub fn kafka_request(data: &[u8]) {
 /// back the same when fetched.
 pub fn kafka_record_batches(data: &[u8]) {
     hubhost_hub::fuzzing::kafka_record_batches(data);
+}
+
+/// A Kafka connection's requests in sequence (frames of `[u16 length][bytes]`), before SASL or
+/// after it (the first byte odd): answered or closed, never a panic; before SASL nothing but the
+/// exchange, ApiVersions and Metadata is answered.
+pub fn kafka_connection(data: &[u8]) {
+    hubhost_hub::fuzzing::kafka_connection(data);
+}
+
+/// A request to the hub's admin endpoint (a method byte, `path\n`, header lines, an empty line,
+/// a body): never a panic or a server error, every refusal a JSON error, nothing served without
+/// the token.
+pub fn admin_request(data: &[u8]) {
+    hubhost_hub::fuzzing::admin_request(data);
 }

@@ -2,8 +2,10 @@
 //! campaigns also save what they find), then generated cases — the corpus entries mutated
 //! (bytes flipped, inserted, deleted, spliced, syntax characters planted) and random bytes —
 //! from a fixed seed, so a failure reproduces. `HUBHOST_FUZZ_CASES` sets the number of
-//! generated cases per target (default 400); `HUBHOST_FUZZ_SEED` changes the seed. A failing
-//! input is written to `target/fuzz-failures/` to be added to the corpus.
+//! generated cases per target (default 400); `HUBHOST_FUZZ_SEED` changes the seed;
+//! `HUBHOST_FUZZ_TARGET` runs one target only. A failing input is written to
+//! `target/fuzz-failures/` to be added to the corpus (with `HUBHOST_FUZZ_DEBUG` set, every input
+//! is written to `target/fuzz-last-input` before it runs, for one that aborts the process).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -118,6 +120,10 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
 
 /// Runs `input` through `target`; on a panic, saves the input and fails with where it is.
 fn run(name: &str, target: fn(&[u8]), input: &[u8], what: &str) {
+    if std::env::var_os("HUBHOST_FUZZ_DEBUG").is_some() {
+        // An input that aborts the process (out of memory) cannot be caught: keep each one.
+        std::fs::write(workspace().join("target/fuzz-last-input"), input).unwrap();
+    }
     if let Err(e) = catch_unwind(AssertUnwindSafe(|| target(input))) {
         let message = e
             .downcast_ref::<String>()
@@ -156,7 +162,11 @@ fn every_target_holds_on_its_corpus_and_on_generated_cases() {
     let quiet = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let outcome = catch_unwind(|| {
+        let only = std::env::var("HUBHOST_FUZZ_TARGET").ok();
         for (name, target) in TARGETS {
+            if only.as_deref().is_some_and(|only| only != *name) {
+                continue;
+            }
             let corpus = corpus(name);
             assert!(!corpus.is_empty(), "fuzz/corpus/{name} is empty");
             for (i, input) in corpus.iter().enumerate() {

@@ -83,6 +83,8 @@ pub enum AdminError {
     Forbidden(String),
     #[error("the admin endpoint is serving {MAX_CONCURRENT_REQUESTS} requests; try again")]
     Busy,
+    #[error("{0}")]
+    MethodNotAllowed(String),
 }
 
 impl AdminError {
@@ -97,6 +99,7 @@ impl AdminError {
             AdminError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             AdminError::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             AdminError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "Busy"),
+            AdminError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed"),
         }
     }
 }
@@ -477,6 +480,15 @@ pub fn router(state: AdminState) -> Router {
             get(read_events),
         )
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        .method_not_allowed_fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
+            AdminError::MethodNotAllowed(format!("{} does not take {method}", uri.path()))
+        })
+        .fallback(|uri: axum::http::Uri| async move {
+            AdminError::NotFound(format!(
+                "the admin endpoint has no {}: its routes are /hubs, /hubs/{{hub}}/consumergroups and /hubs/{{hub}}/partitions/{{id}}/events",
+                uri.path()
+            ))
+        })
         .with_state(state)
 }
 
@@ -645,8 +657,14 @@ async fn add_consumer_group(
 async fn read_events(
     State(AdminState { namespace, .. }): State<AdminState>,
     UrlPath((hub, partition)): UrlPath<(String, String)>,
-    Query(query): Query<ReadQuery>,
+    query: Result<Query<ReadQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<EventView>>, AdminError> {
+    let Query(query) = query.map_err(|e| {
+        AdminError::BadRequest(format!(
+            "a read takes ?from=earliest|latest|SEQUENCE|TIME&count=1..{MAX_EVENTS}: {}",
+            e.body_text()
+        ))
+    })?;
     let found = namespace
         .hub(&hub)
         .ok_or_else(|| AdminError::NotFound(format!("no event hub {hub}")))?;

@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -201,6 +202,28 @@ pub fn raise_open_files_limit() -> Option<u64> {
     }
     #[cfg(not(unix))]
     None
+}
+
+/// One counted thing (a link of a connection): the count goes down when it is dropped, however
+/// its task ends.
+pub(crate) struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    /// Counts one more, unless `limit` are already counted.
+    pub(crate) fn take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Counted> {
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Counted(counter.clone()))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use fe2o3_amqp::types::messaging::{
 };
 use fe2o3_amqp::types::primitives::{Binary, OrderedMap, SimpleValue, Value};
 
+use crate::AmqpMessage;
 use crate::log::StoredEvent;
-use crate::requests::AmqpMessage;
 
 /// The stored message `payload` as a consumer receives it, both ways: for every payload the
 /// hub can store (one that decodes), the fast path that splices bytes (`received`) must give
@@ -155,3 +155,172 @@ pub fn kafka_record_batches(records: &[u8]) {
         "a fetched batch differs from the produced one"
     );
 }
+
+/// A runtime for one fuzz case, on the fuzzer's thread.
+fn case_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// How long a fuzz case waits for one answer: a request that waits longer (a Fetch for events
+/// that do not come, a join waiting for a rebalance) ends the case, as a client would wait.
+const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A Kafka connection's sequence of requests, any bytes: frames of `[u16 length][bytes]`
+/// answered one after the other by the endpoint over an in-memory namespace (hub `sensors`,
+/// 2 partitions), from a fresh connection, or — when the first byte is odd — one that completed
+/// SASL PLAIN with the emulator's connection string; a request that waits more than 50 ms ends
+/// the case. Never a panic; before SASL, nothing but the
+/// SASL exchange, ApiVersions and Metadata is answered; every response frame's size is its own.
+pub fn kafka_connection(data: &[u8]) {
+    use crate::kafka::{Kafka, Session};
+    let Some((&mode, mut rest)) = data.split_first() else {
+        return;
+    };
+    let config = crate::HubConfig::new(
+        "127.0.0.1:0".parse().expect("an address"),
+        vec![crate::HubSpec::parse_flag("sensors:2").expect("a hub")],
+        None,
+    );
+    let namespace = std::sync::Arc::new(crate::Namespace::open(&config).expect("in memory"));
+    case_runtime().block_on(async move {
+        let kafka = Kafka::open(namespace).expect("in memory");
+        let mut session = Session::new("127.0.0.1:9092".parse().expect("an address"));
+        if mode % 2 == 1 {
+            for frame in sasl_plain_frames() {
+                let answer = kafka.answer(&mut session, frame).await;
+                assert!(answer.is_ok_and(|a| a.close.is_none()), "SASL PLAIN");
+            }
+            assert!(session.is_authenticated(), "SASL PLAIN");
+        }
+        while rest.len() >= 2 {
+            let len = usize::from(u16::from_be_bytes([rest[0], rest[1]])).min(rest.len() - 2);
+            let frame = Bytes::copy_from_slice(&rest[2..2 + len]);
+            rest = &rest[2 + len..];
+            let before = session.is_authenticated();
+            let key = i16::from_be_bytes([
+                frame.first().copied().unwrap_or(0),
+                frame.get(1).copied().unwrap_or(0),
+            ]);
+            let Ok(answered) =
+                tokio::time::timeout(ANSWER_WAIT, kafka.answer(&mut session, frame)).await
+            else {
+                return; // the request waits (for events, for a rebalance)
+            };
+            match answered {
+                Err(_) => return, // the connection closes
+                Ok(answer) => {
+                    if !before {
+                        assert!(
+                            matches!(key, 18 | 17 | 36 | 3),
+                            "API key {key} answered before SASL"
+                        );
+                    }
+                    if let Some(out) = &answer.response {
+                        let declared = i32::from_be_bytes([out[0], out[1], out[2], out[3]]);
+                        assert_eq!(declared as usize, out.len() - 4, "a response's size");
+                    }
+                    if answer.close.is_some() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// SaslHandshake v1 (PLAIN) and SaslAuthenticate v2 with the emulator's connection string, as
+/// frames without their size prefix.
+fn sasl_plain_frames() -> [Bytes; 2] {
+    use kafka_protocol::messages::{
+        ApiKey, RequestHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+    };
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    fn frame<R: Encodable>(key: ApiKey, version: i16, request: &R) -> Bytes {
+        let mut out = bytes::BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(1)
+            .encode(&mut out, key.request_header_version(version))
+            .expect("a header");
+        request.encode(&mut out, version).expect("a request");
+        out.freeze()
+    }
+    let password = format!(
+        "\0$ConnectionString\0Endpoint=sb://localhost;SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true;",
+        crate::sas::EMULATOR_KEY_NAME,
+        crate::sas::EMULATOR_KEY
+    );
+    [
+        frame(
+            ApiKey::SaslHandshake,
+            1,
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+        ),
+        frame(
+            ApiKey::SaslAuthenticate,
+            2,
+            &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(password)),
+        ),
+    ]
+}
+
+/// An HTTP request to the admin endpoint, any bytes: a method (the first byte: GET or POST),
+/// then `path\n`, header lines `name: value\n` up to an empty line, and the body. Answered by
+/// the endpoint's routes over an in-memory namespace, behind its guard: never a panic or a
+/// server error, every refusal a JSON error, and nothing served without the token.
+pub fn admin_request(data: &[u8]) {
+    use tower::ServiceExt;
+    let Some((&method, rest)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(rest);
+    let (path, rest) = text.split_once('\n').unwrap_or((&text, ""));
+    let (head, body) = rest.split_once("\n\n").unwrap_or((rest, ""));
+    let mut request = axum::http::Request::builder()
+        .method(if method % 2 == 0 { "GET" } else { "POST" })
+        .uri(path);
+    let mut with_token = false;
+    for line in head.lines() {
+        if let Some((name, value)) = line.split_once(':') {
+            with_token |= name.trim().eq_ignore_ascii_case("authorization")
+                && value.trim() == format!("Bearer {FUZZ_ADMIN_TOKEN}");
+            request = request.header(name.trim(), value.trim());
+        }
+    }
+    let Ok(request) = request.body(axum::body::Body::from(body.to_string())) else {
+        return; // not a request axum could be handed
+    };
+    let config = crate::HubConfig::new(
+        "127.0.0.1:0".parse().expect("an address"),
+        vec![crate::HubSpec::parse_flag("sensors:2").expect("a hub")],
+        None,
+    );
+    let namespace = std::sync::Arc::new(crate::Namespace::open(&config).expect("in memory"));
+    let state = crate::admin::AdminState::new(namespace, None, FUZZ_ADMIN_TOKEN);
+    case_runtime().block_on(async move {
+        let response = crate::admin::router(state)
+            .oneshot(request)
+            .await
+            .expect("the router answers");
+        let status = response.status();
+        assert!(!status.is_server_error(), "{status}");
+        if status.is_success() {
+            assert!(with_token, "served without the token: {status}");
+        }
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("a body");
+        if status.is_client_error() {
+            let error: serde_json::Value = serde_json::from_slice(&body)
+                .unwrap_or_else(|e| panic!("{status}: not JSON ({e}): {body:?}"));
+            assert!(error["error"]["message"].is_string(), "{status}: {error}");
+        }
+    });
+}
+
+/// The admin token of [`admin_request`]'s endpoint.
+pub const FUZZ_ADMIN_TOKEN: &str = "fuzz-token";

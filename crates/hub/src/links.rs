@@ -19,9 +19,9 @@ use fe2o3_amqp::types::primitives::{Binary, Timestamp, Value};
 use super::filter::StartFilter;
 use super::log::{Seek, StoredEvent};
 use super::received::{self, LastEnqueued};
-use super::requests::AmqpMessage;
 use super::wire::PRE_ENCODED;
 use super::{Hub, MAX_MESSAGE_BYTES, Partition, ReceiverLease};
+use crate::AmqpMessage;
 
 /// The message format of a batch: its body is Data sections, each one encoded message.
 pub const BATCH_FORMAT: u32 = 0x8001_3700;

@@ -257,9 +257,9 @@ fn section(bytes: &[u8]) -> Option<(u8, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::AmqpMessage;
     use crate::links::to_received;
     use crate::log::StoredEvent;
-    use crate::requests::AmqpMessage;
     use bytes::Bytes;
     use fe2o3_amqp::types::messaging::message::__private::{Deserializable, Serializable};
     use fe2o3_amqp::types::messaging::{

@@ -8,10 +8,8 @@
 use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message, Properties};
 use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Timestamp, Value};
 
-use super::Namespace;
 use super::sas::{self, Grant};
-
-pub type AmqpMessage = Message<Body<Value>>;
+use super::{AmqpMessage, Namespace};
 
 /// The outcome of one request: the reply, and for a successful put-token what it grants.
 pub struct Handled {

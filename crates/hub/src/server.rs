@@ -17,7 +17,7 @@
 //! `amqp:link:message-size-exceeded` past it).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,12 +36,14 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 
+use super::AmqpMessage;
 use super::config::ClientLimits;
+use super::connections::Counted;
 use super::connections::{Slot, Slots, Taken};
 use super::inbound::FrameGuard;
 use super::links::{self, Address};
 use super::received;
-use super::requests::{self, AmqpMessage};
+use super::requests;
 use super::sas::{self, Grant, Right};
 use super::websocket;
 use super::{MAX_MESSAGE_BYTES, Namespace};
@@ -62,28 +64,6 @@ struct ConnectionState {
     /// valid token was put. Only the connection's own task holds it: its sessions' and links'
     /// tasks, which may outlive it briefly, must not keep the slot taken.
     slot: std::sync::Weak<Slot>,
-}
-
-/// One counted thing (a link of a connection): the count goes down when it is dropped, however
-/// its task ends.
-pub(crate) struct Counted(Arc<AtomicUsize>);
-
-impl Counted {
-    /// Counts one more, unless `limit` are already counted.
-    pub(crate) fn take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Counted> {
-        counter
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Counted(counter.clone()))
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl ConnectionState {

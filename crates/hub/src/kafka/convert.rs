@@ -20,7 +20,7 @@ use fe2o3_amqp::types::messaging::{
 };
 use fe2o3_amqp::types::primitives::{Binary, OrderedMap, SimpleValue, Value};
 
-use crate::requests::AmqpMessage;
+use crate::AmqpMessage;
 
 /// The message annotation holding a Kafka record's key.
 pub const KAFKA_KEY: &str = "x-opt-kafka-key";

@@ -526,7 +526,7 @@ mod tests {
     /// every version the endpoint serves, and the crate decodes what the walk passed.
     #[test]
     fn the_schemas_walk_the_crates_encoding_of_every_served_version() {
-        for (api, min, max) in super::super::SUPPORTED {
+        for (api, min, max) in super::super::versions::SUPPORTED {
             if schema(*api).is_none() {
                 continue;
             }

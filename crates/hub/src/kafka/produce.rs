@@ -1,0 +1,195 @@
+//! Produce: record batches in (`batch` decodes them, `convert` makes each record an AMQP
+//! message, the partition appends), with idempotent producers' retries answered from the
+//! batches they remember.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Recent {
+    first_sequence: i32,
+    last_sequence: i32,
+    base_offset: i64,
+}
+
+/// Batches remembered per producer and partition (Kafka's `max.in.flight` is at most 5 for
+/// idempotence).
+pub(super) const RECENT_BATCHES: usize = 5;
+
+/// (Producer, partition) pairs whose recent batches are remembered at most.
+pub(super) const MAX_PRODUCER_STATES: usize = 100_000;
+
+impl Kafka {
+    pub(super) fn init_producer_id(&self, r: InitProducerIdRequest, version: i16) -> Outcome {
+        if r.transactional_id.is_some() {
+            return respond(
+                &InitProducerIdResponse::default()
+                    .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+                    .with_producer_id(ProducerId(-1)),
+                version,
+            );
+        }
+        let id = self
+            .next_producer_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        respond(
+            &InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(id))
+                .with_producer_epoch(0),
+            version,
+        )
+    }
+    pub(super) fn produce(&self, session: &Session, r: ProduceRequest, version: i16) -> Outcome {
+        let mut responses = Vec::new();
+        for topic in r.topic_data {
+            let name = topic.name.0.to_string();
+            let hub = self.topic(session, &name, Some(Right::Send));
+            let mut partitions = Vec::new();
+            for data in topic.partition_data {
+                let (code, base_offset, message) = match &hub {
+                    Err(code) => (*code, -1, None),
+                    Ok(hub) => self.produce_partition(hub, data.index, data.records),
+                };
+                partitions.push(
+                    produce_response::PartitionProduceResponse::default()
+                        .with_index(data.index)
+                        .with_error_code(code)
+                        .with_base_offset(base_offset)
+                        .with_log_append_time_ms(-1)
+                        .with_error_message(
+                            message.filter(|_| version >= 8).map(|m: String| text(&m)),
+                        ),
+                );
+            }
+            responses.push(
+                produce_response::TopicProduceResponse::default()
+                    .with_name(TopicName(text(&name)))
+                    .with_partition_responses(partitions),
+            );
+        }
+        if r.acks == 0 {
+            return Outcome {
+                response: None,
+                header_version: 0,
+                close: None,
+            };
+        }
+        respond(
+            &ProduceResponse::default().with_responses(responses),
+            version,
+        )
+    }
+    /// Appends one partition's batches: (error code, base offset, message).
+    pub(super) fn produce_partition(
+        &self,
+        hub: &crate::Hub,
+        index: i32,
+        records: Option<Bytes>,
+    ) -> (i16, i64, Option<String>) {
+        let Some(partition) = usize::try_from(index)
+            .ok()
+            .and_then(|i| hub.partitions.get(i))
+        else {
+            return (ResponseError::UnknownTopicOrPartition.code(), -1, None);
+        };
+        let batches = match batch::decode(records.unwrap_or_default()) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(hub = %hub.name, partition = index, "Kafka produce refused: {e}");
+                return (
+                    ResponseError::CorruptMessage.code(),
+                    -1,
+                    Some(e.to_string()),
+                );
+            }
+        };
+        for b in &batches {
+            for event in &b.events {
+                let size = event.key.as_ref().map_or(0, |k| k.len())
+                    + event.value.as_ref().map_or(0, |v| v.len())
+                    + event
+                        .headers
+                        .iter()
+                        .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+                        .sum::<usize>();
+                if size as u64 > MAX_MESSAGE_BYTES {
+                    return (
+                        ResponseError::MessageTooLarge.code(),
+                        -1,
+                        Some(format!(
+                            "an event of {size} bytes is larger than the {MAX_MESSAGE_BYTES} bytes Event Hubs accepts"
+                        )),
+                    );
+                }
+            }
+        }
+        let mut base_offset = None;
+        for b in batches {
+            if b.events.is_empty() {
+                continue;
+            }
+            let last_sequence = b.base_sequence.wrapping_add(b.events.len() as i32 - 1);
+            let key = (b.producer_id, hub.name.to_ascii_lowercase(), index);
+            if b.producer_id >= 0 {
+                let producers = self.producers.lock().expect("producers lock");
+                if let Some(recent) = producers.get(&key) {
+                    if let Some(done) = recent.iter().find(|r| r.first_sequence == b.base_sequence)
+                    {
+                        // A retry of a batch already appended: its first answer again.
+                        base_offset.get_or_insert(done.base_offset);
+                        continue;
+                    }
+                    let last = recent.last().expect("kept non-empty");
+                    if b.base_sequence != last.last_sequence.wrapping_add(1) {
+                        return (
+                            ResponseError::OutOfOrderSequenceNumber.code(),
+                            -1,
+                            Some(format!(
+                                "sequence {} follows {}",
+                                b.base_sequence, last.last_sequence
+                            )),
+                        );
+                    }
+                }
+            }
+            let payloads = b
+                .events
+                .iter()
+                .map(|e| Bytes::from(convert::to_amqp(e)))
+                .collect();
+            let placed = match partition.append(payloads) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(hub = %hub.name, partition = index, "Kafka produce failed: {e}");
+                    return (
+                        ResponseError::KafkaStorageError.code(),
+                        -1,
+                        Some(e.to_string()),
+                    );
+                }
+            };
+            let first = placed.first().map(|(seq, _)| *seq).unwrap_or(-1);
+            base_offset.get_or_insert(first);
+            if b.producer_id >= 0 {
+                let mut producers = self.producers.lock().expect("producers lock");
+                if producers.len() >= MAX_PRODUCER_STATES && !producers.contains_key(&key) {
+                    // Bounded: producers come and go (each restart takes a new id); the ones
+                    // forgotten are treated as new, as Kafka treats an expired producer id.
+                    producers.clear();
+                    tracing::info!(
+                        "forgot the idempotent producers' recent batches ({MAX_PRODUCER_STATES} kept at most)"
+                    );
+                }
+                let recent = producers.entry(key).or_default();
+                recent.push(Recent {
+                    first_sequence: b.base_sequence,
+                    last_sequence,
+                    base_offset: first,
+                });
+                if recent.len() > RECENT_BATCHES {
+                    recent.remove(0);
+                }
+            }
+        }
+        (0, base_offset.unwrap_or(-1), None)
+    }
+}
