@@ -3,7 +3,8 @@
 //! Event Hubs SDK receives over AMQP with the same partitions, sequence numbers, keys and
 //! properties; AMQP-sent events are consumed by a Kafka consumer group of two members that
 //! rebalance; the group's commits survive `kill -9` of the hub; refusals come with the client's
-//! own error while the hub keeps serving.
+//! own error while the hub keeps serving; an idempotent producer's retry after a `kill -9` of
+//! the hub gets its first answer instead of a duplicate.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
@@ -406,4 +407,113 @@ fn a_kafka_producer_feeds_the_reference_app_under_emulate() {
     assert_eq!(events, READINGS, "{}", pool.log("k1"));
     assert_eq!(sensors.len() as u64, READINGS);
     runtime.block_on(pool.stop_all()).unwrap();
+}
+
+/// A Produce of one idempotent batch: `count` records of producer `producer` from `sequence`.
+fn idempotent_batch(
+    producer: i64,
+    sequence: i32,
+    count: i32,
+) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::*;
+    let records: Vec<Record> = (0..count)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: producer,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: i64::from(i),
+            sequence: sequence + i,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(bytes::Bytes::from(format!("reading {}", sequence + i))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut batch = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![
+            produce_request::TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("sensors")))
+                .with_partition_data(vec![
+                    produce_request::PartitionProduceData::default()
+                        .with_index(1)
+                        .with_records(Some(batch.freeze())),
+                ]),
+        ])
+}
+
+/// Sends `request` on a new connection: the partition's error code and base offset.
+async fn produce_once(
+    kafka: u16,
+    hub: &Hub,
+    request: &kafka_protocol::messages::ProduceRequest,
+) -> (i16, i64) {
+    let address: std::net::SocketAddr = ([127, 0, 0, 1], kafka).into();
+    let mut client = common::KafkaConnection::open(address, &hub.connection_string(KEY))
+        .await
+        .unwrap();
+    let response = client.call(request, 9).await.unwrap();
+    let partition = &response.responses[0].partition_responses[0];
+    (partition.error_code, partition.base_offset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_retry_after_kill_9_of_the_hub_is_not_stored_twice() {
+    let data = tempfile::tempdir().unwrap();
+    let (port, kafka) = (free_port(), free_port());
+    let start = || {
+        let hub = Hub::start_serving(
+            port,
+            Some(data.path()),
+            &["sensors:2"],
+            &["--kafka-port", &kafka.to_string()],
+        );
+        wait_for_port(kafka, "the Kafka endpoint");
+        hub
+    };
+    let producer = 1_700_000_000_123;
+    let mut hub = start();
+    let (code, first) = produce_once(kafka, &hub, &idempotent_batch(producer, 0, 3)).await;
+    assert_eq!((code, first), (0, 0), "the first batch");
+    let (code, retried) = produce_once(kafka, &hub, &idempotent_batch(producer, 0, 3)).await;
+    assert_eq!((code, retried), (0, 0), "a retry while the hub runs");
+
+    // The hub is killed after acknowledging; the producer, not having heard, retries.
+    hub.kill_9();
+    let hub = start();
+    let (code, retried) = produce_once(kafka, &hub, &idempotent_batch(producer, 0, 3)).await;
+    assert_eq!(
+        (code, retried),
+        (0, 0),
+        "a retry after the restart gets the first answer"
+    );
+    let (code, next) = produce_once(kafka, &hub, &idempotent_batch(producer, 3, 2)).await;
+    assert_eq!(
+        (code, next),
+        (0, 3),
+        "the next batch follows the first, stored once"
+    );
+    let (code, _) = produce_once(kafka, &hub, &idempotent_batch(producer, 9, 1)).await;
+    assert_eq!(
+        code,
+        kafka_protocol::error::ResponseError::OutOfOrderSequenceNumber.code(),
+        "a gap in the sequence after the restart"
+    );
 }

@@ -15,11 +15,27 @@ const DEFAULT_ADMIN: &str = "http://127.0.0.1:5380";
 /// The Kafka endpoint, on the official emulator's port.
 const DEFAULT_KAFKA_PORT: u16 = 9092;
 
+/// The limits no flag sets, as `hubhost hub --help` lists them after the flags (a test checks
+/// the admin endpoint's and Kafka's against the hub's constants).
+const FIXED_LIMITS: &str = "\
+Limits no flag sets (docs/hub.md: each attack, its limit, what the client sees):
+  Kafka request before SASL             16 KiB, due within --open-timeout
+  AMQP tokens per connection            64 (the oldest forgotten)
+  Kafka consumer groups                 1000 at once (idle ones forgotten), 1000 with offsets
+  Kafka members per group               1000
+  Kafka ids, subscription, assignments  255 bytes, 64 KiB per member, 1 MiB per sync
+  Kafka commit metadata                 4096 bytes
+  admin endpoint                        the hub's token; loopback Host and Origin;
+                                        32 connections, 4 requests at once;
+                                        a request's header within 10 s;
+                                        1 MiB of event bodies per read
+A key's rights: --key name=key:Send,Listen (Send, Listen, Manage; all three by default).";
+
 /// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672) and Kafka
 /// clients too (127.0.0.1:9092, SASL_PLAINTEXT), with an admin endpoint on loopback
 /// (http://127.0.0.1:5380) that adds hubs and consumer groups while it runs.
 #[derive(clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, after_long_help = FIXED_LIMITS)]
 pub struct Args {
     #[command(subcommand)]
     pub action: Option<HubAction>,
@@ -148,7 +164,8 @@ impl TransportArgs {
 /// What one client can hold of the hub (see the README's limits table).
 #[derive(clap::Args)]
 pub struct LimitArgs {
-    /// Open connections; one more is closed at once.
+    /// Open connections over every listener; when all are taken, the oldest that has not
+    /// authenticated yet is closed to make room, else the new one is closed at once.
     #[arg(long, default_value_t = ClientLimits::default().max_connections)]
     pub max_connections: usize,
     /// Sessions per connection.
@@ -157,7 +174,8 @@ pub struct LimitArgs {
     /// Links per connection; one more is refused with amqp:resource-limit-exceeded.
     #[arg(long, default_value_t = ClientLimits::default().max_links_per_connection)]
     pub max_links: usize,
-    /// Seconds a connection has to complete its AMQP open (headers, SASL, open).
+    /// Seconds a connection has to authenticate: AMQP's headers, SASL, open and a valid token;
+    /// Kafka's SASL exchange (every read before it is due by then).
     #[arg(long, default_value_t = ClientLimits::default().open_timeout.as_secs_f64())]
     pub open_timeout: f64,
     /// The largest frame accepted, in bytes (at least 512).
@@ -412,4 +430,25 @@ pub async fn run(args: Args) -> Result<(), String> {
         );
     }
     hubhost_hub::run(config).await.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FIXED_LIMITS;
+    use hubhost_hub::{admin, kafka};
+
+    #[test]
+    fn the_fixed_limits_in_help_are_the_hubs() {
+        let kib = |bytes: usize| format!("{} KiB", bytes / 1024);
+        let mib = |bytes: usize| format!("{} MiB", bytes / (1024 * 1024));
+        for expected in [
+            kib(kafka::MAX_UNAUTHENTICATED_REQUEST_BYTES),
+            format!("{} connections", admin::MAX_CONNECTIONS),
+            format!("{} requests at once", admin::MAX_CONCURRENT_REQUESTS),
+            format!("within {} s", admin::HEADER_READ_TIMEOUT.as_secs()),
+            format!("{} of event bodies", mib(admin::MAX_RESPONSE_BODY_BYTES)),
+        ] {
+            assert!(FIXED_LIMITS.contains(&expected), "{expected}");
+        }
+    }
 }

@@ -49,7 +49,9 @@ pub struct TlsSettings {
 /// reached is in `server`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientLimits {
-    /// Open connections; one more is closed at once, before the protocol header.
+    /// Open connections over every listener (`crate::connections`): when all are taken, the
+    /// oldest unauthenticated one is closed to make room, else the new one, before the protocol
+    /// header.
     pub max_connections: usize,
     /// Sessions per connection (the `channel-max` the hub announces, plus one).
     pub max_sessions_per_connection: u16,

@@ -24,13 +24,14 @@ mod groups;
 mod guard;
 mod offsets;
 mod produce;
+mod producers;
 pub mod sasl;
 mod versions;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -49,7 +50,6 @@ pub use connection::{Decoded, FrameError, check_size, decode, serve};
 pub use coordinator::GroupView;
 pub use fetch::MAX_FETCH_BYTES;
 use groups::{JoinOutcome, JoinRequest, SyncOutcome};
-use produce::Recent;
 use sasl::Access;
 use versions::{supported, unauthenticated};
 
@@ -76,19 +76,20 @@ pub struct Kafka {
     offsets: offsets::OffsetStore,
     next_producer_id: AtomicI64,
     /// Idempotent producers' recent batches per partition, to answer a retried batch with the
-    /// offset it got the first time instead of appending it again.
-    producers: Mutex<HashMap<(i64, String, i32), Vec<Recent>>>,
+    /// offset it got the first time instead of appending it again (across restarts too).
+    producers: producers::ProducerStates,
 }
 
 impl Kafka {
     pub fn open(namespace: Arc<Namespace>) -> std::io::Result<Arc<Self>> {
         let offsets = offsets::OffsetStore::open(namespace.data_dir())?;
+        let producers = producers::ProducerStates::open(namespace.data_dir())?;
         Ok(Arc::new(Kafka {
             namespace,
             coordinator: coordinator::Coordinator::default(),
             offsets,
             next_producer_id: AtomicI64::new(chrono::Utc::now().timestamp_millis()),
-            producers: Mutex::new(HashMap::new()),
+            producers,
         }))
     }
 

@@ -4,19 +4,7 @@
 
 use super::*;
 
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Recent {
-    first_sequence: i32,
-    last_sequence: i32,
-    base_offset: i64,
-}
-
-/// Batches remembered per producer and partition (Kafka's `max.in.flight` is at most 5 for
-/// idempotence).
-pub(super) const RECENT_BATCHES: usize = 5;
-
-/// (Producer, partition) pairs whose recent batches are remembered at most.
-pub(super) const MAX_PRODUCER_STATES: usize = 100_000;
+use super::producers::Recent;
 
 impl Kafka {
     pub(super) fn init_producer_id(&self, r: InitProducerIdRequest, version: i16) -> Outcome {
@@ -129,26 +117,24 @@ impl Kafka {
             }
             let last_sequence = b.base_sequence.wrapping_add(b.events.len() as i32 - 1);
             let key = (b.producer_id, hub.name.to_ascii_lowercase(), index);
-            if b.producer_id >= 0 {
-                let producers = self.producers.lock().expect("producers lock");
-                if let Some(recent) = producers.get(&key) {
-                    if let Some(done) = recent.iter().find(|r| r.first_sequence == b.base_sequence)
-                    {
-                        // A retry of a batch already appended: its first answer again.
-                        base_offset.get_or_insert(done.base_offset);
-                        continue;
-                    }
-                    let last = recent.last().expect("kept non-empty");
-                    if b.base_sequence != last.last_sequence.wrapping_add(1) {
-                        return (
-                            ResponseError::OutOfOrderSequenceNumber.code(),
-                            -1,
-                            Some(format!(
-                                "sequence {} follows {}",
-                                b.base_sequence, last.last_sequence
-                            )),
-                        );
-                    }
+            if b.producer_id >= 0
+                && let Some(recent) = self.producers.recent(&key)
+            {
+                if let Some(done) = recent.iter().find(|r| r.first_sequence == b.base_sequence) {
+                    // A retry of a batch already appended: its first answer again.
+                    base_offset.get_or_insert(done.base_offset);
+                    continue;
+                }
+                let last = recent.last().expect("kept non-empty");
+                if b.base_sequence != last.last_sequence.wrapping_add(1) {
+                    return (
+                        ResponseError::OutOfOrderSequenceNumber.code(),
+                        -1,
+                        Some(format!(
+                            "sequence {} follows {}",
+                            b.base_sequence, last.last_sequence
+                        )),
+                    );
                 }
             }
             let payloads = b
@@ -170,24 +156,14 @@ impl Kafka {
             let first = placed.first().map(|(seq, _)| *seq).unwrap_or(-1);
             base_offset.get_or_insert(first);
             if b.producer_id >= 0 {
-                let mut producers = self.producers.lock().expect("producers lock");
-                if producers.len() >= MAX_PRODUCER_STATES && !producers.contains_key(&key) {
-                    // Bounded: producers come and go (each restart takes a new id); the ones
-                    // forgotten are treated as new, as Kafka treats an expired producer id.
-                    producers.clear();
-                    tracing::info!(
-                        "forgot the idempotent producers' recent batches ({MAX_PRODUCER_STATES} kept at most)"
-                    );
-                }
-                let recent = producers.entry(key).or_default();
-                recent.push(Recent {
-                    first_sequence: b.base_sequence,
-                    last_sequence,
-                    base_offset: first,
-                });
-                if recent.len() > RECENT_BATCHES {
-                    recent.remove(0);
-                }
+                self.producers.record(
+                    key,
+                    Recent {
+                        first_sequence: b.base_sequence,
+                        last_sequence,
+                        base_offset: first,
+                    },
+                );
             }
         }
         (0, base_offset.unwrap_or(-1), None)
