@@ -435,16 +435,7 @@ fn idempotent_batch(
             headers: Default::default(),
         })
         .collect();
-    let mut batch = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut batch,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
+    let batch = common::record_batch(&records).unwrap();
     ProduceRequest::default()
         .with_acks(-1)
         .with_timeout_ms(30_000)
@@ -454,7 +445,7 @@ fn idempotent_batch(
                 .with_partition_data(vec![
                     produce_request::PartitionProduceData::default()
                         .with_index(1)
-                        .with_records(Some(batch.freeze())),
+                        .with_records(Some(batch)),
                 ]),
         ])
 }

@@ -18,12 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
 
 use hubhost_testkit::KafkaConnection as Connection;
 use hubhost_testkit::stats::median_and_range;
@@ -215,16 +213,8 @@ async fn kafka_produce(
                         .sum(),
                     Ordering::Relaxed,
                 );
-                let mut batch = BytesMut::new();
-                RecordBatchEncoder::encode(
-                    &mut batch,
-                    &records,
-                    &RecordEncodeOptions {
-                        version: 2,
-                        compression: Compression::None,
-                    },
-                )
-                .map_err(phase_error(KAFKA_PRODUCE))?;
+                let batch =
+                    hubhost_testkit::record_batch(&records).map_err(phase_error(KAFKA_PRODUCE))?;
                 let request = ProduceRequest::default()
                     .with_acks(1)
                     .with_timeout_ms(30_000)
@@ -234,7 +224,7 @@ async fn kafka_produce(
                             .with_partition_data(vec![
                                 produce_request::PartitionProduceData::default()
                                     .with_index(p as i32)
-                                    .with_records(Some(batch.freeze())),
+                                    .with_records(Some(batch)),
                             ]),
                     ]);
                 let response = connection

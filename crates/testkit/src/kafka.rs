@@ -107,3 +107,20 @@ impl KafkaConnection {
         R::Response::decode(&mut body, version).map_err(protocol)
     }
 }
+
+/// `records` as one uncompressed record batch (magic 2), as a Produce request carries them: the
+/// batch's producer id and first sequence number are the first record's.
+pub fn record_batch(records: &[kafka_protocol::records::Record]) -> Result<Bytes, KafkaCallError> {
+    use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+    let mut batch = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| KafkaCallError::Protocol(e.to_string()))?;
+    Ok(batch.freeze())
+}

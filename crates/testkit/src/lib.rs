@@ -32,7 +32,7 @@ pub mod tools;
 
 pub use azurite::Azurite;
 pub use hub::{Hub, InProcessHub, KEY};
-pub use kafka::{KafkaCallError, KafkaConnection};
+pub use kafka::{KafkaCallError, KafkaConnection, record_batch};
 pub use local_app::{LocalApp, LocalAppError};
 pub use process::{
     COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, http_get, http_get_bearer, hubhost,
