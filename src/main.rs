@@ -42,6 +42,7 @@ enum Command {
     Demo(commands::demo::Args),
     Emulate(commands::emulate::Args),
     Invoke(commands::invoke::Args),
+    Rehearse(commands::rehearse::Args),
     /// Inspect, reset and migrate checkpoints and ownership (the Functions host's blob format).
     Checkpoints {
         #[command(subcommand)]
@@ -103,6 +104,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => commands::demo::run(args).await,
             Command::Emulate(args) => commands::emulate::run(args).await,
             Command::Invoke(args) => commands::invoke::run(args).await,
+            Command::Rehearse(args) => commands::rehearse::run(args).await,
             Command::Checkpoints { action } => commands::checkpoints::run(action).await,
             Command::Hub(args) => commands::hub::run(*args).await,
             Command::Simulate(args) => commands::simulate::run(args).await,

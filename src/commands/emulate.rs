@@ -94,6 +94,7 @@ pub async fn run(args: Args) -> Result<(), String> {
             foreign_ownership_expiry,
             metrics: metrics_port.map(|port| (metrics_bind, port).into()),
             watch,
+            faults: None,
         },
         shutdown_signal(),
     )

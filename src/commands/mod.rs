@@ -9,6 +9,7 @@ pub mod hub;
 pub mod invoke;
 pub mod new;
 pub mod package;
+pub mod rehearse;
 pub mod simulate;
 
 /// How a command reaches an event hub: a connection string, or an identity-based connection,

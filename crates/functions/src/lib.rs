@@ -11,6 +11,8 @@
 //!   counts; [`server`]: the HTTP server the host calls, hosting the functions you register;
 //!   [`output`]: what a function answers, output bindings included; [`http`]: HTTP-triggered
 //!   functions.
+//! - `once` (feature `once`): outputs once under redelivery, partition moves and frozen owners —
+//!   a per-partition mark in the app's storage, claimed before the function answers.
 //! - [`testing`]: a function called in-process, directly or exactly as the host calls it.
 //! - [`batch`]: the typed batch a function receives — owned by `hubhost-trigger` (shared with
 //!   the event processor) and re-exported here so a function needs only this crate.
@@ -28,6 +30,8 @@ pub mod counters;
 pub mod function;
 pub mod function_app;
 pub mod http;
+#[cfg(feature = "once")]
+pub mod once;
 pub mod output;
 pub mod server;
 pub mod testing;

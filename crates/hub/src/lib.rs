@@ -39,7 +39,7 @@ use std::time::Duration;
 pub use config::{ClientLimits, HubConfig, HubSpec, TlsSettings};
 use log::LogError;
 pub(crate) use namespace::AmqpMessage;
-pub use namespace::{Hub, Namespace, Partition, ReceiverLease, ReceiverRefused, own_files};
+pub use namespace::{Detach, Hub, Namespace, Partition, ReceiverLease, ReceiverRefused, own_files};
 
 /// The largest event (or batch) a send may carry, as on Event Hubs Standard.
 pub const MAX_MESSAGE_BYTES: u64 = 1024 * 1024;
@@ -73,7 +73,7 @@ pub struct Listening {
 }
 
 /// What `hubhost hub` prints once it listens: where, and the connection string to use.
-fn print_connection(config: &HubConfig, namespace: &Namespace, local: Listening) {
+fn print_connection(config: &HubConfig, namespace: &Arc<Namespace>, local: Listening) {
     println!(
         "hubhost hub listening on amqp://{} (storage: {})",
         local.amqp,
@@ -143,7 +143,7 @@ pub fn public_key_warning(config: &HubConfig) -> Option<String> {
 /// Runs the hub until `shutdown` resolves; `on_listening` is told where it listens.
 pub async fn serve(
     config: HubConfig,
-    on_listening: impl FnOnce(&HubConfig, &Namespace, Listening),
+    on_listening: impl FnOnce(&HubConfig, &Arc<Namespace>, Listening),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), HubError> {
     if let Some(warning) = public_key_warning(&config) {

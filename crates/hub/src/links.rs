@@ -338,6 +338,9 @@ fn last_enqueued(partition: &Partition) -> LastEnqueued {
     LastEnqueued::new(sequence, offset, enqueued_ms, retrieved_ms)
 }
 
+/// The condition Event Hubs closes a link with when it is busy.
+const SERVER_BUSY: &str = "com.microsoft:server-busy";
+
 /// Serves a consumer's link from sequence number `next` on; with `track_last_enqueued`, each
 /// delivery carries the partition's newest event (looked up once per chunk read).
 pub async fn deliver(
@@ -396,9 +399,17 @@ pub async fn deliver(
             break stop;
         }
     };
-    if let Some(reason) = stolen {
-        tracing::info!(partition = %partition.id, "receiver displaced by a higher owner level");
-        let error = definitions::Error::new(LinkError::Stolen, reason, None);
+    if let Some(detach) = stolen {
+        tracing::info!(partition = %partition.id, server_busy = detach.server_busy, "receiver link ended by the hub");
+        let error = if detach.server_busy {
+            definitions::Error::new(
+                definitions::ErrorCondition::Custom(SERVER_BUSY.into()),
+                detach.description,
+                None,
+            )
+        } else {
+            definitions::Error::new(LinkError::Stolen, detach.description, None)
+        };
         let _ = sender.close_with_error(error).await;
     } else {
         let _ = sender.close().await;

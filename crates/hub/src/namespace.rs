@@ -63,7 +63,15 @@ pub struct Partition {
 struct ActiveReceiver {
     id: u64,
     owner_level: Option<i64>,
-    stop: watch::Sender<Option<String>>,
+    stop: watch::Sender<Option<Detach>>,
+}
+
+/// Why the hub ends a receiver's link, as the service says it in the link's error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detach {
+    /// `com.microsoft:server-busy` rather than `amqp:link:stolen`.
+    pub server_busy: bool,
+    pub description: String,
 }
 
 /// Why a receiver may not open.
@@ -86,7 +94,7 @@ pub struct ReceiverLease {
     consumer_group: String,
     id: u64,
     /// Set with the reason when a newer owner takes the partition.
-    pub stopped: watch::Receiver<Option<String>>,
+    pub stopped: watch::Receiver<Option<Detach>>,
 }
 
 impl Drop for ReceiverLease {
@@ -413,13 +421,13 @@ impl Partition {
         }
         if let Some(level) = owner_level {
             for displaced in list.drain(..) {
-                displaced.stop.send_replace(Some(format!(
+                displaced.stop.send_replace(Some(Detach { server_busy: false, description: format!(
                     "New receiver '{name}' with higher epoch of '{level}' is created hence current receiver with epoch '{}' is getting disconnected.",
                     displaced
                         .owner_level
                         .map(|l| l.to_string())
                         .unwrap_or_else(|| "none".into())
-                )));
+                ) }));
             }
         }
         let id = NEXT_RECEIVER_ID.fetch_add(1, Ordering::Relaxed);
@@ -435,6 +443,22 @@ impl Partition {
             id,
             stopped,
         })
+    }
+
+    /// Ends every receiver's link on this partition as the service does when it is busy or
+    /// moves the partition (`server_busy`), else as when a link is stolen; clients reconnect.
+    /// How many links were ended.
+    pub fn detach_receivers(&self, server_busy: bool, description: &str) -> usize {
+        let receivers = self.receivers.lock().expect("receivers lock");
+        let mut ended = 0;
+        for receiver in receivers.values().flatten() {
+            receiver.stop.send_replace(Some(Detach {
+                server_busy,
+                description: description.to_string(),
+            }));
+            ended += 1;
+        }
+        ended
     }
 }
 

@@ -7,6 +7,9 @@
 //!   hub and the emulated host inside the test, your handler executable as the custom handler;
 //!   send events, wait until they are processed, read what the outputs wrote;
 //! - [`InProcessHub`]: the local event hub served inside the test, on a free port;
+//! - [`Rehearsal`]: your app under a seeded plan of the faults Azure brings (redelivery,
+//!   partition moves, frozen owners, retries, outages), and an audit of what its outputs did
+//!   with each event (these three live in `hubhost-rehearse`, which the command line shares);
 //! - [`Hub`], [`Server`], [`Azurite`]: a `hubhost hub`, a `hubhost serve` handler and an Azurite
 //!   blob service as child processes on free ports, killed on drop;
 //! - [`pool`]: a pool of `hubhost emulate` instances on one function app folder, and what they
@@ -21,7 +24,6 @@
 pub mod azurite;
 pub mod hub;
 pub mod kafka;
-pub mod local_app;
 pub mod pool;
 pub mod process;
 pub mod python;
@@ -31,9 +33,11 @@ pub mod stats;
 pub mod tools;
 
 pub use azurite::Azurite;
-pub use hub::{Hub, InProcessHub, KEY};
+pub use hub::{Hub, KEY};
+/// Rehearsals: plans, the audit, the report.
+pub use hubhost_rehearse as rehearse;
+pub use hubhost_rehearse::{FaultKind, InProcessHub, LocalApp, LocalAppError, Rehearsal};
 pub use kafka::{KafkaCallError, KafkaConnection, record_batch};
-pub use local_app::{LocalApp, LocalAppError};
 pub use process::{
     COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, http_get, http_get_bearer, hubhost,
     output_within, process_status_number, resident_kib, status_number, transparent_huge_pages,

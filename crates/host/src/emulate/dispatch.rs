@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use std::sync::Arc;
 
+use super::faults::FaultSwitch;
 use super::outputs::OutputPlan;
 use crate::invoker::{InvokeError, Invoker};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
@@ -26,6 +27,21 @@ pub struct FunctionDispatch {
     pub retry: Option<RetryPolicy>,
     /// What to do with the answer's `Outputs` (carried out before the batch counts as done).
     pub outputs: Arc<OutputPlan>,
+    /// A rehearsal's switches, when one runs.
+    pub faults: Option<Arc<FaultSwitch>>,
+    /// Batches the handler gave no answer to, by partition, with the attempt the next delivery
+    /// is: to the host a handler that died mid-invocation failed that invocation, so the
+    /// delivery after it is a retry and carries `RetryContext`.
+    pub unanswered: std::sync::Mutex<std::collections::HashMap<String, Unanswered>>,
+}
+
+/// A batch the handler gave no answer to: which events, and how many attempts were made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unanswered {
+    first: Option<i64>,
+    last: Option<i64>,
+    attempts: u32,
+    error: String,
 }
 
 /// Why one invocation did not succeed.
@@ -44,11 +60,18 @@ impl FunctionDispatch {
         batch: &PartitionBatch,
         retry: Option<&RetryContext>,
     ) -> Result<(), InvocationFailure> {
+        let geo_events = match &self.faults {
+            Some(faults) => {
+                faults.invocation_starts().await;
+                faults.offsets_for_function(&batch.events)
+            }
+            None => None,
+        };
         let body = encode_request(&HostInvocation {
             function: &self.function,
             trigger: &self.trigger,
             partition: &batch.context,
-            events: &batch.events,
+            events: geo_events.as_deref().unwrap_or(&batch.events),
             retry,
             flavor: MetadataFlavor::Current,
             now: Utc::now(),
@@ -63,8 +86,11 @@ impl FunctionDispatch {
         };
         if answer.succeeded() {
             // As in the host, an output that cannot be carried out fails the invocation.
+            if let Some(faults) = &self.faults {
+                faults.wait_while_frozen().await;
+            }
             self.outputs
-                .carry_out(&answer.body)
+                .carry_out(&answer.body, self.faults.as_deref())
                 .await
                 .map_err(|e| InvocationFailure::Function(format!("output binding failed: {e}")))?;
             // The host writes a handler's `Logs` to its own log as the function's; here at
@@ -103,8 +129,19 @@ impl BatchHandler for FunctionDispatch {
     /// (Event Hubs extension 6.2.0 and later) writes no checkpoint while its listener stops
     /// and the next owner starts the batch over.
     async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
-        let mut attempt: u32 = 0;
-        let mut last_error: Option<String> = None;
+        let first = batch.events.first().and_then(|e| e.sequence_number);
+        let last = batch.events.last().and_then(|e| e.sequence_number);
+        let partition = &batch.context.partition_id;
+        let earlier = self
+            .unanswered
+            .lock()
+            .expect("unanswered lock")
+            .remove(partition)
+            .filter(|u| u.first == first && u.last == last);
+        let (mut attempt, mut last_error) = match earlier {
+            Some(u) if self.retry.is_some() => (u.attempts, Some(u.error)),
+            _ => (0, None),
+        };
         loop {
             let context = self.retry.as_ref().map(|p| {
                 RetryContext {
@@ -117,7 +154,18 @@ impl BatchHandler for FunctionDispatch {
             });
             let error = match self.invoke_once(batch, context.as_ref()).await {
                 Ok(()) => return BatchOutcome::Succeeded,
-                Err(InvocationFailure::NoAnswer(e)) => return BatchOutcome::NotProcessed(e),
+                Err(InvocationFailure::NoAnswer(e)) => {
+                    self.unanswered.lock().expect("unanswered lock").insert(
+                        partition.clone(),
+                        Unanswered {
+                            first,
+                            last,
+                            attempts: attempt + 1,
+                            error: e.clone(),
+                        },
+                    );
+                    return BatchOutcome::NotProcessed(e);
+                }
                 Err(InvocationFailure::Function(e)) => e,
             };
             let Some(policy) = &self.retry else {
@@ -203,6 +251,8 @@ mod tests {
                 max_retry_count,
             }),
             outputs: Arc::default(),
+            faults: None,
+            unanswered: Default::default(),
         }
     }
 

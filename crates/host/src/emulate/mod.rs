@@ -15,6 +15,7 @@
 pub mod build;
 mod dispatch;
 mod executable;
+pub mod faults;
 mod handler_process;
 mod identity;
 pub mod invoke;
@@ -140,6 +141,8 @@ pub struct EmulateOptions {
     /// Build the handler (host.json's executable, in a Cargo target folder) before starting,
     /// and again, restarting only the handler, when its sources change.
     pub watch: bool,
+    /// A rehearsal's switches: faults injected into this instance on demand (none: none).
+    pub faults: Option<Arc<faults::FaultSwitch>>,
 }
 
 /// One Event Hubs function, resolved against the settings.
@@ -231,6 +234,14 @@ pub fn claim_identity(
     identity::claim(&candidates, &scopes, &identity::lock_folder())
 }
 
+/// Resolves when a rehearsal asks for the handler to be killed; never without one.
+async fn kill_requested(faults: Option<&faults::FaultSwitch>) {
+    match faults {
+        Some(faults) => faults.kill_requested().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Resolves when `--watch` sees the sources change; never without `--watch`.
 async fn sources_changed(rebuilder: &mut Option<build::Rebuilder>) {
     match rebuilder {
@@ -259,10 +270,12 @@ pub async fn run(
 
     let storage =
         hubhost_storage::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;
-    let counting = CountingStore::with_kinds(
-        storage.open()?,
-        hubhost_processor::checkpoint::names::blob_kind,
-    );
+    let mut opened = storage.open()?;
+    if let Some(faults) = &opts.faults {
+        opened = faults::FaultyStore::wrap(opened, faults.clone());
+    }
+    let counting =
+        CountingStore::with_kinds(opened, hubhost_processor::checkpoint::names::blob_kind);
     let storage_operations = counting.counts.clone();
     let storage_requests = counting.requests.clone();
     let store = CheckpointStore::new(Arc::new(counting), DEFAULT_CONTAINER);
@@ -290,8 +303,15 @@ pub async fn run(
     let (process, invoker, mut child, port) = start_on_free_port(&app, &settings, false).await?;
 
     let stop = CancellationToken::new();
-    let mut triggers =
-        InstanceTriggers::start(&functions, &store, &options, &invoker, &instance_id, &stop)?;
+    let mut triggers = InstanceTriggers::start(
+        &functions,
+        &store,
+        &options,
+        &invoker,
+        &instance_id,
+        &stop,
+        opts.faults.as_ref(),
+    )?;
     let counts = triggers.counts().clone();
     let consumers = counts.consumers().to_vec();
     println!(
@@ -342,6 +362,15 @@ pub async fn run(
         tokio::select! {
             _ = &mut shutdown => break Ok(()),
             failure = triggers.failure() => break Err(failure),
+            () = kill_requested(opts.faults.as_deref()) => {
+                // A rehearsal's kill: not the handler's own crash, so not one of its restarts.
+                tracing::warn!("rehearsal: killing the custom handler (SIGKILL)");
+                let _ = child.kill().await;
+                child = match start_handler(&process, &invoker).await {
+                    Ok(c) => c,
+                    Err(e) => break Err(e),
+                };
+            }
             () = sources_changed(&mut rebuilder) => {
                 let rebuilder = rebuilder.as_mut().expect("changes come from a rebuilder");
                 println!("hubhost emulate: sources changed; building: {}", rebuilder.describe());

@@ -177,12 +177,19 @@ impl OutputPlan {
     }
 
     /// Carries out the outputs of one 2xx answer (its JSON body).
-    pub async fn carry_out(&self, answer: &Value) -> Result<OutputsDone, String> {
+    pub async fn carry_out(
+        &self,
+        answer: &Value,
+        faults: Option<&super::faults::FaultSwitch>,
+    ) -> Result<OutputsDone, String> {
         let mut done = OutputsDone::default();
         for output in &self.outputs {
             let Some(value) = output.value_in(answer) else {
                 continue;
             };
+            if let Some(failure) = faults.and_then(|f| f.output_failure(&output.name)) {
+                return Err(failure);
+            }
             match &output.action {
                 OutputAction::EventHub { target, sender } => {
                     let bodies = event_bodies(value);

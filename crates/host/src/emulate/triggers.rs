@@ -17,6 +17,7 @@ use hubhost_processor::{
     Consumer, EventProcessor, ProcessorError, ProcessorOptions, ProcessorStats,
 };
 
+use super::faults::FaultSwitch;
 use super::{EmulateError, FunctionDispatch, FunctionTarget};
 use crate::invoker::Invoker;
 
@@ -44,8 +45,9 @@ impl InstanceTriggers {
         invoker: &Invoker,
         owner: &str,
         stop: &CancellationToken,
+        faults: Option<&Arc<FaultSwitch>>,
     ) -> Result<Self, EmulateError> {
-        let consumers = consumers(functions, store, options, invoker)?;
+        let consumers = consumers(functions, store, options, invoker, faults)?;
         let mut processors = JoinSet::new();
         for consumer in &consumers {
             let processor = EventProcessor::new(consumer.clone(), owner);
@@ -157,6 +159,7 @@ fn consumers(
     store: &CheckpointStore,
     options: &ProcessorOptions,
     invoker: &Invoker,
+    faults: Option<&Arc<FaultSwitch>>,
 ) -> Result<Vec<Arc<Consumer>>, EmulateError> {
     functions
         .iter()
@@ -179,6 +182,8 @@ fn consumers(
                     trigger: f.trigger.clone(),
                     retry: f.spec.retry.clone(),
                     outputs: f.outputs.clone(),
+                    faults: faults.cloned(),
+                    unanswered: Default::default(),
                 }),
                 stats: Arc::new(ProcessorStats::default()),
                 ends: Default::default(),

@@ -9,9 +9,9 @@
 //! `cargo test` runs it.
 //!
 //! ```no_run
-//! # async fn example() -> Result<(), hubhost_testkit::LocalAppError> {
+//! # async fn example() -> Result<(), hubhost_rehearse::LocalAppError> {
 //! use std::time::Duration;
-//! use hubhost_testkit::LocalApp;
+//! use hubhost_rehearse::LocalApp;
 //!
 //! let app = LocalApp::start(
 //!     std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/function_app")),
@@ -35,8 +35,9 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::Value;
 
-use crate::hub::InProcessHub;
+use crate::in_process_hub::InProcessHub;
 use hubhost_functions::function_app::FunctionApp;
+use hubhost_host::emulate::faults::FaultSwitch;
 use hubhost_host::emulate::{self, AppSettings, EmulateError, EmulateOptions};
 use hubhost_hub::HubSpec;
 use hubhost_hub::admin::{EventView, HubView};
@@ -73,10 +74,32 @@ pub struct LocalApp {
     /// The local event hub the app reads and writes.
     pub hub: InProcessHub,
     folder: tempfile::TempDir,
+    /// The app's copy the instances run.
+    root: PathBuf,
+    /// The running instances, the first one started with the app.
+    instances: Vec<Instance>,
+    /// Invocations made, across every instance (the clock of a rehearsal's faults).
+    invocations: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// Set for a rehearsal: instances see each other's ownership expire within seconds.
+    foreign_ownership_expiry: Option<Duration>,
+    http: reqwest::Client,
+}
+
+/// One emulated Functions instance of a [`LocalApp`].
+struct Instance {
+    id: String,
     metrics: SocketAddr,
+    faults: std::sync::Arc<FaultSwitch>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     emulate: tokio::task::JoinHandle<Result<(), EmulateError>>,
-    http: reqwest::Client,
+}
+
+/// How a [`LocalApp`] runs beyond the app's own files.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Timings {
+    /// host.json's `extensions.eventHubs` values to set (e.g. a rehearsal's short ownership).
+    pub host_json_event_hubs: Vec<(&'static str, String)>,
+    pub foreign_ownership_expiry: Option<Duration>,
 }
 
 impl LocalApp {
@@ -88,6 +111,14 @@ impl LocalApp {
     /// partitions and the consumer groups the triggers name; every Event Hubs connection setting
     /// the app uses points at it.
     pub async fn start(function_app: &Path, handler: &Path) -> Result<Self, LocalAppError> {
+        Self::start_with(function_app, handler, Timings::default()).await
+    }
+
+    pub(crate) async fn start_with(
+        function_app: &Path,
+        handler: &Path,
+        timings: Timings,
+    ) -> Result<Self, LocalAppError> {
         let app = FunctionApp::load(function_app)?;
         let settings = AppSettings::load(function_app)?;
         let expand = |s: &str| settings.expand(s).map_err(LocalAppError::Io);
@@ -132,6 +163,15 @@ impl LocalApp {
         let mut host_json = app.host_json.clone();
         let description = &mut host_json["customHandler"]["description"];
         description["defaultExecutablePath"] = Value::from(handler.display().to_string());
+        for (name, value) in &timings.host_json_event_hubs {
+            if !host_json["extensions"].is_object() {
+                host_json["extensions"] = serde_json::json!({});
+            }
+            if !host_json["extensions"]["eventHubs"].is_object() {
+                host_json["extensions"]["eventHubs"] = serde_json::json!({});
+            }
+            host_json["extensions"]["eventHubs"][*name] = Value::from(value.clone());
+        }
         write_json(&root.join("host.json"), &host_json)?;
         // The app's own values (not the environment's, which the host reads anyway).
         let settings_file = function_app.join("local.settings.json");
@@ -154,41 +194,105 @@ impl LocalApp {
             &serde_json::json!({"IsEncrypted": false, "Values": values}),
         )?;
 
-        let metrics = SocketAddr::from(([127, 0, 0, 1], crate::process::free_port()));
+        let mut local = LocalApp {
+            hub,
+            folder,
+            root,
+            instances: Vec::new(),
+            invocations: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
+            foreign_ownership_expiry: timings.foreign_ownership_expiry,
+            http: reqwest::Client::new(),
+        };
+        // Claims are per checkpoint store, and this one is the test's own.
+        local.start_instance("local-app").await?;
+        Ok(local)
+    }
+
+    /// Starts one more instance of the app under owner id `id` (a scale-out: it takes its share
+    /// of the partitions, its own handler process), and waits until it runs.
+    pub async fn start_instance(&mut self, id: &str) -> Result<(), LocalAppError> {
+        let port = hubhost_host::child::free_listen_port()
+            .map_err(|e| LocalAppError::Io(format!("no free port: {e}")))?;
+        let metrics = SocketAddr::from(([127, 0, 0, 1], port));
+        let faults = FaultSwitch::new(self.invocations.clone());
         let options = EmulateOptions {
-            app: root,
-            storage: Some(storage.display().to_string()),
+            app: self.root.clone(),
+            storage: Some(self.storage_folder().display().to_string()),
             checkpoint_on_success: true,
-            // Claims are per checkpoint store, and this one is the test's own.
-            instance_id: Some("local-app".into()),
-            foreign_ownership_expiry: None,
+            instance_id: Some(id.into()),
+            foreign_ownership_expiry: self.foreign_ownership_expiry,
             metrics: Some(metrics),
             watch: false,
+            faults: Some(faults.clone()),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let emulate = tokio::spawn(emulate::run(options, async move {
             let _ = stopped.await;
         }));
-        let local = LocalApp {
-            hub,
-            folder,
+        let mut instance = Instance {
+            id: id.to_string(),
             metrics,
+            faults,
             stop: Some(stop),
             emulate,
-            http: reqwest::Client::new(),
         };
-        local.wait_started(Duration::from_secs(60)).await
+        self.wait_started(&mut instance, Duration::from_secs(60))
+            .await?;
+        self.instances.push(instance);
+        Ok(())
     }
 
-    /// Until `/metrics` answers (the handler is up and the processors run), or emulate stops.
-    async fn wait_started(mut self, within: Duration) -> Result<Self, LocalAppError> {
+    /// Stops instance `id` as Azure scales one in (its batches finish, its partitions are let go).
+    pub async fn stop_instance(&mut self, id: &str) -> Result<(), LocalAppError> {
+        let Some(at) = self.instances.iter().position(|i| i.id == id) else {
+            return Err(LocalAppError::Io(format!("no instance {id}")));
+        };
+        let instance = self.instances.remove(at);
+        instance.stop().await
+    }
+
+    /// The owner ids of the running instances, the first started first.
+    pub fn instance_ids(&self) -> Vec<String> {
+        self.instances.iter().map(|i| i.id.clone()).collect()
+    }
+
+    /// Instance `id`'s fault switches (a rehearsal turns them).
+    pub(crate) fn faults_of(&self, id: &str) -> Option<std::sync::Arc<FaultSwitch>> {
+        self.instances
+            .iter()
+            .find(|i| i.id == id)
+            .map(|i| i.faults.clone())
+    }
+
+    /// Invocations made so far, by every instance.
+    pub(crate) fn invocations(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.invocations.subscribe()
+    }
+
+    /// The app's copy the instances run (host.json, function folders, local.settings.json).
+    pub fn app_folder(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where checkpoints and `blob` outputs go.
+    pub fn storage_folder(&self) -> PathBuf {
+        self.folder.path().join("storage")
+    }
+
+    /// Until the instance's `/metrics` answers (the handler is up and the processors run), or
+    /// it stops.
+    async fn wait_started(
+        &self,
+        instance: &mut Instance,
+        within: Duration,
+    ) -> Result<(), LocalAppError> {
         let deadline = Instant::now() + within;
         loop {
-            if self.metrics_page().await.is_ok() {
-                return Ok(self);
+            if self.metrics_page(instance.metrics).await.is_ok() {
+                return Ok(());
             }
-            if self.emulate.is_finished() {
-                return Err(match (&mut self.emulate).await {
+            if instance.emulate.is_finished() {
+                return Err(match (&mut instance.emulate).await {
                     Ok(Err(e)) => e.into(),
                     Ok(Ok(())) => LocalAppError::Io("the emulated host stopped at once".into()),
                     Err(panic) => LocalAppError::Io(format!("the emulated host panicked: {panic}")),
@@ -228,50 +332,30 @@ impl LocalApp {
     }
 
     /// Sends one event per body to `hub` with the Rust Event Hubs SDK, spread over its
-    /// partitions.
+    /// partitions (body `i` to partition `i % PARTITIONS`).
     pub async fn send(
         &self,
         hub: &str,
         bodies: impl IntoIterator<Item = Vec<u8>>,
     ) -> Result<(), LocalAppError> {
-        use azure_messaging_eventhubs::SendEventOptions;
-        use azure_messaging_eventhubs::models::EventData;
-        let target =
-            hubhost_eventhubs::EventHubTarget::parse(&self.hub.connection_string(), Some(hub))
-                .map_err(|e| LocalAppError::EventHub(e.to_string()))?;
         let bodies: Vec<Vec<u8>> = bodies.into_iter().collect();
-        // The SDK sends from a runtime of its own (see hubhost_eventhubs::on_sending_thread).
-        let sent = hubhost_eventhubs::on_sending_thread(move || async move {
-            let producer = target.producer().await.map_err(|e| e.to_string())?;
-            for (i, body) in bodies.into_iter().enumerate() {
-                let event = EventData::builder().with_body(body).build();
-                let partition = (i as u32 % PARTITIONS).to_string();
-                let options = SendEventOptions {
-                    partition_id: Some(partition),
-                };
-                producer
-                    .send_event(event, Some(options))
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
-            hubhost_eventhubs::close_quietly("producer", producer.close()).await;
-            Ok::<(), String>(())
-        })
-        .await;
-        match sent {
-            Some(result) => result.map_err(LocalAppError::EventHub),
-            None => Err(LocalAppError::EventHub("the sender panicked".into())),
-        }
+        self.send_paced(hub, bodies, usize::MAX, Duration::from_millis(1))
+            .await
     }
 
-    /// Events `function` has been handed and answered for (a retried batch counts once).
+    /// Events `function` has been handed and answered for by the running instances (a retried
+    /// batch counts once per instance).
     pub async fn processed(&self, function: &str) -> Result<u64, LocalAppError> {
-        let samples = self.metrics_page().await?;
-        Ok(hubhost_metrics::sum(
-            &samples,
-            "hubhost_events_processed_total",
-            &[("function", function)],
-        ) as u64)
+        let mut total = 0;
+        for instance in &self.instances {
+            let samples = self.metrics_page(instance.metrics).await?;
+            total += hubhost_metrics::sum(
+                &samples,
+                "hubhost_events_processed_total",
+                &[("function", function)],
+            ) as u64;
+        }
+        Ok(total)
     }
 
     /// Waits until `function` has processed at least `count` events.
@@ -296,8 +380,65 @@ impl LocalApp {
         }
     }
 
+    /// Sends `bodies` to `hub` `per_tick` at a time (spread over the partitions: body `i` to
+    /// partition `i % PARTITIONS`), one group every `tick`, with one producer; the future does
+    /// not borrow the app.
+    pub fn send_paced(
+        &self,
+        hub: &str,
+        bodies: Vec<Vec<u8>>,
+        per_tick: usize,
+        tick: Duration,
+    ) -> impl std::future::Future<Output = Result<(), LocalAppError>> + Send + 'static {
+        use azure_messaging_eventhubs::SendEventOptions;
+        use azure_messaging_eventhubs::models::EventData;
+        let target =
+            hubhost_eventhubs::EventHubTarget::parse(&self.hub.connection_string(), Some(hub));
+        async move {
+            let target = target.map_err(|e| LocalAppError::EventHub(e.to_string()))?;
+            let sent = hubhost_eventhubs::on_sending_thread(move || async move {
+                let producer = target.producer().await.map_err(|e| e.to_string())?;
+                let mut ticks = tokio::time::interval(tick);
+                for (group, chunk) in bodies.chunks(per_tick.max(1)).enumerate() {
+                    ticks.tick().await;
+                    for (j, body) in chunk.iter().enumerate() {
+                        let i = group * per_tick.max(1) + j;
+                        let event = EventData::builder().with_body(body.clone()).build();
+                        let options = SendEventOptions {
+                            partition_id: Some((i as u32 % PARTITIONS).to_string()),
+                        };
+                        producer
+                            .send_event(event, Some(options))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+                hubhost_eventhubs::close_quietly("producer", producer.close()).await;
+                Ok::<(), String>(())
+            })
+            .await;
+            match sent {
+                Some(result) => result.map_err(LocalAppError::EventHub),
+                None => Err(LocalAppError::EventHub("the sender panicked".into())),
+            }
+        }
+    }
+
     /// Every event `hub` holds, partition by partition (what an `eventHub` output sent there).
     pub async fn events_in(&self, hub: &str) -> Result<Vec<EventView>, LocalAppError> {
+        Ok(self
+            .events_by_partition(hub)
+            .await?
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect())
+    }
+
+    /// Every event `hub` holds, with its partition.
+    pub async fn events_by_partition(
+        &self,
+        hub: &str,
+    ) -> Result<Vec<(String, EventView)>, LocalAppError> {
         let admin = self
             .hub
             .admin
@@ -326,7 +467,7 @@ impl LocalApp {
                     .map_err(|e| LocalAppError::EventHub(e.to_string()))?;
                 let Some(last) = page.last() else { break };
                 from = last.sequence_number + 1;
-                events.extend(page);
+                events.extend(page.into_iter().map(|e| (partition.id.clone(), e)));
             }
         }
         Ok(events)
@@ -346,11 +487,17 @@ impl LocalApp {
     /// Every blob in `container` of the app's storage (what `blob` outputs wrote), by name.
     pub async fn blobs(&self, container: &str) -> Result<BTreeMap<String, Vec<u8>>, LocalAppError> {
         let io = |e: hubhost_storage::StoreError| LocalAppError::Io(e.to_string());
-        let store = StorageLocation::Directory(self.folder.path().join("storage"))
+        let store = StorageLocation::Directory(self.storage_folder())
             .open()
             .map_err(io)?;
         let mut blobs = BTreeMap::new();
-        for item in store.list(container, "").await.map_err(io)? {
+        let listed = match store.list(container, "").await {
+            Ok(listed) => listed,
+            // Nothing was written there.
+            Err(hubhost_storage::StoreError::NotFound { .. }) => Vec::new(),
+            Err(e) => return Err(io(e)),
+        };
+        for item in listed {
             if let Some(blob) = store.get(container, &item.name).await.map_err(io)? {
                 blobs.insert(item.name, blob.data.to_vec());
             }
@@ -361,22 +508,27 @@ impl LocalApp {
     /// Stops the host as Azure stops an instance (the function finishes its batches, the
     /// processors checkpoint and let go of their partitions), then the hub.
     pub async fn stop(mut self) -> Result<(), LocalAppError> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        match (&mut self.emulate).await {
-            Ok(result) => result?,
-            Err(panic) => {
-                return Err(LocalAppError::Io(format!(
-                    "the emulated host panicked: {panic}"
-                )));
-            }
-        }
-        Ok(())
+        self.stop_instances().await
     }
 
-    async fn metrics_page(&self) -> Result<Vec<hubhost_metrics::Sample>, LocalAppError> {
-        let url = format!("http://{}/metrics", self.metrics);
+    /// Stops every instance as Azure stops them (batches finish, partitions are let go); the
+    /// hub and the storage stay for reading what the outputs did.
+    pub async fn stop_instances(&mut self) -> Result<(), LocalAppError> {
+        let mut first = Ok(());
+        for instance in std::mem::take(&mut self.instances) {
+            let stopped = instance.stop().await;
+            if first.is_ok() {
+                first = stopped;
+            }
+        }
+        first
+    }
+
+    async fn metrics_page(
+        &self,
+        metrics: SocketAddr,
+    ) -> Result<Vec<hubhost_metrics::Sample>, LocalAppError> {
+        let url = format!("http://{metrics}/metrics");
         let text = self.get_text(&url).await.map_err(LocalAppError::Io)?;
         hubhost_metrics::parse(&text).map_err(|e| LocalAppError::Io(format!("{url}: {e}")))
     }
@@ -395,7 +547,22 @@ impl LocalApp {
     }
 }
 
-impl Drop for LocalApp {
+impl Instance {
+    /// Stops the instance as Azure stops one, and waits until it has.
+    async fn stop(mut self) -> Result<(), LocalAppError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match (&mut self.emulate).await {
+            Ok(result) => Ok(result?),
+            Err(panic) => Err(LocalAppError::Io(format!(
+                "the emulated host panicked: {panic}"
+            ))),
+        }
+    }
+}
+
+impl Drop for Instance {
     fn drop(&mut self) {
         // The handler process is killed with the task that owns it.
         self.emulate.abort();

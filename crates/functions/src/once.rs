@@ -1,0 +1,345 @@
+//! Outputs once under redelivery (feature `once`): [`Once::claim`] says which events of a batch
+//! still owe their outputs, and records that they are being given.
+//!
+//! An Event Hubs trigger delivers at least once: a batch comes again after its instance died
+//! before the checkpoint, after its partition moved, or while a frozen owner finishes it late.
+//! A function that sends one output per event then sends some twice. `Once` keeps, per
+//! function, event hub, consumer group and partition, the highest sequence number whose
+//! outputs were given — a small JSON blob in the app's storage (`AzureWebJobsStorage`, as the
+//! host's own state), container `hubhost-once`, advanced with a conditional write (ETag) before
+//! the function answers. A redelivered event at or below it owes nothing; of two owners racing
+//! for the same events, one write wins and the other owes nothing.
+//!
+//! One exception keeps outputs from being lost: when the host *retries* the very batch that
+//! made the last claim (`RetryContext.RetryCount` > 0), the previous attempt failed — the
+//! function failed, the handler died before answering, or an output binding failed, and in each
+//! case the host did not carry the outputs out (a failed output fails the invocation), so they
+//! are given again.
+//!
+//! What holds, on Azure as under `hubhost emulate`, with a retry policy on the function:
+//! no duplicate after redelivery, partition moves, scale-in and out or a frozen owner; no
+//! loss after a handler crash or an output failure. What does not: an instance that dies after
+//! the claim but before the host carried the outputs out loses them (the next owner sees them
+//! claimed), and a batch with two outputs where one was carried out and the other failed gives
+//! the first again on the retry. Without a retry policy the host checkpoints past a failed
+//! batch, and its outputs are lost with or without `Once`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::batch::{EventRecord, TriggerBatch};
+use crate::context::FunctionContext;
+use crate::function::FunctionError;
+use hubhost_storage::{Condition, Metadata, SharedStore, StoreError};
+
+/// The container the marks are kept in.
+pub const CONTAINER: &str = "hubhost-once";
+/// Conditional writes lost to another writer before giving up (the host then retries).
+const ATTEMPTS: usize = 8;
+
+/// Why [`Once`] could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum OnceError {
+    /// The app's storage setting is unusable.
+    #[error("Once: the app's storage: {0}")]
+    Settings(String),
+    /// The storage did not answer or refused; the batch should fail and be retried.
+    #[error("Once: storage: {0}")]
+    Storage(#[from] StoreError),
+    /// Another writer kept changing the mark.
+    #[error("Once: the mark {0} kept changing under concurrent writers")]
+    Contended(String),
+}
+
+impl From<OnceError> for FunctionError {
+    fn from(e: OnceError) -> Self {
+        FunctionError::Failed {
+            code: "once_storage",
+            message: e.to_string(),
+        }
+    }
+}
+
+/// The per-partition marks of an app's functions.
+#[derive(Clone)]
+pub struct Once {
+    store: SharedStore,
+}
+
+/// What a partition's mark holds.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mark {
+    /// Every event up to this sequence number has had its outputs given (or is being given).
+    pub through: i64,
+    /// The latest claims, newest last (at most [`RECENT_CLAIMS`]).
+    pub recent: Vec<Claim>,
+}
+
+/// One batch's claim: its first and last sequence numbers, and what it owed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claim {
+    /// The batch's first sequence number.
+    pub first: i64,
+    /// The batch's last sequence number.
+    pub last: i64,
+    /// Its events above this owed their outputs.
+    pub owed_after: i64,
+}
+
+/// Claims a mark remembers: enough for the retries of every batch in flight on a partition.
+pub const RECENT_CLAIMS: usize = 32;
+
+/// What to do with a batch, given its partition's mark (pure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Events with a sequence number above this owe their outputs.
+    pub owed_after: i64,
+    /// The mark to write first, if it changes.
+    pub write: Option<Mark>,
+}
+
+/// The rule: events above the mark owe their outputs, and the mark moves to the batch's last;
+/// a retry of a batch that made a claim owes again what that claim owed (its attempt failed,
+/// so the host carried none of its outputs out).
+pub fn decide(mark: Option<&Mark>, first: i64, last: i64, retry: bool) -> Decision {
+    let mark = mark.cloned().unwrap_or(Mark {
+        through: first - 1,
+        recent: Vec::new(),
+    });
+    if retry
+        && let Some(claim) = mark
+            .recent
+            .iter()
+            .rev()
+            .find(|c| c.first == first && c.last == last)
+    {
+        return Decision {
+            owed_after: claim.owed_after,
+            write: None,
+        };
+    }
+    if last <= mark.through {
+        return Decision {
+            owed_after: mark.through,
+            write: None,
+        };
+    }
+    let mut recent = mark.recent;
+    recent.push(Claim {
+        first,
+        last,
+        owed_after: mark.through,
+    });
+    let excess = recent.len().saturating_sub(RECENT_CLAIMS);
+    recent.drain(..excess);
+    Decision {
+        owed_after: mark.through,
+        write: Some(Mark {
+            through: last,
+            recent,
+        }),
+    }
+}
+
+impl Once {
+    /// Marks kept in `store`.
+    pub fn new(store: SharedStore) -> Self {
+        Once { store }
+    }
+
+    /// Marks kept in the app's storage, read as the host reads it: `AzureWebJobsStorage` (a
+    /// connection string, an identity-based `__accountName`/`__blobServiceUri`, or locally a
+    /// directory), from the environment the host gives the handler.
+    pub fn from_environment() -> Result<Self, OnceError> {
+        let location = hubhost_storage::settings::resolve_storage(None, |k| std::env::var(k).ok())
+            .map_err(|e| OnceError::Settings(e.to_string()))?;
+        let store = location
+            .open()
+            .map_err(|e| OnceError::Settings(e.to_string()))?;
+        Ok(Once::new(store))
+    }
+
+    /// The events of `batch` whose outputs are still owed, after recording that they are being
+    /// given: give outputs for these only. Fails when the storage does; let the function fail
+    /// then (`?` turns it into [`FunctionError::Failed`]), so that the batch is retried.
+    pub async fn claim<'b>(
+        &self,
+        batch: &'b TriggerBatch,
+        context: &FunctionContext,
+    ) -> Result<Vec<&'b EventRecord>, OnceError> {
+        let numbered: Vec<i64> = batch
+            .events
+            .iter()
+            .filter_map(|e| e.sequence_number)
+            .collect();
+        let (Some(&first), Some(&last)) = (numbered.iter().min(), numbered.iter().max()) else {
+            return Ok(batch.events.iter().collect());
+        };
+        let retry = context.retry().is_some_and(|r| r.retry_count > 0);
+        let name = mark_name(context.function_name(), &batch.partition);
+        let mut created = false;
+        for _ in 0..ATTEMPTS {
+            let current = self.read(&name).await?;
+            let decision = decide(current.as_ref().map(|(m, _)| m), first, last, retry);
+            if let Some(mark) = decision.write {
+                let data = Bytes::from(serde_json::to_vec(&mark).expect("a mark serializes"));
+                let condition = match &current {
+                    Some((_, etag)) => Condition::IfMatch(etag.clone()),
+                    None => Condition::IfNotExists,
+                };
+                if !created {
+                    self.store.ensure_container(CONTAINER).await?;
+                    created = true;
+                }
+                match self
+                    .store
+                    .put(CONTAINER, &name, data, &Metadata::new(), &condition)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(StoreError::ConditionNotMet { .. } | StoreError::AlreadyExists { .. }) => {
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return Ok(batch
+                .events
+                .iter()
+                .filter(|e| e.sequence_number.is_none_or(|s| s > decision.owed_after))
+                .collect());
+        }
+        Err(OnceError::Contended(name))
+    }
+
+    async fn read(&self, name: &str) -> Result<Option<(Mark, hubhost_storage::ETag)>, OnceError> {
+        let blob = match self.store.get(CONTAINER, name).await {
+            Ok(blob) => blob,
+            Err(StoreError::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(blob.and_then(|b| {
+            let mark: Mark = serde_json::from_slice(&b.data).ok()?;
+            Some((mark, b.properties.etag))
+        }))
+    }
+}
+
+impl std::fmt::Debug for Once {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Once")
+            .field("store", &self.store.describe())
+            .finish()
+    }
+}
+
+/// `{function}/{namespace}/{event hub}/{consumer group}/{partition}`, lowercased where Event
+/// Hubs names are case-insensitive; characters a blob name cannot hold are replaced.
+fn mark_name(function: &str, partition: &crate::batch::PartitionContext) -> String {
+    let part = |s: Option<&str>| {
+        s.unwrap_or("-")
+            .to_lowercase()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-._$".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>()
+    };
+    format!(
+        "{}/{}/{}/{}/{}",
+        part(Some(function)),
+        part(partition.fully_qualified_namespace.as_deref()),
+        part(partition.event_hub_name.as_deref()),
+        part(partition.consumer_group.as_deref()),
+        part(Some(&partition.partition_id)),
+    )
+}
+
+/// A shared `Once` for a function's state.
+pub type SharedOnce = Arc<Once>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(first: i64, last: i64, owed_after: i64) -> Claim {
+        Claim {
+            first,
+            last,
+            owed_after,
+        }
+    }
+
+    #[test]
+    fn a_first_batch_owes_everything_and_claims_it() {
+        let d = decide(None, 0, 9, false);
+        assert_eq!(d.owed_after, -1);
+        let mark = d.write.unwrap();
+        assert_eq!(mark.through, 9);
+        assert_eq!(mark.recent, [claim(0, 9, -1)]);
+    }
+
+    #[test]
+    fn a_redelivered_batch_owes_nothing_and_writes_nothing() {
+        let mark = decide(None, 0, 9, false).write.unwrap();
+        let d = decide(Some(&mark), 0, 9, false);
+        assert_eq!(d.owed_after, 9);
+        assert_eq!(d.write, None);
+        // Redelivered in another split, partly new.
+        let d = decide(Some(&mark), 5, 14, false);
+        assert_eq!(d.owed_after, 9);
+        assert_eq!(d.write.unwrap().recent.last(), Some(&claim(5, 14, 9)));
+    }
+
+    #[test]
+    fn a_retry_owes_what_its_claim_owed_even_after_another_owner_moved_on() {
+        let mark = decide(None, 0, 9, false).write.unwrap();
+        // A frozen owner claimed 0..9; the next owner got 0..14 fresh and owed only 10..14.
+        let mark = decide(Some(&mark), 0, 14, false).write.unwrap();
+        // The frozen owner's outputs failed: its retry owes 0..9 again, not 10..14.
+        let d = decide(Some(&mark), 0, 9, true);
+        assert_eq!((d.owed_after, d.write), (-1, None));
+        // The next owner's retry owes 10..14.
+        let d = decide(Some(&mark), 0, 14, true);
+        assert_eq!(d.owed_after, 9);
+        // A retry of a batch that never claimed owes what is above the mark: nothing here.
+        assert_eq!(decide(Some(&mark), 3, 7, true).owed_after, 14);
+    }
+
+    #[test]
+    fn a_mark_remembers_a_bounded_number_of_claims() {
+        let mut mark = None;
+        for first in 0..100 {
+            mark = decide(mark.as_ref(), first, first, false).write.or(mark);
+        }
+        let mark = mark.unwrap();
+        assert_eq!(mark.recent.len(), RECENT_CLAIMS);
+        assert_eq!(mark.through, 99);
+    }
+
+    #[tokio::test]
+    async fn two_owners_racing_for_one_batch_give_its_outputs_once() {
+        let store: SharedStore = Arc::new(hubhost_storage::memory::MemoryStore::default());
+        let once = Once::new(store);
+        let batch = TriggerBatch::builder("Forward")
+            .hub("sensors")
+            .partition("3")
+            .first_sequence_number(0)
+            .text("a")
+            .text("b")
+            .build();
+        let context = FunctionContext::for_batch(&batch);
+        let (a, b) = tokio::join!(once.claim(&batch, &context), once.claim(&batch, &context));
+        let owed = a.unwrap().len() + b.unwrap().len();
+        assert_eq!(owed, 2, "one claim owes both events, the other none");
+        assert!(once.claim(&batch, &context).await.unwrap().is_empty());
+    }
+}

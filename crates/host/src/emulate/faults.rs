@@ -1,0 +1,275 @@
+//! Faults injected into one emulated instance, on demand: the switches a rehearsal
+//! (`hubhost rehearse`, the test kit's rehearsals) turns, consulted where Azure's own faults
+//! land — the handler killed mid-invocation, an output binding failing, the checkpoint store
+//! unavailable, the whole instance frozen (a long GC pause, a VM paused by the platform), and
+//! geo-replicated namespaces' offsets.
+//!
+//! The emulated host never turns a switch itself; without a [`FaultSwitch`] every check is a
+//! no-op. When a fault fires is the rehearsal's decision (a seeded plan); this module only
+//! carries it out and counts invocations, the clock those plans run on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::{Notify, watch};
+
+use hubhost_storage::{
+    Blob, BlobProperties, BlobStore, Condition, Metadata, SharedStore, StoreError, WriteOutcome,
+};
+use hubhost_trigger::batch::EventRecord;
+
+/// The switches of one instance. Cheap to share (`Arc`).
+pub struct FaultSwitch {
+    /// Invocations started, counted across every instance sharing this sender.
+    invocations: Arc<watch::Sender<u64>>,
+    failing_outputs: Mutex<HashMap<String, u32>>,
+    store_down_until: Mutex<Option<Instant>>,
+    frozen_until: Mutex<Option<Instant>>,
+    geo_offsets: AtomicBool,
+    kill_handler: Notify,
+}
+
+impl std::fmt::Debug for FaultSwitch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultSwitch")
+            .field("invocations", &*self.invocations.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FaultSwitch {
+    /// Switches for one instance; `invocations` is shared by every instance of a rehearsal so
+    /// that "the k-th invocation" means the same point whichever instance makes it.
+    pub fn new(invocations: Arc<watch::Sender<u64>>) -> Arc<Self> {
+        Arc::new(FaultSwitch {
+            invocations,
+            failing_outputs: Mutex::default(),
+            store_down_until: Mutex::default(),
+            frozen_until: Mutex::default(),
+            geo_offsets: AtomicBool::new(false),
+            kill_handler: Notify::new(),
+        })
+    }
+
+    /// The next `count` attempts to carry out output `name` fail, as a throttled send or a
+    /// blob write answered 503 does.
+    pub fn fail_output(&self, name: &str, count: u32) {
+        *self
+            .failing_outputs
+            .lock()
+            .expect("faults lock")
+            .entry(name.to_string())
+            .or_default() += count;
+    }
+
+    /// Every checkpoint store request fails as unavailable for `period`.
+    pub fn store_down_for(&self, period: Duration) {
+        *self.store_down_until.lock().expect("faults lock") = Some(Instant::now() + period);
+    }
+
+    /// The instance stops for `period`: no store request, invocation or output proceeds until
+    /// it ends; what was under way resumes then, as a paused process does.
+    pub fn freeze_for(&self, period: Duration) {
+        *self.frozen_until.lock().expect("faults lock") = Some(Instant::now() + period);
+    }
+
+    /// Offsets handed to the function become opaque strings, as a geo-replicated namespace's
+    /// are (`OffsetString`; `Offset` is then -1).
+    pub fn set_geo_offsets(&self, on: bool) {
+        self.geo_offsets.store(on, Ordering::Relaxed);
+    }
+
+    /// Kills the custom handler at once (SIGKILL), whatever it is doing; the host restarts it
+    /// and delivers the batch it was given again.
+    pub fn kill_handler(&self) {
+        self.kill_handler.notify_one();
+    }
+
+    /// Resolves when [`Self::kill_handler`] was called (the run loop waits on it).
+    pub async fn kill_requested(&self) {
+        self.kill_handler.notified().await
+    }
+
+    /// An invocation starts: counted, and held while the instance is frozen.
+    pub async fn invocation_starts(&self) {
+        self.wait_while_frozen().await;
+        self.invocations.send_modify(|n| *n += 1);
+    }
+
+    /// Waits while the instance is frozen.
+    pub async fn wait_while_frozen(&self) {
+        loop {
+            let until = *self.frozen_until.lock().expect("faults lock");
+            match until {
+                Some(until) if until > Instant::now() => {
+                    tokio::time::sleep_until(until.into()).await;
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Why output `name` fails this time, if it is failing.
+    pub fn output_failure(&self, name: &str) -> Option<String> {
+        let mut failing = self.failing_outputs.lock().expect("faults lock");
+        let left = failing.get_mut(name)?;
+        if *left == 0 {
+            return None;
+        }
+        *left -= 1;
+        Some(format!(
+            "output '{name}': injected failure (the service answered 503 Server Busy)"
+        ))
+    }
+
+    fn store_down(&self) -> bool {
+        self.store_down_until
+            .lock()
+            .expect("faults lock")
+            .is_some_and(|until| until > Instant::now())
+    }
+
+    /// The events as the function is handed them: with geo-replication offsets on, each offset
+    /// an opaque string.
+    pub fn offsets_for_function(&self, events: &[EventRecord]) -> Option<Vec<EventRecord>> {
+        if !self.geo_offsets.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(
+            events
+                .iter()
+                .map(|e| EventRecord {
+                    offset: Some(geo_offset(e.sequence_number.unwrap_or_default())),
+                    ..e.clone()
+                })
+                .collect(),
+        )
+    }
+}
+
+/// An offset as a geo-replicated namespace might hand it out: text that is not a number.
+pub fn geo_offset(sequence_number: i64) -> String {
+    format!("g1:{sequence_number}:0")
+}
+
+/// A store whose requests pass through an instance's switches: refused while the store is
+/// down, held while the instance is frozen.
+pub struct FaultyStore {
+    inner: SharedStore,
+    faults: Arc<FaultSwitch>,
+}
+
+impl FaultyStore {
+    pub fn wrap(inner: SharedStore, faults: Arc<FaultSwitch>) -> SharedStore {
+        Arc::new(FaultyStore { inner, faults })
+    }
+
+    async fn enter(&self) -> Result<(), StoreError> {
+        self.faults.wait_while_frozen().await;
+        if self.faults.store_down() {
+            return Err(StoreError::Unavailable(
+                "injected outage (the storage account answered 503)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl BlobStore for FaultyStore {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn ensure_container(&self, container: &str) -> Result<(), StoreError> {
+        self.enter().await?;
+        self.inner.ensure_container(container).await
+    }
+
+    async fn get(&self, container: &str, name: &str) -> Result<Option<Blob>, StoreError> {
+        self.enter().await?;
+        self.inner.get(container, name).await
+    }
+
+    async fn put(
+        &self,
+        container: &str,
+        name: &str,
+        data: Bytes,
+        metadata: &Metadata,
+        condition: &Condition,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.enter().await?;
+        self.inner
+            .put(container, name, data, metadata, condition)
+            .await
+    }
+
+    async fn set_metadata(
+        &self,
+        container: &str,
+        name: &str,
+        metadata: &Metadata,
+        condition: &Condition,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.enter().await?;
+        self.inner
+            .set_metadata(container, name, metadata, condition)
+            .await
+    }
+
+    async fn list(&self, container: &str, prefix: &str) -> Result<Vec<BlobProperties>, StoreError> {
+        self.enter().await?;
+        self.inner.list(container, prefix).await
+    }
+
+    async fn delete(&self, container: &str, name: &str) -> Result<(), StoreError> {
+        self.enter().await?;
+        self.inner.delete(container, name).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_fails_exactly_as_often_as_asked() {
+        let faults = FaultSwitch::new(Arc::new(watch::channel(0).0));
+        faults.fail_output("alarms", 2);
+        assert!(faults.output_failure("alarms").is_some());
+        assert!(faults.output_failure("other").is_none());
+        assert!(faults.output_failure("alarms").is_some());
+        assert!(faults.output_failure("alarms").is_none());
+    }
+
+    #[test]
+    fn geo_offsets_are_not_numbers() {
+        let offset = geo_offset(42);
+        assert!(offset.parse::<i64>().is_err());
+        assert!(offset.contains("42"));
+    }
+
+    #[tokio::test]
+    async fn a_store_refuses_while_down_and_waits_while_frozen() {
+        let faults = FaultSwitch::new(Arc::new(watch::channel(0).0));
+        let store = FaultyStore::wrap(
+            Arc::new(hubhost_storage::memory::MemoryStore::default()),
+            faults.clone(),
+        );
+        store.ensure_container("c").await.unwrap();
+        faults.store_down_for(Duration::from_secs(60));
+        let refused = store.get("c", "b").await.unwrap_err();
+        assert!(refused.is_transient(), "{refused}");
+        *faults.store_down_until.lock().unwrap() = None;
+        faults.freeze_for(Duration::from_millis(300));
+        let started = Instant::now();
+        assert!(store.get("c", "b").await.unwrap().is_none());
+        assert!(started.elapsed() >= Duration::from_millis(250));
+    }
+}

@@ -1,0 +1,329 @@
+//! A rehearsal's faults, decided before it starts: a seed and the kinds asked for give the same
+//! faults at the same points every time (pure). A point is the number of invocations made so far,
+//! across every instance: the clock a fault plan runs on, since wall-clock times move with the
+//! machine's speed.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// What may be asked for (`--faults`): each names what Azure does to a function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// The handler process killed mid-invocation (an instance recycled, an out-of-memory kill).
+    KillHandler,
+    /// A second instance joins, takes its share of the partitions, and leaves again (scale-out
+    /// and scale-in).
+    ScaleOut,
+    /// An owner frozen past its ownership (a long pause) while another instance takes its
+    /// partitions, then resumed: it finishes the batch it had.
+    Freeze,
+    /// An output binding failing for a few attempts (a throttled send, a blob write answered 503).
+    OutputFailure,
+    /// The hub ending the receive links (ServerBusy, or a stolen link); clients reconnect.
+    Detach,
+    /// The checkpoint store unavailable for a few seconds.
+    StoreOutage,
+    /// Offsets as a geo-replicated namespace hands them out (opaque `OffsetString`, `Offset` -1).
+    GeoOffsets,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::KillHandler,
+        FaultKind::ScaleOut,
+        FaultKind::Freeze,
+        FaultKind::OutputFailure,
+        FaultKind::Detach,
+        FaultKind::StoreOutage,
+        FaultKind::GeoOffsets,
+    ];
+
+    /// Every kind but geo-replication offsets, which change what a function is handed rather
+    /// than how often: a rehearsal with them is a question of its own.
+    pub const DEFAULT: [FaultKind; 6] = [
+        FaultKind::KillHandler,
+        FaultKind::ScaleOut,
+        FaultKind::Freeze,
+        FaultKind::OutputFailure,
+        FaultKind::Detach,
+        FaultKind::StoreOutage,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::KillHandler => "kill-handler",
+            FaultKind::ScaleOut => "scale-out",
+            FaultKind::Freeze => "freeze",
+            FaultKind::OutputFailure => "output-failure",
+            FaultKind::Detach => "detach",
+            FaultKind::StoreOutage => "store-outage",
+            FaultKind::GeoOffsets => "geo-offsets",
+        }
+    }
+
+    /// A `--faults` list: names separated by commas; `all` and `default` as shorthands.
+    pub fn parse_list(text: &str) -> Result<Vec<FaultKind>, String> {
+        let mut kinds = Vec::new();
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "all" => kinds.extend(FaultKind::ALL),
+                "default" => kinds.extend(FaultKind::DEFAULT),
+                _ => kinds.push(
+                    FaultKind::ALL
+                        .into_iter()
+                        .find(|k| k.name() == name)
+                        .ok_or_else(|| {
+                            format!(
+                                "unknown fault `{name}` (known: {}, all, default)",
+                                FaultKind::ALL.map(FaultKind::name).join(", ")
+                            )
+                        })?,
+                ),
+            }
+        }
+        kinds.dedup();
+        Ok(kinds)
+    }
+}
+
+/// One fault as it is carried out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "fault", rename_all = "kebab-case")]
+pub enum Fault {
+    KillHandler,
+    InstanceJoins,
+    InstanceLeaves,
+    Freeze {
+        #[serde(rename = "ms")]
+        millis: u64,
+    },
+    OutputFails {
+        output: String,
+        times: u32,
+    },
+    Detach {
+        server_busy: bool,
+    },
+    StoreDown {
+        #[serde(rename = "ms")]
+        millis: u64,
+    },
+    GeoOffsets,
+}
+
+impl Fault {
+    pub fn duration(&self) -> Option<Duration> {
+        match self {
+            Fault::Freeze { millis } | Fault::StoreDown { millis } => {
+                Some(Duration::from_millis(*millis))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A fault and the invocation count at which it fires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Scheduled {
+    pub at_invocation: u64,
+    #[serde(flatten)]
+    pub fault: Fault,
+}
+
+/// How long ownership lasts without renewal in a rehearsal (host.json's
+/// `partitionOwnershipExpirationInterval`, and the expiry instances give each other): short, so
+/// that a frozen or departed owner's partitions move within seconds.
+pub const OWNERSHIP_EXPIRY: Duration = Duration::from_secs(3);
+
+/// The faults of a rehearsal of `inputs` events: `count` faults drawn from `kinds` in turn
+/// (at least one of each), at points between 5% and 60% of the inputs, in order. Freezes fall
+/// while a second instance is up, so that one takes over; `outputs` are the output bindings an
+/// output failure may pick.
+pub fn schedule(
+    seed: u64,
+    kinds: &[FaultKind],
+    count: usize,
+    inputs: usize,
+    outputs: &[String],
+) -> Vec<Scheduled> {
+    let mut rng = SplitMix(seed);
+    let inputs = inputs.max(20) as u64;
+    let (low, high) = (inputs / 20, inputs * 6 / 10);
+    let point = |rng: &mut SplitMix| low + rng.below(high - low + 1);
+    let mut plan = Vec::new();
+    let point_kinds: Vec<FaultKind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| !matches!(k, FaultKind::GeoOffsets | FaultKind::ScaleOut))
+        .collect();
+    if kinds.contains(&FaultKind::GeoOffsets) {
+        plan.push(Scheduled {
+            at_invocation: 0,
+            fault: Fault::GeoOffsets,
+        });
+    }
+    let scale = kinds.contains(&FaultKind::ScaleOut);
+    let rounds = count.max(point_kinds.len() + usize::from(scale));
+    for i in 0..rounds {
+        let Some(kind) = (!point_kinds.is_empty()).then(|| point_kinds[i % point_kinds.len()])
+        else {
+            break;
+        };
+        let fault = match kind {
+            FaultKind::KillHandler => Fault::KillHandler,
+            FaultKind::Freeze => Fault::Freeze {
+                millis: OWNERSHIP_EXPIRY.as_millis() as u64 * 2 + rng.below(2000),
+            },
+            FaultKind::OutputFailure => match outputs {
+                [] => continue,
+                _ => Fault::OutputFails {
+                    output: outputs[rng.below(outputs.len() as u64) as usize].clone(),
+                    times: 1 + rng.below(3) as u32,
+                },
+            },
+            FaultKind::Detach => Fault::Detach {
+                server_busy: rng.below(2) == 0,
+            },
+            FaultKind::StoreOutage => Fault::StoreDown {
+                millis: 1500 + rng.below(3000),
+            },
+            FaultKind::ScaleOut | FaultKind::GeoOffsets => unreachable!("filtered above"),
+        };
+        plan.push(Scheduled {
+            at_invocation: point(&mut rng),
+            fault,
+        });
+    }
+    // A second instance for the freezes to hand partitions to, and for scale-out itself: it
+    // joins before the first freeze and leaves after the last one.
+    let freezes: Vec<u64> = plan
+        .iter()
+        .filter(|s| matches!(s.fault, Fault::Freeze { .. }))
+        .map(|s| s.at_invocation)
+        .collect();
+    if scale || !freezes.is_empty() {
+        let join = freezes
+            .iter()
+            .min()
+            .map(|first| first.saturating_sub(inputs / 20).max(1))
+            .unwrap_or_else(|| point(&mut rng));
+        let leave = freezes
+            .iter()
+            .max()
+            .map(|last| last + inputs / 10)
+            .unwrap_or_else(|| join + inputs / 5)
+            .max(join + 1);
+        plan.push(Scheduled {
+            at_invocation: join,
+            fault: Fault::InstanceJoins,
+        });
+        plan.push(Scheduled {
+            at_invocation: leave,
+            fault: Fault::InstanceLeaves,
+        });
+    }
+    plan.sort_by_key(|s| s.at_invocation);
+    plan
+}
+
+/// A small seeded generator (SplitMix64): the same seed, the same sequence, on every platform.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform enough in `0..n` for a fault plan (`n` > 0).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outputs() -> Vec<String> {
+        vec!["alarms".into(), "poison".into()]
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_plan_and_another_seed_another() {
+        let a = schedule(7, &FaultKind::DEFAULT, 12, 400, &outputs());
+        assert_eq!(a, schedule(7, &FaultKind::DEFAULT, 12, 400, &outputs()));
+        assert_ne!(a, schedule(8, &FaultKind::DEFAULT, 12, 400, &outputs()));
+    }
+
+    #[test]
+    fn every_kind_asked_for_is_in_the_plan_and_in_order() {
+        let plan = schedule(1, &FaultKind::ALL, 0, 400, &outputs());
+        let has = |f: fn(&Fault) -> bool| plan.iter().any(|s| f(&s.fault));
+        assert!(has(|f| matches!(f, Fault::KillHandler)));
+        assert!(has(|f| matches!(f, Fault::Freeze { .. })));
+        assert!(has(|f| matches!(f, Fault::OutputFails { .. })));
+        assert!(has(|f| matches!(f, Fault::Detach { .. })));
+        assert!(has(|f| matches!(f, Fault::StoreDown { .. })));
+        assert!(has(|f| matches!(f, Fault::GeoOffsets)));
+        assert!(
+            plan.windows(2)
+                .all(|w| w[0].at_invocation <= w[1].at_invocation)
+        );
+        assert!(plan.iter().all(|s| s.at_invocation <= 240 + 40));
+    }
+
+    #[test]
+    fn freezes_fall_while_a_second_instance_is_up() {
+        for seed in 0..200 {
+            let plan = schedule(seed, &[FaultKind::Freeze], 5, 300, &outputs());
+            let join = plan
+                .iter()
+                .find(|s| s.fault == Fault::InstanceJoins)
+                .unwrap();
+            let leave = plan
+                .iter()
+                .find(|s| s.fault == Fault::InstanceLeaves)
+                .unwrap();
+            for freeze in plan
+                .iter()
+                .filter(|s| matches!(s.fault, Fault::Freeze { .. }))
+            {
+                assert!(
+                    join.at_invocation < freeze.at_invocation,
+                    "seed {seed}: {plan:?}"
+                );
+                assert!(
+                    freeze.at_invocation < leave.at_invocation,
+                    "seed {seed}: {plan:?}"
+                );
+                assert!(freeze.fault.duration().unwrap() > OWNERSHIP_EXPIRY);
+            }
+        }
+    }
+
+    #[test]
+    fn a_hundred_faults_when_asked() {
+        let plan = schedule(3, &FaultKind::DEFAULT, 100, 2000, &outputs());
+        assert!(plan.len() >= 100, "{}", plan.len());
+    }
+
+    #[test]
+    fn fault_lists_parse_and_unknown_names_are_named() {
+        assert_eq!(
+            FaultKind::parse_list("freeze, kill-handler").unwrap(),
+            [FaultKind::Freeze, FaultKind::KillHandler]
+        );
+        assert_eq!(FaultKind::parse_list("all").unwrap(), FaultKind::ALL);
+        let error = FaultKind::parse_list("freeze,meteor").unwrap_err();
+        assert!(
+            error.contains("meteor") && error.contains("store-outage"),
+            "{error}"
+        );
+    }
+}

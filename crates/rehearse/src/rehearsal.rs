@@ -1,0 +1,580 @@
+//! A rehearsal: the app run as a [`LocalApp`] while a seeded plan of faults is carried out, then
+//! the audit of its outputs. The run: inputs sent at a steady pace (so that there are many
+//! small invocations for the faults to land between), each fault fired when the invocation count
+//! reaches its point, until every input is checkpointed and no fault is still under way; then
+//! the instances stop as Azure stops them, and every event the `eventHub` outputs sent and every
+//! blob the `blob` outputs wrote is matched to the inputs.
+//!
+//! Time runs compressed: ownership expires after [`OWNERSHIP_EXPIRY`] and instances balance
+//! every second (host.json's `partitionOwnershipExpirationInterval` and
+//! `loadBalancingUpdateInterval` in the rehearsal's copy), so partitions move within seconds.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semantics};
+use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings};
+use crate::plan::{self, Fault, FaultKind, OWNERSHIP_EXPIRY, Scheduled};
+use hubhost_functions::function_app::FunctionApp;
+use hubhost_host::emulate::{AppSettings, resolve_trigger};
+use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
+use hubhost_storage::StorageLocation;
+
+type KeyOf = Arc<dyn Fn(&[u8]) -> Option<String> + Send + Sync>;
+type EffectKeyOf = Arc<dyn Fn(&str, &[u8]) -> Option<String> + Send + Sync>;
+type Expects = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+/// The owner id of the instance a scale-out adds.
+const SECOND_INSTANCE: &str = "rehearsal-2";
+/// How long sending the inputs takes at least, so that the faults' points fall while events
+/// flow (one event per partition per tick; ticks between 40 and 250 ms).
+const SENDING: Duration = Duration::from_secs(20);
+/// How long no invocation may be made, once everything was sent and every fault is over,
+/// before the run counts as done (a checkpoint that failed is written again only with the next
+/// batch or at the stop).
+const QUIET: Duration = Duration::from_secs(5);
+
+/// A rehearsal to run: inputs, faults, and what the function promises.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), hubhost_rehearse::LocalAppError> {
+/// use hubhost_rehearse::Rehearsal;
+///
+/// let report = Rehearsal::new(42)
+///     .count(400)
+///     .run(std::path::Path::new("function_app"), std::path::Path::new("target/debug/my-function"))
+///     .await?;
+/// assert!(report.passed, "{}", report.summary());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Rehearsal {
+    seed: u64,
+    kinds: Vec<FaultKind>,
+    fault_count: usize,
+    inputs: Vec<Vec<u8>>,
+    semantics: Semantics,
+    function: Option<String>,
+    input_key: KeyOf,
+    effect_key: EffectKeyOf,
+    expects_effect: Expects,
+    within: Duration,
+}
+
+/// What a rehearsal found; `hubhost rehearse` prints it as JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub semantics: Semantics,
+    pub function: String,
+    pub inputs: usize,
+    pub effects: usize,
+    pub missing: Vec<Missing>,
+    pub duplicated: Vec<Duplicated>,
+    pub unmatched: Vec<String>,
+    pub faults: Vec<FiredFault>,
+    /// Whether every input was processed and checkpointed within the rehearsal's time.
+    pub completed: bool,
+    pub passed: bool,
+    pub seconds: f64,
+}
+
+impl Report {
+    /// A few lines for a person: the verdict, the counts, the seed to run it again.
+    pub fn summary(&self) -> String {
+        let fired = self.faults.iter().filter(|f| f.at_ms.is_some()).count();
+        let mut text = format!(
+            "rehearsal of {} with seed {}: {} — {} inputs, {} effects, {} missing, {} duplicated, {} unmatched; {} of {} faults fired in {:.1} s{}",
+            self.function,
+            self.seed,
+            if self.passed { "passed" } else { "FAILED" },
+            self.inputs,
+            self.effects,
+            self.missing.len(),
+            self.duplicated.len(),
+            self.unmatched.len(),
+            fired,
+            self.faults.len(),
+            self.seconds,
+            if self.completed {
+                ""
+            } else {
+                " (not every input was processed in time)"
+            }
+        );
+        for d in self.duplicated.iter().take(5) {
+            text.push_str(&format!(
+                "\n  duplicated: {} ×{} through '{}' after faults {:?}",
+                d.key, d.count, d.output, d.faults_before
+            ));
+        }
+        for m in self.missing.iter().take(5) {
+            text.push_str(&format!(
+                "\n  missing: {} (partition {})",
+                m.key, m.partition
+            ));
+        }
+        if !self.passed {
+            text.push_str(&format!(
+                "\n  run it again with the same seed: {}",
+                self.seed
+            ));
+        }
+        text
+    }
+}
+
+impl Rehearsal {
+    /// A rehearsal with `seed`, every default fault ([`FaultKind::DEFAULT`]) once, 200 inputs
+    /// `{"id":"input-00001","n":1}`…, keys read by [`audit::default_key`], exactly once.
+    pub fn new(seed: u64) -> Self {
+        Rehearsal {
+            seed,
+            kinds: FaultKind::DEFAULT.to_vec(),
+            fault_count: 0,
+            inputs: generated_inputs(200),
+            semantics: Semantics::ExactlyOnce,
+            function: None,
+            input_key: Arc::new(audit::default_key),
+            effect_key: Arc::new(|_, body| audit::default_key(body)),
+            expects_effect: Arc::new(|_| true),
+            within: Duration::from_secs(180),
+        }
+    }
+
+    /// `n` generated inputs, `{"id":"input-00001","n":1}` and on.
+    pub fn count(mut self, n: usize) -> Self {
+        self.inputs = generated_inputs(n);
+        self
+    }
+
+    /// These bodies as the inputs.
+    pub fn inputs(mut self, bodies: impl IntoIterator<Item = Vec<u8>>) -> Self {
+        self.inputs = bodies.into_iter().collect();
+        self
+    }
+
+    /// The kinds of fault to draw from.
+    pub fn faults(mut self, kinds: &[FaultKind]) -> Self {
+        self.kinds = kinds.to_vec();
+        self
+    }
+
+    /// At least `n` faults in all (the kinds in turn).
+    pub fn fault_count(mut self, n: usize) -> Self {
+        self.fault_count = n;
+        self
+    }
+
+    pub fn semantics(mut self, semantics: Semantics) -> Self {
+        self.semantics = semantics;
+        self
+    }
+
+    /// The function whose trigger gets the inputs [default: the app's first Event Hubs function].
+    pub fn function(mut self, name: &str) -> Self {
+        self.function = Some(name.to_string());
+        self
+    }
+
+    /// How an input's key is read from its body.
+    pub fn input_key(
+        mut self,
+        key: impl Fn(&[u8]) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.input_key = Arc::new(key);
+        self
+    }
+
+    /// How an effect names its input: from the output's name and the event's body or blob's
+    /// content.
+    pub fn effect_key(
+        mut self,
+        key: impl Fn(&str, &[u8]) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.effect_key = Arc::new(key);
+        self
+    }
+
+    /// The same JSON member as the key of inputs and effects.
+    pub fn key_field(self, field: &str) -> Self {
+        let (a, b) = (field.to_string(), field.to_string());
+        self.input_key(move |body| audit::key_field(body, &a))
+            .effect_key(move |_, body| audit::key_field(body, &b))
+    }
+
+    /// Which inputs should have an effect [default: all].
+    pub fn expects_effect(
+        mut self,
+        expects: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.expects_effect = Arc::new(expects);
+        self
+    }
+
+    /// How long the run may take before what is unprocessed counts as missing [default: 180 s].
+    pub fn within(mut self, within: Duration) -> Self {
+        self.within = within;
+        self
+    }
+
+    /// The faults this rehearsal will fire, for the outputs named (pure).
+    pub fn plan(&self, outputs: &[String]) -> Vec<Scheduled> {
+        plan::schedule(
+            self.seed,
+            &self.kinds,
+            self.fault_count,
+            self.inputs.len(),
+            outputs,
+        )
+    }
+
+    /// Runs the app in `function_app` with `handler` as its custom handler under the plan, and
+    /// audits its outputs.
+    pub async fn run(&self, function_app: &Path, handler: &Path) -> Result<Report, LocalAppError> {
+        let timings = Timings {
+            host_json_event_hubs: vec![
+                ("loadBalancingUpdateInterval", "00:00:01".into()),
+                (
+                    "partitionOwnershipExpirationInterval",
+                    format!("00:00:{:02}", OWNERSHIP_EXPIRY.as_secs()),
+                ),
+            ],
+            foreign_ownership_expiry: Some(OWNERSHIP_EXPIRY),
+        };
+        let mut local = LocalApp::start_with(function_app, handler, timings).await?;
+        let outcome = self.run_on(&mut local).await;
+        local.stop_instances().await?;
+        let (run, started_wall) = outcome?;
+        let effects =
+            collect_effects(&local, &run.outputs, started_wall, &*self.effect_key).await?;
+        let findings = audit::audit(&run.inputs, &effects, &run.faults);
+        let passed = run.completed && findings.passed(self.semantics);
+        Ok(Report {
+            seed: self.seed,
+            semantics: self.semantics,
+            function: run.function,
+            inputs: run.inputs.len(),
+            effects: effects.len(),
+            missing: findings.missing,
+            duplicated: findings.duplicated,
+            unmatched: findings.unmatched,
+            faults: run.faults,
+            completed: run.completed,
+            passed,
+            seconds: run.seconds,
+        })
+    }
+
+    async fn run_on(
+        &self,
+        local: &mut LocalApp,
+    ) -> Result<(Run, chrono::DateTime<chrono::Utc>), LocalAppError> {
+        let app = FunctionApp::load(local.app_folder())?;
+        let settings = AppSettings::load(local.app_folder())?;
+        let spec = app
+            .functions
+            .iter()
+            .filter(|f| f.event_hub_trigger().is_some())
+            .find(|f| self.function.as_deref().is_none_or(|n| n == f.name))
+            .ok_or_else(|| {
+                LocalAppError::Io(match &self.function {
+                    Some(name) => format!("the app has no Event Hubs function {name}"),
+                    None => "the app has no Event Hubs function".into(),
+                })
+            })?;
+        let (trigger, target) = resolve_trigger(spec, &settings)?
+            .ok_or_else(|| LocalAppError::Io("no eventHubTrigger".into()))?;
+        let outputs = resolve_outputs(spec, &settings)?;
+        let output_names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
+        let plan = self.plan(&output_names);
+
+        let inputs: Vec<Input> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, body)| Input {
+                key: (self.input_key)(body).unwrap_or_else(|| format!("input #{i}")),
+                partition: (i as u32 % PARTITIONS).to_string(),
+                expects_effect: (self.expects_effect)(body),
+            })
+            .collect();
+        let mut last_sequence = vec![-1i64; PARTITIONS as usize];
+        for (i, _) in self.inputs.iter().enumerate() {
+            last_sequence[i % PARTITIONS as usize] += 1;
+        }
+        let checkpoints = CheckpointStore::new(
+            StorageLocation::Directory(local.storage_folder())
+                .open()
+                .map_err(|e| LocalAppError::Io(e.to_string()))?,
+            DEFAULT_CONTAINER,
+        );
+        let key = ConsumerGroupKey::new(
+            target.namespace.clone(),
+            target.hub.clone(),
+            trigger.consumer_group.clone(),
+        )
+        .map_err(|e| LocalAppError::Io(e.to_string()))?;
+
+        let started = Instant::now();
+        let started_wall = chrono::Utc::now();
+        let ticks = self.inputs.len().div_ceil(PARTITIONS as usize).max(1) as u32;
+        let tick = (SENDING / ticks).clamp(Duration::from_millis(40), Duration::from_millis(250));
+        let mut sending = tokio::spawn(local.send_paced(
+            &trigger.event_hub_name,
+            self.inputs.clone(),
+            PARTITIONS as usize,
+            tick,
+        ));
+        let mut last_count = 0;
+        let mut last_change = Instant::now();
+        let mut sent = false;
+        let mut invocations = local.invocations();
+        let mut fired: Vec<FiredFault> = Vec::new();
+        let mut geo = false;
+        let mut busy_until = Instant::now();
+        let deadline = started + self.within;
+        let completed = loop {
+            let count = *invocations.borrow_and_update();
+            if count != last_count {
+                (last_count, last_change) = (count, Instant::now());
+            }
+            while let Some(next) = plan.get(fired.len()).filter(|s| s.at_invocation <= count) {
+                let instance = fire(local, next, &trigger.event_hub_name, &mut geo).await?;
+                let at_ms = started.elapsed().as_millis() as u64;
+                tracing::warn!(target: "hubhost::rehearse", at_invocation = next.at_invocation, at_ms, fault = ?next.fault, instance = ?instance, "fault");
+                if let Some(d) = next.fault.duration() {
+                    busy_until = busy_until.max(Instant::now() + d + Duration::from_secs(2));
+                }
+                fired.push(FiredFault {
+                    scheduled: next.clone(),
+                    at_ms: Some(at_ms),
+                    instance,
+                });
+            }
+            if !sent && sending.is_finished() {
+                (&mut sending)
+                    .await
+                    .map_err(|e| LocalAppError::EventHub(e.to_string()))??;
+                sent = true;
+            }
+            if sent
+                && Instant::now() >= busy_until
+                && (last_change.elapsed() >= QUIET
+                    || all_checkpointed(&checkpoints, &key, &last_sequence).await)
+            {
+                break true;
+            }
+            if Instant::now() > deadline {
+                break false;
+            }
+            tokio::select! {
+                _ = invocations.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        };
+        if !sent {
+            sending.abort();
+        }
+        // Faults never reached: the run ended before their point.
+        for unfired in plan.iter().skip(fired.len()) {
+            fired.push(FiredFault {
+                scheduled: unfired.clone(),
+                at_ms: None,
+                instance: None,
+            });
+        }
+        Ok((
+            Run {
+                function: spec.name.clone(),
+                inputs,
+                outputs,
+                faults: fired,
+                completed,
+                seconds: started.elapsed().as_secs_f64(),
+            },
+            started_wall,
+        ))
+    }
+}
+
+/// What a run leaves for the audit.
+struct Run {
+    function: String,
+    inputs: Vec<Input>,
+    outputs: Vec<OutputPlace>,
+    faults: Vec<FiredFault>,
+    completed: bool,
+    seconds: f64,
+}
+
+/// Where an output binding's effects are found.
+struct OutputPlace {
+    name: String,
+    kind: OutputKind,
+}
+
+enum OutputKind {
+    EventHub(String),
+    Blob(String),
+}
+
+fn resolve_outputs(
+    spec: &hubhost_functions::function_app::FunctionSpec,
+    settings: &AppSettings,
+) -> Result<Vec<OutputPlace>, LocalAppError> {
+    let mut places = Vec::new();
+    for binding in spec.outputs() {
+        let kind = if binding.is("eventHub") {
+            let hub = binding.event_hub_name().unwrap_or_default();
+            OutputKind::EventHub(settings.expand(hub).map_err(LocalAppError::Io)?)
+        } else if binding.is("blob") {
+            let path = settings
+                .expand(binding.setting("path").unwrap_or_default())
+                .map_err(LocalAppError::Io)?;
+            OutputKind::Blob(path.split('/').next().unwrap_or_default().to_string())
+        } else {
+            continue;
+        };
+        places.push(OutputPlace {
+            name: binding.name.clone(),
+            kind,
+        });
+    }
+    Ok(places)
+}
+
+/// Carries out one fault; the instance it was done to, where that matters.
+async fn fire(
+    local: &mut LocalApp,
+    scheduled: &Scheduled,
+    trigger_hub: &str,
+    geo: &mut bool,
+) -> Result<Option<String>, LocalAppError> {
+    let ids = local.instance_ids();
+    let all = |f: &dyn Fn(&hubhost_host::emulate::faults::FaultSwitch)| {
+        for id in &ids {
+            if let Some(switch) = local.faults_of(id) {
+                f(&switch);
+            }
+        }
+    };
+    Ok(match &scheduled.fault {
+        Fault::KillHandler => {
+            let id = ids[scheduled.at_invocation as usize % ids.len()].clone();
+            if let Some(switch) = local.faults_of(&id) {
+                switch.kill_handler();
+            }
+            Some(id)
+        }
+        Fault::InstanceJoins => {
+            if !ids.iter().any(|i| i == SECOND_INSTANCE) {
+                local.start_instance(SECOND_INSTANCE).await?;
+                if let Some(switch) = local.faults_of(SECOND_INSTANCE) {
+                    switch.set_geo_offsets(*geo);
+                }
+            }
+            Some(SECOND_INSTANCE.into())
+        }
+        Fault::InstanceLeaves => {
+            if ids.iter().any(|i| i == SECOND_INSTANCE) {
+                local.stop_instance(SECOND_INSTANCE).await?;
+            }
+            Some(SECOND_INSTANCE.into())
+        }
+        Fault::Freeze { millis } => {
+            // The first instance: the one that owned partitions before the second joined.
+            let id = ids[0].clone();
+            if let Some(switch) = local.faults_of(&id) {
+                switch.freeze_for(Duration::from_millis(*millis));
+            }
+            Some(id)
+        }
+        Fault::OutputFails { output, times } => {
+            all(&|s| s.fail_output(output, *times));
+            None
+        }
+        Fault::Detach { server_busy } => {
+            if let Some(hub) = local.hub.namespace.hub(trigger_hub) {
+                for partition in &hub.partitions {
+                    partition.detach_receivers(*server_busy, "rehearsal: the hub ended the link");
+                }
+            }
+            None
+        }
+        Fault::StoreDown { millis } => {
+            all(&|s| s.store_down_for(Duration::from_millis(*millis)));
+            None
+        }
+        Fault::GeoOffsets => {
+            *geo = true;
+            all(&|s| s.set_geo_offsets(true));
+            None
+        }
+    })
+}
+
+/// Whether every partition's checkpoint is at its last input.
+async fn all_checkpointed(store: &CheckpointStore, key: &ConsumerGroupKey, last: &[i64]) -> bool {
+    let Ok(listing) = store.list_checkpoints(key).await else {
+        return false;
+    };
+    last.iter().enumerate().all(|(partition, last)| {
+        *last < 0
+            || listing.items.iter().any(|c| {
+                c.partition_id == partition.to_string()
+                    && c.sequence_number.is_some_and(|s| s >= *last)
+            })
+    })
+}
+
+/// Every event the `eventHub` outputs sent and every blob the `blob` outputs wrote.
+async fn collect_effects(
+    local: &LocalApp,
+    outputs: &[OutputPlace],
+    started: chrono::DateTime<chrono::Utc>,
+    key_of: &(dyn Fn(&str, &[u8]) -> Option<String> + Send + Sync),
+) -> Result<Vec<Effect>, LocalAppError> {
+    let mut effects = Vec::new();
+    for output in outputs {
+        match &output.kind {
+            OutputKind::EventHub(hub) => {
+                for (partition, event) in local.events_by_partition(hub).await? {
+                    let body = base64::Engine::decode(
+                        &base64::engine::general_purpose::STANDARD,
+                        &event.body_base64,
+                    )
+                    .unwrap_or_default();
+                    effects.push(Effect {
+                        output: output.name.clone(),
+                        key: key_of(&output.name, &body),
+                        at_ms: event
+                            .enqueued_time
+                            .map(|t| (t - started).num_milliseconds().max(0) as u64),
+                        location: format!("{hub}/{partition}#{}", event.sequence_number),
+                    });
+                }
+            }
+            OutputKind::Blob(container) => {
+                for (name, content) in local.blobs(container).await? {
+                    effects.push(Effect {
+                        output: output.name.clone(),
+                        key: key_of(&output.name, &content),
+                        at_ms: None,
+                        location: format!("{container}/{name}"),
+                    });
+                }
+            }
+        }
+    }
+    Ok(effects)
+}
+
+fn generated_inputs(n: usize) -> Vec<Vec<u8>> {
+    (1..=n)
+        .map(|i| format!(r#"{{"id":"input-{i:05}","n":{i}}}"#).into_bytes())
+        .collect()
+}
