@@ -179,7 +179,16 @@ pub async fn run(
     let pool: Vec<InstanceTriggers> = (1..=opts.instances)
         .map(|i| {
             let owner = format!("demo-{i}");
-            InstanceTriggers::start(&functions, &store, &options, &invoker, &owner, &stop, None)
+            InstanceTriggers::start(
+                &functions,
+                &store,
+                &options,
+                &invoker,
+                &owner,
+                &stop,
+                None,
+                hubhost_host::emulate::DRAIN,
+            )
         })
         .collect::<Result<_, _>>()?;
     let counts: Vec<TriggerCounts> = pool.iter().map(|i| i.counts().clone()).collect();

@@ -794,6 +794,7 @@ fn the_five_minute_path_works_as_a_user_types_it() {
     for test in [
         "a_batch_is_answered_with_its_summary ... ok",
         "every_event_sent_is_processed ... ok",
+        "rehearsal_of_what_azure_does_to_it ... ok",
     ] {
         assert!(out.contains(test), "{out}");
     }

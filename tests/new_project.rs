@@ -71,6 +71,7 @@ fn scaffold_and_test(args: &[&str]) {
     for test in [
         "a_batch_is_answered_with_its_summary ... ok",
         "every_event_sent_is_processed ... ok",
+        "rehearsal_of_what_azure_does_to_it ... ok",
     ] {
         assert!(stdout.contains(test), "{stdout}");
     }

@@ -155,3 +155,83 @@ fn hubhost_rehearse_reports_duplicates_in_json_and_fails_then_passes_with_once()
     assert_eq!(report["missing"], serde_json::json!([]));
     assert_eq!(report["duplicated"], serde_json::json!([]));
 }
+
+/// The reference app under many faults: each alarm forwarded once (through `Once`) and each
+/// reading counted once in the window blocks (the app's applied ranges). The short form runs
+/// 24 faults; `HUBHOST_REHEARSAL_FAULTS=120` the long one (docs/testing.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reference_app_counts_each_reading_once_and_raises_each_alarm_once_under_faults() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    let faults: usize = std::env::var("HUBHOST_REHEARSAL_FAULTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(24);
+    // About a second of input (50 events) per fault, so that faults fall apart rather than in
+    // one storm.
+    let inputs = (faults * 40).max(300);
+    let handler = hubhost_testkit::binary("hubhost-app");
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
+    let now = chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string();
+    // One reading per home; every third a smoke alarm.
+    let readings: Vec<Vec<u8>> = (0..inputs)
+        .map(|i| {
+            let (state, value) = if i % 3 == 0 { ("alarm", 1) } else { ("ok", 0) };
+            format!(
+                r#"{{"homeId":"home-{i:05}","sensorId":"smoke-1","type":"smoke","state":"{state}","armed":true,"value":{value},"battery":90,"rssi":-50,"firmware":"2.4.1","model":"HS-SMOKE200","installer":"northwind-security","ts":"{now}"}}"#
+            )
+            .into_bytes()
+        })
+        .collect();
+    let kept = tempfile::tempdir().unwrap();
+    let report = Rehearsal::new(7)
+        .function("SensorAggregator")
+        .inputs(readings)
+        .key_field("homeId")
+        .expects_effect(|body| String::from_utf8_lossy(body).contains(r#""state":"alarm""#))
+        .faults(&FaultKind::DEFAULT)
+        .fault_count(faults)
+        .within(Duration::from_secs(600))
+        .keep_storage(kept.path())
+        .run(&app, &handler)
+        .await
+        .unwrap();
+    eprintln!("{}", report.summary());
+    if std::env::var_os("HUBHOST_REHEARSAL_REPORT").is_some() {
+        eprintln!("{}", serde_json::to_string(&report).unwrap());
+    }
+    let fired = report.faults.iter().filter(|f| f.at_ms.is_some()).count();
+    assert!(fired >= faults * 8 / 10, "{fired} of {faults} faults fired");
+    assert!(report.passed, "{}", report.summary());
+    assert_eq!(report.effects, inputs.div_ceil(3), "{}", report.summary());
+
+    // Every reading counted once in the window blocks.
+    let store = hubhost_storage::StorageLocation::Directory(kept.path().to_path_buf())
+        .open()
+        .unwrap();
+    let mut per_home: std::collections::BTreeMap<String, u64> = Default::default();
+    for blob in store.list("hubhost", "windows/").await.unwrap() {
+        let data = store
+            .get("hubhost", &blob.name)
+            .await
+            .unwrap()
+            .unwrap()
+            .data;
+        let block: hubhost_app::aggregate::WindowAggregate = serde_json::from_slice(&data).unwrap();
+        for (home, window) in block.homes {
+            *per_home.entry(home).or_default() += window.events;
+        }
+    }
+    assert_eq!(per_home.len(), inputs, "every home in a window block");
+    let miscounted: Vec<_> = per_home.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(
+        miscounted.is_empty(),
+        "readings counted other than once: {miscounted:?}"
+    );
+}

@@ -95,6 +95,7 @@ pub async fn run(args: Args) -> Result<(), String> {
             metrics: metrics_port.map(|port| (metrics_bind, port).into()),
             watch,
             faults: None,
+            drain: None,
         },
         shutdown_signal(),
     )

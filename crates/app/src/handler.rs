@@ -26,6 +26,7 @@ use hubhost_functions::function::{EventHubFunction, FunctionError};
 use hubhost_functions::function_app::{
     BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
 };
+use hubhost_functions::once::Once;
 use hubhost_functions::output::FunctionOutput;
 use hubhost_functions::server::FunctionServer;
 use hubhost_metrics::Kind;
@@ -138,6 +139,10 @@ const HISTOGRAMS: [HistogramFamily; 1] = [HistogramFamily {
 struct SensorFunction {
     app: Arc<App>,
     which: AppFunction,
+    /// Which alarms are still owed (`SensorAggregator`'s): each reading's alarm goes out once
+    /// under redelivery, partition moves and frozen owners. `None`: every alarm of every
+    /// delivery (at least once; `HUBHOST_ALARMS_AT_LEAST_ONCE=1`, for comparing the cost).
+    once: Option<Once>,
     /// Fault injection for tests and drills: a batch with an event of this home panics.
     panic_home: Option<String>,
 }
@@ -209,12 +214,25 @@ impl EventHubFunction for SensorFunction {
             report.replayed,
             report.dead_lettered
         );
+        // The alarms still owed. Not the aggregates' replays: if sending the alarms failed
+        // last time, the host ran the function again and the aggregates saw these readings as
+        // replays, yet the alarms must go out — `Once` owes a retried batch's alarms again.
+        let owed: Option<std::collections::HashSet<i64>> = match &self.once {
+            Some(once) if !report.alarms.is_empty() => {
+                let owed = once.claim(&batch, context).await.inspect_err(|_| {
+                    context.count("storage_errors", 1);
+                })?;
+                Some(owed.iter().filter_map(|e| e.sequence_number).collect())
+            }
+            _ => None,
+        };
         let mut output = FunctionOutput::default();
         output.log(log);
-        // Every alarm of the batch, replays included: if sending them failed last time, the
-        // host ran the function again and the aggregates saw these readings as replays, yet
-        // the alarms must still go out (at least once; a receiver dedupes by sensor and time).
-        for alarm in &report.alarms {
+        let is_owed = |alarm: &&crate::AlarmEvent| match (&owed, alarm.sequence_number) {
+            (Some(owed), Some(sequence)) => owed.contains(&sequence),
+            _ => true,
+        };
+        for alarm in report.alarms.iter().filter(is_owed) {
             output
                 .send_event_json(ALARMS_OUTPUT, alarm)
                 .expect("alarms serialize");
@@ -236,8 +254,9 @@ pub async fn build(config: &HandlerConfig) -> Result<FunctionServer, ServeError>
         functions_store.requests.clone(),
         page_store.requests.clone(),
     ];
+    let functions_store: SharedStore = Arc::new(functions_store);
     let app = Arc::new(App::new(
-        Arc::new(functions_store),
+        functions_store.clone(),
         &config.container,
         config.window_seconds,
     ));
@@ -247,6 +266,9 @@ pub async fn build(config: &HandlerConfig) -> Result<FunctionServer, ServeError>
         config.window_seconds,
         config.dashboard.clone(),
     ));
+    let alarms_once =
+        std::env::var("HUBHOST_ALARMS_AT_LEAST_ONCE").map_or(true, |v| v.is_empty() || v == "0");
+    let once = Once::new(functions_store);
     let panic_home = std::env::var("HUBHOST_FAULT_PANIC_HOME")
         .ok()
         .filter(|h| !h.is_empty());
@@ -272,6 +294,7 @@ pub async fn build(config: &HandlerConfig) -> Result<FunctionServer, ServeError>
             SensorFunction {
                 app: app.clone(),
                 which,
+                once: (alarms_once && which == AppFunction::Aggregate).then(|| once.clone()),
                 panic_home: panic_home.clone(),
             },
         );

@@ -122,6 +122,8 @@ pub fn blob_kind(name: &str) -> &'static str {
         "homes" => "home directory",
         "archive" => "archive",
         "deadletter" => "dead letter",
+        // `hubhost_functions::once`'s marks (container `hubhost-once`), named by function.
+        "sensoraggregator" => "alarm mark",
         _ => "other",
     }
 }

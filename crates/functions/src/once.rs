@@ -66,6 +66,8 @@ impl From<OnceError> for FunctionError {
 #[derive(Clone)]
 pub struct Once {
     store: SharedStore,
+    /// This instance, as the platform names it.
+    instance: Option<String>,
 }
 
 /// What a partition's mark holds.
@@ -78,10 +80,14 @@ pub struct Mark {
     pub recent: Vec<Claim>,
 }
 
-/// One batch's claim: its first and last sequence numbers, and what it owed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// One batch's claim: its first and last sequence numbers, what it owed, and who claimed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Claim {
+    /// The instance that claimed it (`WEBSITE_INSTANCE_ID`, else `CONTAINER_NAME`): a retry is
+    /// of the claim its own instance made, never of another owner's claim of the same events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimant: Option<String>,
     /// The batch's first sequence number.
     pub first: i64,
     /// The batch's last sequence number.
@@ -105,7 +111,13 @@ pub struct Decision {
 /// The rule: events above the mark owe their outputs, and the mark moves to the batch's last;
 /// a retry of a batch that made a claim owes again what that claim owed (its attempt failed,
 /// so the host carried none of its outputs out).
-pub fn decide(mark: Option<&Mark>, first: i64, last: i64, retry: bool) -> Decision {
+pub fn decide(
+    mark: Option<&Mark>,
+    first: i64,
+    last: i64,
+    retry: bool,
+    claimant: Option<&str>,
+) -> Decision {
     let mark = mark.cloned().unwrap_or(Mark {
         through: first - 1,
         recent: Vec::new(),
@@ -115,7 +127,7 @@ pub fn decide(mark: Option<&Mark>, first: i64, last: i64, retry: bool) -> Decisi
             .recent
             .iter()
             .rev()
-            .find(|c| c.first == first && c.last == last)
+            .find(|c| c.first == first && c.last == last && c.claimant.as_deref() == claimant)
     {
         return Decision {
             owed_after: claim.owed_after,
@@ -130,6 +142,7 @@ pub fn decide(mark: Option<&Mark>, first: i64, last: i64, retry: bool) -> Decisi
     }
     let mut recent = mark.recent;
     recent.push(Claim {
+        claimant: claimant.map(str::to_string),
         first,
         last,
         owed_after: mark.through,
@@ -148,7 +161,18 @@ pub fn decide(mark: Option<&Mark>, first: i64, last: i64, retry: bool) -> Decisi
 impl Once {
     /// Marks kept in `store`.
     pub fn new(store: SharedStore) -> Self {
-        Once { store }
+        let instance = ["WEBSITE_INSTANCE_ID", "CONTAINER_NAME"]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+        Once { store, instance }
+    }
+
+    /// The same, claiming as `instance` (tests; a handler is told by the platform).
+    pub fn for_instance(store: SharedStore, instance: &str) -> Self {
+        Once {
+            store,
+            instance: Some(instance.to_string()),
+        }
     }
 
     /// Marks kept in the app's storage, read as the host reads it: `AzureWebJobsStorage` (a
@@ -184,7 +208,14 @@ impl Once {
         let mut created = false;
         for _ in 0..ATTEMPTS {
             let current = self.read(&name).await?;
-            let decision = decide(current.as_ref().map(|(m, _)| m), first, last, retry);
+            let decision = decide(
+                current.as_ref().map(|(m, _)| m),
+                first,
+                last,
+                retry,
+                self.instance.as_deref(),
+            );
+            tracing::debug!(mark = %name, claimant = ?self.instance, first, last, retry, owed_after = decision.owed_after, writes = decision.write.is_some(), "once: claim");
             if let Some(mark) = decision.write {
                 let data = Bytes::from(serde_json::to_vec(&mark).expect("a mark serializes"));
                 let condition = match &current {
@@ -270,8 +301,11 @@ pub type SharedOnce = Arc<Once>;
 mod tests {
     use super::*;
 
+    const A: Option<&str> = Some("instance-a");
+
     fn claim(first: i64, last: i64, owed_after: i64) -> Claim {
         Claim {
+            claimant: A.map(str::to_string),
             first,
             last,
             owed_after,
@@ -280,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_first_batch_owes_everything_and_claims_it() {
-        let d = decide(None, 0, 9, false);
+        let d = decide(None, 0, 9, false, A);
         assert_eq!(d.owed_after, -1);
         let mark = d.write.unwrap();
         assert_eq!(mark.through, 9);
@@ -289,36 +323,45 @@ mod tests {
 
     #[test]
     fn a_redelivered_batch_owes_nothing_and_writes_nothing() {
-        let mark = decide(None, 0, 9, false).write.unwrap();
-        let d = decide(Some(&mark), 0, 9, false);
+        let mark = decide(None, 0, 9, false, A).write.unwrap();
+        let d = decide(Some(&mark), 0, 9, false, A);
         assert_eq!(d.owed_after, 9);
         assert_eq!(d.write, None);
         // Redelivered in another split, partly new.
-        let d = decide(Some(&mark), 5, 14, false);
+        let d = decide(Some(&mark), 5, 14, false, A);
         assert_eq!(d.owed_after, 9);
         assert_eq!(d.write.unwrap().recent.last(), Some(&claim(5, 14, 9)));
     }
 
     #[test]
     fn a_retry_owes_what_its_claim_owed_even_after_another_owner_moved_on() {
-        let mark = decide(None, 0, 9, false).write.unwrap();
+        let mark = decide(None, 0, 9, false, A).write.unwrap();
         // A frozen owner claimed 0..9; the next owner got 0..14 fresh and owed only 10..14.
-        let mark = decide(Some(&mark), 0, 14, false).write.unwrap();
+        let mark = decide(Some(&mark), 0, 14, false, A).write.unwrap();
         // The frozen owner's outputs failed: its retry owes 0..9 again, not 10..14.
-        let d = decide(Some(&mark), 0, 9, true);
+        let d = decide(Some(&mark), 0, 9, true, A);
         assert_eq!((d.owed_after, d.write), (-1, None));
         // The next owner's retry owes 10..14.
-        let d = decide(Some(&mark), 0, 14, true);
+        let d = decide(Some(&mark), 0, 14, true, A);
         assert_eq!(d.owed_after, 9);
         // A retry of a batch that never claimed owes what is above the mark: nothing here.
-        assert_eq!(decide(Some(&mark), 3, 7, true).owed_after, 14);
+        assert_eq!(decide(Some(&mark), 3, 7, true, A).owed_after, 14);
+    }
+
+    #[test]
+    fn a_retry_on_another_instance_does_not_owe_what_this_one_claimed() {
+        // A frozen owner claimed 0..9 and will give its outputs late; the next owner got 0..9
+        // too (owing nothing), failed, and retries: it still owes nothing.
+        let mark = decide(None, 0, 9, false, A).write.unwrap();
+        let d = decide(Some(&mark), 0, 9, true, Some("instance-b"));
+        assert_eq!((d.owed_after, d.write), (9, None));
     }
 
     #[test]
     fn a_mark_remembers_a_bounded_number_of_claims() {
         let mut mark = None;
         for first in 0..100 {
-            mark = decide(mark.as_ref(), first, first, false).write.or(mark);
+            mark = decide(mark.as_ref(), first, first, false, A).write.or(mark);
         }
         let mark = mark.unwrap();
         assert_eq!(mark.recent.len(), RECENT_CLAIMS);
@@ -328,7 +371,7 @@ mod tests {
     #[tokio::test]
     async fn two_owners_racing_for_one_batch_give_its_outputs_once() {
         let store: SharedStore = Arc::new(hubhost_storage::memory::MemoryStore::default());
-        let once = Once::new(store);
+        let once = Once::for_instance(store, "instance-a");
         let batch = TriggerBatch::builder("Forward")
             .hub("sensors")
             .partition("3")

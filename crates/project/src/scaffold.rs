@@ -416,7 +416,10 @@ hub `{{hub}}`, consumer group `{{group}}`), made by `hubhost new` ({{version}}).
   (`hubhost_functions::testing`);
 - `tests/local_app.rs` runs the app as Azure runs it: the emulated host and a local event hub
   inside the test (`hubhost_testkit::LocalApp`), this package's executable as the handler; it
-  sends events and waits until the function has processed every one.
+  sends events and waits until the function has processed every one. Its second test rehearses
+  what Azure does to a function (`hubhost_testkit::Rehearsal`: redelivery, partition moves, a
+  frozen owner, retries, outages) and checks every event is processed and each output comes
+  out once; `hubhost rehearse` does the same from this folder.
 
 `Cargo.lock` holds the dependency versions this release of hubhost was tested with; `cargo
 update` moves to newer ones when you choose to.
@@ -453,7 +456,7 @@ const LOCAL_APP_TEST_RS: &str = r#"//! {{function}} as Azure runs it: the emulat
 use std::path::Path;
 use std::time::Duration;
 
-use hubhost_testkit::LocalApp;
+use hubhost_testkit::{LocalApp, Rehearsal};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_event_sent_is_processed() {
@@ -469,6 +472,25 @@ async fn every_event_sent_is_processed() {
         .await
         .unwrap();
     app.stop().await.unwrap();
+}
+
+/// {{function}} while what Azure does to a function happens to it, from a seeded plan: the
+/// handler killed mid-batch, a second instance joining and leaving, an owner frozen past its
+/// ownership, output bindings failing, links detached, the checkpoint store down. Every event
+/// must be processed; once the function has `eventHub` or `blob` outputs, each input's outputs
+/// must come out once (`hubhost_functions::once::Once` keeps them so). A failure prints the seed
+/// that reproduces it.
+#[tokio::test(flavor = "multi_thread")]
+async fn rehearsal_of_what_azure_does_to_it() {
+    let report = Rehearsal::new(1)
+        .count(100)
+        .run(
+            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/function_app")),
+            Path::new(env!("CARGO_BIN_EXE_{{package}}")),
+        )
+        .await
+        .unwrap();
+    assert!(report.passed, "{}", report.summary());
 }
 "#;
 

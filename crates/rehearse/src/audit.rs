@@ -67,6 +67,8 @@ pub struct Duplicated {
     pub output: String,
     pub count: usize,
     pub locations: Vec<String>,
+    /// When each copy was seen, in milliseconds from the start, where known.
+    pub seen_at_ms: Vec<Option<u64>>,
     /// Indices into the report's `faults` of those fired before the last copy was seen.
     pub faults_before: Vec<usize>,
 }
@@ -134,6 +136,7 @@ pub fn audit(inputs: &[Input], effects: &[Effect], faults: &[FiredFault]) -> Fin
                 output: output.to_string(),
                 count: copies.len(),
                 locations: copies.iter().map(|c| c.location.clone()).collect(),
+                seen_at_ms: copies.iter().map(|c| c.at_ms).collect(),
                 faults_before: before(last_seen),
             }
         })
@@ -185,7 +188,7 @@ mod tests {
     fn fault(at_ms: Option<u64>) -> FiredFault {
         FiredFault {
             scheduled: Scheduled {
-                at_invocation: 1,
+                at_event: 1,
                 fault: Fault::KillHandler,
             },
             at_ms,

@@ -78,10 +78,15 @@ pub struct LocalApp {
     root: PathBuf,
     /// The running instances, the first one started with the app.
     instances: Vec<Instance>,
-    /// Invocations made, across every instance (the clock of a rehearsal's faults).
-    invocations: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// Events handed to the function, across every instance (the clock of a rehearsal's faults).
+    events_handed_out: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// Per `Function/partition`, the last sequence number answered, across every instance.
+    answered: hubhost_host::emulate::faults::Answered,
     /// Set for a rehearsal: instances see each other's ownership expire within seconds.
     foreign_ownership_expiry: Option<Duration>,
+    /// How long a stopping instance drains a batch under retry (a rehearsal: the function
+    /// timeout, as the platform's drain mode).
+    drain: Option<Duration>,
     http: reqwest::Client,
 }
 
@@ -98,8 +103,9 @@ struct Instance {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Timings {
     /// host.json's `extensions.eventHubs` values to set (e.g. a rehearsal's short ownership).
-    pub host_json_event_hubs: Vec<(&'static str, String)>,
+    pub host_json_event_hubs: Vec<(&'static str, Value)>,
     pub foreign_ownership_expiry: Option<Duration>,
+    pub drain: Option<Duration>,
 }
 
 impl LocalApp {
@@ -170,7 +176,7 @@ impl LocalApp {
             if !host_json["extensions"]["eventHubs"].is_object() {
                 host_json["extensions"]["eventHubs"] = serde_json::json!({});
             }
-            host_json["extensions"]["eventHubs"][*name] = Value::from(value.clone());
+            host_json["extensions"]["eventHubs"][*name] = value.clone();
         }
         write_json(&root.join("host.json"), &host_json)?;
         // The app's own values (not the environment's, which the host reads anyway).
@@ -199,8 +205,10 @@ impl LocalApp {
             folder,
             root,
             instances: Vec::new(),
-            invocations: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
+            events_handed_out: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
+            answered: Default::default(),
             foreign_ownership_expiry: timings.foreign_ownership_expiry,
+            drain: timings.drain,
             http: reqwest::Client::new(),
         };
         // Claims are per checkpoint store, and this one is the test's own.
@@ -214,7 +222,7 @@ impl LocalApp {
         let port = hubhost_host::child::free_listen_port()
             .map_err(|e| LocalAppError::Io(format!("no free port: {e}")))?;
         let metrics = SocketAddr::from(([127, 0, 0, 1], port));
-        let faults = FaultSwitch::new(self.invocations.clone());
+        let faults = FaultSwitch::new(self.events_handed_out.clone(), self.answered.clone());
         let options = EmulateOptions {
             app: self.root.clone(),
             storage: Some(self.storage_folder().display().to_string()),
@@ -224,6 +232,7 @@ impl LocalApp {
             metrics: Some(metrics),
             watch: false,
             faults: Some(faults.clone()),
+            drain: self.drain,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let emulate = tokio::spawn(emulate::run(options, async move {
@@ -264,9 +273,21 @@ impl LocalApp {
             .map(|i| i.faults.clone())
     }
 
-    /// Invocations made so far, by every instance.
-    pub(crate) fn invocations(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.invocations.subscribe()
+    /// Events handed to the function so far, by every instance (redeliveries too).
+    pub(crate) fn events_handed_out(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.events_handed_out.subscribe()
+    }
+
+    /// Whether `function` has answered every partition's batches through `last[partition]`
+    /// (a negative entry: nothing to wait for).
+    pub(crate) fn answered_through(&self, function: &str, last: &[i64]) -> bool {
+        let answered = self.answered.lock().expect("answered lock");
+        last.iter().enumerate().all(|(partition, last)| {
+            *last < 0
+                || answered
+                    .get(&format!("{function}/{partition}"))
+                    .is_some_and(|a| a >= last)
+        })
     }
 
     /// The app's copy the instances run (host.json, function folders, local.settings.json).

@@ -1,7 +1,7 @@
 //! A rehearsal's faults, decided before it starts: a seed and the kinds asked for give the same
-//! faults at the same points every time (pure). A point is the number of invocations made so far,
-//! across every instance: the clock a fault plan runs on, since wall-clock times move with the
-//! machine's speed.
+//! faults at the same points every time (pure). A point is the number of events handed to the
+//! function so far (redeliveries too), across every instance: the clock a fault plan runs on,
+//! since wall-clock times move with the machine's speed and invocations with batching.
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ pub enum FaultKind {
     /// An owner frozen past its ownership (a long pause) while another instance takes its
     /// partitions, then resumed: it finishes the batch it had.
     Freeze,
-    /// An output binding failing for a few attempts (a throttled send, a blob write answered 503).
+    /// An output binding failing for a few seconds (a throttled send, a blob write answered 503).
     OutputFailure,
     /// The hub ending the receive links (ServerBusy, or a stolen link); clients reconnect.
     Detach,
@@ -101,7 +101,8 @@ pub enum Fault {
     },
     OutputFails {
         output: String,
-        times: u32,
+        #[serde(rename = "ms")]
+        millis: u64,
     },
     Detach {
         server_busy: bool,
@@ -116,18 +117,18 @@ pub enum Fault {
 impl Fault {
     pub fn duration(&self) -> Option<Duration> {
         match self {
-            Fault::Freeze { millis } | Fault::StoreDown { millis } => {
-                Some(Duration::from_millis(*millis))
-            }
+            Fault::Freeze { millis }
+            | Fault::StoreDown { millis }
+            | Fault::OutputFails { millis, .. } => Some(Duration::from_millis(*millis)),
             _ => None,
         }
     }
 }
 
-/// A fault and the invocation count at which it fires.
+/// A fault and the count of events handed out at which it fires.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Scheduled {
-    pub at_invocation: u64,
+    pub at_event: u64,
     #[serde(flatten)]
     pub fault: Fault,
 }
@@ -160,7 +161,7 @@ pub fn schedule(
         .collect();
     if kinds.contains(&FaultKind::GeoOffsets) {
         plan.push(Scheduled {
-            at_invocation: 0,
+            at_event: 0,
             fault: Fault::GeoOffsets,
         });
     }
@@ -180,7 +181,7 @@ pub fn schedule(
                 [] => continue,
                 _ => Fault::OutputFails {
                     output: outputs[rng.below(outputs.len() as u64) as usize].clone(),
-                    times: 1 + rng.below(3) as u32,
+                    millis: 1000 + rng.below(3000),
                 },
             },
             FaultKind::Detach => Fault::Detach {
@@ -192,7 +193,7 @@ pub fn schedule(
             FaultKind::ScaleOut | FaultKind::GeoOffsets => unreachable!("filtered above"),
         };
         plan.push(Scheduled {
-            at_invocation: point(&mut rng),
+            at_event: point(&mut rng),
             fault,
         });
     }
@@ -201,7 +202,7 @@ pub fn schedule(
     let freezes: Vec<u64> = plan
         .iter()
         .filter(|s| matches!(s.fault, Fault::Freeze { .. }))
-        .map(|s| s.at_invocation)
+        .map(|s| s.at_event)
         .collect();
     if scale || !freezes.is_empty() {
         let join = freezes
@@ -216,15 +217,15 @@ pub fn schedule(
             .unwrap_or_else(|| join + inputs / 5)
             .max(join + 1);
         plan.push(Scheduled {
-            at_invocation: join,
+            at_event: join,
             fault: Fault::InstanceJoins,
         });
         plan.push(Scheduled {
-            at_invocation: leave,
+            at_event: leave,
             fault: Fault::InstanceLeaves,
         });
     }
-    plan.sort_by_key(|s| s.at_invocation);
+    plan.sort_by_key(|s| s.at_event);
     plan
 }
 
@@ -271,11 +272,8 @@ mod tests {
         assert!(has(|f| matches!(f, Fault::Detach { .. })));
         assert!(has(|f| matches!(f, Fault::StoreDown { .. })));
         assert!(has(|f| matches!(f, Fault::GeoOffsets)));
-        assert!(
-            plan.windows(2)
-                .all(|w| w[0].at_invocation <= w[1].at_invocation)
-        );
-        assert!(plan.iter().all(|s| s.at_invocation <= 240 + 40));
+        assert!(plan.windows(2).all(|w| w[0].at_event <= w[1].at_event));
+        assert!(plan.iter().all(|s| s.at_event <= 240 + 40));
     }
 
     #[test]
@@ -294,14 +292,8 @@ mod tests {
                 .iter()
                 .filter(|s| matches!(s.fault, Fault::Freeze { .. }))
             {
-                assert!(
-                    join.at_invocation < freeze.at_invocation,
-                    "seed {seed}: {plan:?}"
-                );
-                assert!(
-                    freeze.at_invocation < leave.at_invocation,
-                    "seed {seed}: {plan:?}"
-                );
+                assert!(join.at_event < freeze.at_event, "seed {seed}: {plan:?}");
+                assert!(freeze.at_event < leave.at_event, "seed {seed}: {plan:?}");
                 assert!(freeze.fault.duration().unwrap() > OWNERSHIP_EXPIRY);
             }
         }

@@ -1,7 +1,8 @@
 //! A rehearsal: the app run as a [`LocalApp`] while a seeded plan of faults is carried out, then
 //! the audit of its outputs. The run: inputs sent at a steady pace (so that there are many
-//! small invocations for the faults to land between), each fault fired when the invocation count
-//! reaches its point, until every input is checkpointed and no fault is still under way; then
+//! small invocations for the faults to land between), each fault fired when the count of events
+//! handed to the function reaches its point, until the function has answered every input (its
+//! outputs carried out) and no fault is still under way; then
 //! the instances stop as Azure stops them, and every event the `eventHub` outputs sent and every
 //! blob the `blob` outputs wrote is matched to the inputs.
 //!
@@ -20,22 +21,20 @@ use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings};
 use crate::plan::{self, Fault, FaultKind, OWNERSHIP_EXPIRY, Scheduled};
 use hubhost_functions::function_app::FunctionApp;
 use hubhost_host::emulate::{AppSettings, resolve_trigger};
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
-use hubhost_storage::StorageLocation;
 
 type KeyOf = Arc<dyn Fn(&[u8]) -> Option<String> + Send + Sync>;
 type EffectKeyOf = Arc<dyn Fn(&str, &[u8]) -> Option<String> + Send + Sync>;
 type Expects = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
+/// The least time between two faults.
+const FAULT_GAP: Duration = Duration::from_millis(400);
+
 /// The owner id of the instance a scale-out adds.
 const SECOND_INSTANCE: &str = "rehearsal-2";
 /// How long sending the inputs takes at least, so that the faults' points fall while events
-/// flow (one event per partition per tick; ticks between 40 and 250 ms).
+/// flow (one event per partition per tick; ticks between 80 and 250 ms: at most 50 events a
+/// second, which a debug build of a handler keeps up with one event per invocation).
 const SENDING: Duration = Duration::from_secs(20);
-/// How long no invocation may be made, once everything was sent and every fault is over,
-/// before the run counts as done (a checkpoint that failed is written again only with the next
-/// batch or at the stop).
-const QUIET: Duration = Duration::from_secs(5);
 
 /// A rehearsal to run: inputs, faults, and what the function promises.
 ///
@@ -62,6 +61,7 @@ pub struct Rehearsal {
     effect_key: EffectKeyOf,
     expects_effect: Expects,
     within: Duration,
+    keep_storage: Option<std::path::PathBuf>,
 }
 
 /// What a rehearsal found; `hubhost rehearse` prints it as JSON.
@@ -142,7 +142,15 @@ impl Rehearsal {
             effect_key: Arc::new(|_, body| audit::default_key(body)),
             expects_effect: Arc::new(|_| true),
             within: Duration::from_secs(180),
+            keep_storage: None,
         }
+    }
+
+    /// After the run, copy the app's storage (checkpoints, `blob` outputs, what the handler
+    /// wrote there itself) to `folder`, for a test to check the app's own state.
+    pub fn keep_storage(mut self, folder: &Path) -> Self {
+        self.keep_storage = Some(folder.to_path_buf());
+        self
     }
 
     /// `n` generated inputs, `{"id":"input-00001","n":1}` and on.
@@ -240,15 +248,24 @@ impl Rehearsal {
                 ("loadBalancingUpdateInterval", "00:00:01".into()),
                 (
                     "partitionOwnershipExpirationInterval",
-                    format!("00:00:{:02}", OWNERSHIP_EXPIRY.as_secs()),
+                    format!("00:00:{:02}", OWNERSHIP_EXPIRY.as_secs()).into(),
                 ),
+                // Batches go as soon as there are events: many small invocations for the faults
+                // to fall between, whatever the app's own minimum.
+                ("minEventBatchSize", 1.into()),
             ],
             foreign_ownership_expiry: Some(OWNERSHIP_EXPIRY),
+            drain: Some(function_timeout(function_app)),
         };
         let mut local = LocalApp::start_with(function_app, handler, timings).await?;
         let outcome = self.run_on(&mut local).await;
         local.stop_instances().await?;
-        let (run, started_wall) = outcome?;
+        let (mut run, started_wall) = outcome?;
+        // Stopping instances drain the batches under way: what they answered counts too.
+        run.completed = local.answered_through(&run.function, &run.last_sequence);
+        if let Some(folder) = &self.keep_storage {
+            copy_tree(&local.storage_folder(), folder)?;
+        }
         let effects =
             collect_effects(&local, &run.outputs, started_wall, &*self.effect_key).await?;
         let findings = audit::audit(&run.inputs, &effects, &run.faults);
@@ -286,9 +303,11 @@ impl Rehearsal {
                     None => "the app has no Event Hubs function".into(),
                 })
             })?;
-        let (trigger, target) = resolve_trigger(spec, &settings)?
+        let (trigger, _) = resolve_trigger(spec, &settings)?
             .ok_or_else(|| LocalAppError::Io("no eventHubTrigger".into()))?;
         let outputs = resolve_outputs(spec, &settings)?;
+        // A function without outputs has no effects to audit: it must process everything.
+        let no_outputs = outputs.is_empty();
         let output_names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
         let plan = self.plan(&output_names);
 
@@ -299,53 +318,44 @@ impl Rehearsal {
             .map(|(i, body)| Input {
                 key: (self.input_key)(body).unwrap_or_else(|| format!("input #{i}")),
                 partition: (i as u32 % PARTITIONS).to_string(),
-                expects_effect: (self.expects_effect)(body),
+                expects_effect: !no_outputs && (self.expects_effect)(body),
             })
             .collect();
         let mut last_sequence = vec![-1i64; PARTITIONS as usize];
         for (i, _) in self.inputs.iter().enumerate() {
             last_sequence[i % PARTITIONS as usize] += 1;
         }
-        let checkpoints = CheckpointStore::new(
-            StorageLocation::Directory(local.storage_folder())
-                .open()
-                .map_err(|e| LocalAppError::Io(e.to_string()))?,
-            DEFAULT_CONTAINER,
-        );
-        let key = ConsumerGroupKey::new(
-            target.namespace.clone(),
-            target.hub.clone(),
-            trigger.consumer_group.clone(),
-        )
-        .map_err(|e| LocalAppError::Io(e.to_string()))?;
-
         let started = Instant::now();
         let started_wall = chrono::Utc::now();
         let ticks = self.inputs.len().div_ceil(PARTITIONS as usize).max(1) as u32;
-        let tick = (SENDING / ticks).clamp(Duration::from_millis(40), Duration::from_millis(250));
+        let tick = (SENDING / ticks).clamp(Duration::from_millis(80), Duration::from_millis(250));
         let mut sending = tokio::spawn(local.send_paced(
             &trigger.event_hub_name,
             self.inputs.clone(),
             PARTITIONS as usize,
             tick,
         ));
-        let mut last_count = 0;
-        let mut last_change = Instant::now();
+
         let mut sent = false;
-        let mut invocations = local.invocations();
+        let mut handed_out = local.events_handed_out();
         let mut fired: Vec<FiredFault> = Vec::new();
         let mut geo = false;
         let mut busy_until = Instant::now();
+        let mut last_fired = Instant::now() - FAULT_GAP;
         let deadline = started + self.within;
         let completed = loop {
-            let count = *invocations.borrow_and_update();
-            if count != last_count {
-                (last_count, last_change) = (count, Instant::now());
-            }
-            while let Some(next) = plan.get(fired.len()).filter(|s| s.at_invocation <= count) {
+            let count = *handed_out.borrow_and_update();
+
+            // One fault at a time: a batch of a backlog moves the count by a hundred at once,
+            // and the faults whose points it passes fire a gap apart, not in one storm.
+            while let Some(next) = plan
+                .get(fired.len())
+                .filter(|s| s.at_event <= count && last_fired.elapsed() >= FAULT_GAP)
+            {
+                last_fired = Instant::now();
                 let instance = fire(local, next, &trigger.event_hub_name, &mut geo).await?;
                 let at_ms = started.elapsed().as_millis() as u64;
-                tracing::warn!(target: "hubhost::rehearse", at_invocation = next.at_invocation, at_ms, fault = ?next.fault, instance = ?instance, "fault");
+                tracing::warn!(target: "hubhost::rehearse", at_event = next.at_event, at_ms, fault = ?next.fault, instance = ?instance, "fault");
                 if let Some(d) = next.fault.duration() {
                     busy_until = busy_until.max(Instant::now() + d + Duration::from_secs(2));
                 }
@@ -363,8 +373,7 @@ impl Rehearsal {
             }
             if sent
                 && Instant::now() >= busy_until
-                && (last_change.elapsed() >= QUIET
-                    || all_checkpointed(&checkpoints, &key, &last_sequence).await)
+                && local.answered_through(&spec.name, &last_sequence)
             {
                 break true;
             }
@@ -372,7 +381,7 @@ impl Rehearsal {
                 break false;
             }
             tokio::select! {
-                _ = invocations.changed() => {}
+                _ = handed_out.changed() => {}
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
         };
@@ -389,6 +398,7 @@ impl Rehearsal {
         }
         Ok((
             Run {
+                last_sequence,
                 function: spec.name.clone(),
                 inputs,
                 outputs,
@@ -403,6 +413,7 @@ impl Rehearsal {
 
 /// What a run leaves for the audit.
 struct Run {
+    last_sequence: Vec<i64>,
     function: String,
     inputs: Vec<Input>,
     outputs: Vec<OutputPlace>,
@@ -464,7 +475,7 @@ async fn fire(
     };
     Ok(match &scheduled.fault {
         Fault::KillHandler => {
-            let id = ids[scheduled.at_invocation as usize % ids.len()].clone();
+            let id = ids[scheduled.at_event as usize % ids.len()].clone();
             if let Some(switch) = local.faults_of(&id) {
                 switch.kill_handler();
             }
@@ -493,8 +504,8 @@ async fn fire(
             }
             Some(id)
         }
-        Fault::OutputFails { output, times } => {
-            all(&|s| s.fail_output(output, *times));
+        Fault::OutputFails { output, millis } => {
+            all(&|s| s.fail_output_for(output, Duration::from_millis(*millis)));
             None
         }
         Fault::Detach { server_busy } => {
@@ -514,20 +525,6 @@ async fn fire(
             all(&|s| s.set_geo_offsets(true));
             None
         }
-    })
-}
-
-/// Whether every partition's checkpoint is at its last input.
-async fn all_checkpointed(store: &CheckpointStore, key: &ConsumerGroupKey, last: &[i64]) -> bool {
-    let Ok(listing) = store.list_checkpoints(key).await else {
-        return false;
-    };
-    last.iter().enumerate().all(|(partition, last)| {
-        *last < 0
-            || listing.items.iter().any(|c| {
-                c.partition_id == partition.to_string()
-                    && c.sequence_number.is_some_and(|s| s >= *last)
-            })
     })
 }
 
@@ -571,6 +568,35 @@ async fn collect_effects(
         }
     }
     Ok(effects)
+}
+
+/// host.json's `functionTimeout` [default: 30 minutes, Flex Consumption's]: how long the
+/// platform's drain mode lets an execution under way finish when it removes an instance.
+fn function_timeout(function_app: &Path) -> Duration {
+    std::fs::read_to_string(function_app.join("host.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|host| {
+            host["functionTimeout"]
+                .as_str()
+                .and_then(hubhost_trigger::time::parse_timespan)
+        })
+        .unwrap_or(Duration::from_secs(30 * 60))
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<(), LocalAppError> {
+    let io = |e: std::io::Error| LocalAppError::Io(format!("copying {}: {e}", from.display()));
+    std::fs::create_dir_all(to).map_err(io)?;
+    for entry in std::fs::read_dir(from).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let target = to.join(entry.file_name());
+        if entry.file_type().map_err(io)?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target).map_err(io)?;
+        }
+    }
+    Ok(())
 }
 
 fn generated_inputs(n: usize) -> Vec<Vec<u8>> {

@@ -18,6 +18,10 @@ use hubhost_functions::function_app::{EventHubTrigger, RetryPolicy, RetryStrateg
 use hubhost_processor::{BatchHandler, BatchOutcome, PartitionBatch};
 use hubhost_trigger::batch::RetryContext;
 
+/// How long an instance that stops lets the retries of a batch under way go on: the host's drain
+/// mode lets executions under way finish rather than leave their batch to the next owner.
+pub const DRAIN: Duration = Duration::from_secs(30);
+
 /// Invokes one function for each batch, with the function's retry policy.
 pub struct FunctionDispatch {
     pub invoker: Invoker,
@@ -29,6 +33,8 @@ pub struct FunctionDispatch {
     pub outputs: Arc<OutputPlan>,
     /// A rehearsal's switches, when one runs.
     pub faults: Option<Arc<FaultSwitch>>,
+    /// How long a batch's retries go on once the instance stops ([`DRAIN`]).
+    pub drain: Duration,
     /// Batches the handler gave no answer to, by partition, with the attempt the next delivery
     /// is: to the host a handler that died mid-invocation failed that invocation, so the
     /// delivery after it is a retry and carries `RetryContext`.
@@ -62,7 +68,7 @@ impl FunctionDispatch {
     ) -> Result<(), InvocationFailure> {
         let geo_events = match &self.faults {
             Some(faults) => {
-                faults.invocation_starts().await;
+                faults.invocation_starts(batch.events.len()).await;
                 faults.offsets_for_function(&batch.events)
             }
             None => None,
@@ -138,6 +144,8 @@ impl BatchHandler for FunctionDispatch {
             .expect("unanswered lock")
             .remove(partition)
             .filter(|u| u.first == first && u.last == last);
+        // When the stop came, once it has (`Some(None)`: not stopping when first asked).
+        let mut draining: Option<Option<tokio::time::Instant>> = None;
         let (mut attempt, mut last_error) = match earlier {
             Some(u) if self.retry.is_some() => (u.attempts, Some(u.error)),
             _ => (0, None),
@@ -153,7 +161,12 @@ impl BatchHandler for FunctionDispatch {
                 }
             });
             let error = match self.invoke_once(batch, context.as_ref()).await {
-                Ok(()) => return BatchOutcome::Succeeded,
+                Ok(()) => {
+                    if let Some(faults) = &self.faults {
+                        faults.batch_succeeded(&self.function, partition, last);
+                    }
+                    return BatchOutcome::Succeeded;
+                }
                 Err(InvocationFailure::NoAnswer(e)) => {
                     self.unanswered.lock().expect("unanswered lock").insert(
                         partition.clone(),
@@ -183,8 +196,25 @@ impl BatchHandler for FunctionDispatch {
                 last_sequence = ?batch.events.last().and_then(|e| e.sequence_number),
                 attempt, ?delay, %error, "invocation failed; retrying"
             );
+            // Stopping, the instance drains: the retries of a batch under way go on for up to
+            // `drain` (as the host's drain mode lets executions under way finish), then stop.
+            let stopping = *draining
+                .get_or_insert_with(|| stop.is_cancelled().then(tokio::time::Instant::now));
+            let drain_ends = stopping.map(|since| since + self.drain);
+            if drain_ends.is_some_and(|end| tokio::time::Instant::now() + delay > end) {
+                return BatchOutcome::NotProcessed(format!(
+                    "{error} (stopping; retries abandoned after draining {:?})",
+                    self.drain
+                ));
+            }
             tokio::select! {
-                _ = stop.cancelled() => return BatchOutcome::NotProcessed(format!("{error} (stopping; retries abandoned)")),
+                _ = stop.cancelled(), if stopping.is_none() => {
+                    draining = Some(Some(tokio::time::Instant::now()));
+                    if self.drain.is_zero() {
+                        return BatchOutcome::NotProcessed(format!("{error} (stopping; retries abandoned)"));
+                    }
+                    tokio::time::sleep(delay.min(self.drain)).await;
+                }
                 _ = tokio::time::sleep(delay) => {}
             }
         }
@@ -252,6 +282,7 @@ mod tests {
             }),
             outputs: Arc::default(),
             faults: None,
+            drain: Duration::ZERO,
             unanswered: Default::default(),
         }
     }
@@ -323,6 +354,28 @@ mod tests {
             .await;
         assert!(
             matches!(&outcome, BatchOutcome::NotProcessed(e) if e.contains("stopping")),
+            "{outcome:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stopping_instance_drains_a_batch_under_retry_then_gives_up() {
+        // Three failures, then success: the stop after the first does not abandon it.
+        let (invoker, seen) = flaky_handler(3).await;
+        let mut draining = dispatch(invoker, -1);
+        draining.drain = Duration::from_secs(20);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let outcome = draining.handle(&one_event_batch(), &stop).await;
+        assert_eq!(outcome, BatchOutcome::Succeeded);
+        assert_eq!(*seen.lock().unwrap(), [0, 1, 2, 3]);
+        // A batch that keeps failing is given up once the drain is over.
+        let (invoker, _) = flaky_handler(usize::MAX).await;
+        let mut draining = dispatch(invoker, -1);
+        draining.drain = Duration::from_millis(50);
+        let outcome = draining.handle(&one_event_batch(), &stop).await;
+        assert!(
+            matches!(&outcome, BatchOutcome::NotProcessed(e) if e.contains("draining")),
             "{outcome:?}"
         );
     }

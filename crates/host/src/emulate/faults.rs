@@ -6,7 +6,7 @@
 //!
 //! The emulated host never turns a switch itself; without a [`FaultSwitch`] every check is a
 //! no-op. When a fault fires is the rehearsal's decision (a seeded plan); this module only
-//! carries it out and counts invocations, the clock those plans run on.
+//! carries it out and counts the events handed to the function, the clock those plans run on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,11 +23,19 @@ use hubhost_storage::{
 };
 use hubhost_trigger::batch::EventRecord;
 
+/// Per `Function/partition`, the last sequence number answered (shared by a rehearsal's
+/// instances).
+pub type Answered = Arc<Mutex<std::collections::BTreeMap<String, i64>>>;
+
 /// The switches of one instance. Cheap to share (`Arc`).
 pub struct FaultSwitch {
-    /// Invocations started, counted across every instance sharing this sender.
-    invocations: Arc<watch::Sender<u64>>,
-    failing_outputs: Mutex<HashMap<String, u32>>,
+    /// Events handed to the function (redeliveries too), counted across every instance sharing
+    /// this sender: the clock a rehearsal's faults run on, which batching does not move.
+    events: Arc<watch::Sender<u64>>,
+    /// Per function and partition (`Function/3`), the last sequence number of a batch the
+    /// function answered and whose outputs were carried out, across instances.
+    answered: Answered,
+    failing_outputs: Mutex<HashMap<String, Instant>>,
     store_down_until: Mutex<Option<Instant>>,
     frozen_until: Mutex<Option<Instant>>,
     geo_offsets: AtomicBool,
@@ -37,17 +45,18 @@ pub struct FaultSwitch {
 impl std::fmt::Debug for FaultSwitch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FaultSwitch")
-            .field("invocations", &*self.invocations.borrow())
+            .field("events", &*self.events.borrow())
             .finish_non_exhaustive()
     }
 }
 
 impl FaultSwitch {
-    /// Switches for one instance; `invocations` is shared by every instance of a rehearsal so
-    /// that "the k-th invocation" means the same point whichever instance makes it.
-    pub fn new(invocations: Arc<watch::Sender<u64>>) -> Arc<Self> {
+    /// Switches for one instance; `events` is shared by every instance of a rehearsal so that
+    /// "after the k-th event" means the same point whichever instance hands it out.
+    pub fn new(events: Arc<watch::Sender<u64>>, answered: Answered) -> Arc<Self> {
         Arc::new(FaultSwitch {
-            invocations,
+            events,
+            answered,
             failing_outputs: Mutex::default(),
             store_down_until: Mutex::default(),
             frozen_until: Mutex::default(),
@@ -56,15 +65,13 @@ impl FaultSwitch {
         })
     }
 
-    /// The next `count` attempts to carry out output `name` fail, as a throttled send or a
-    /// blob write answered 503 does.
-    pub fn fail_output(&self, name: &str, count: u32) {
-        *self
-            .failing_outputs
-            .lock()
-            .expect("faults lock")
-            .entry(name.to_string())
-            .or_default() += count;
+    /// Carrying out output `name` fails for `period`, as a throttled send or a blob write
+    /// answered 503 does.
+    pub fn fail_output_for(&self, name: &str, period: Duration) {
+        let until = Instant::now() + period;
+        let mut failing = self.failing_outputs.lock().expect("faults lock");
+        let entry = failing.entry(name.to_string()).or_insert(until);
+        *entry = (*entry).max(until);
     }
 
     /// Every checkpoint store request fails as unavailable for `period`.
@@ -95,10 +102,21 @@ impl FaultSwitch {
         self.kill_handler.notified().await
     }
 
-    /// An invocation starts: counted, and held while the instance is frozen.
-    pub async fn invocation_starts(&self) {
+    /// An invocation of `events` events starts: held while the instance is frozen, then counted.
+    pub async fn invocation_starts(&self, events: usize) {
         self.wait_while_frozen().await;
-        self.invocations.send_modify(|n| *n += 1);
+        self.events.send_modify(|n| *n += events as u64);
+    }
+
+    /// A batch of `function` on `partition` through `last` succeeded (its outputs carried out).
+    pub fn batch_succeeded(&self, function: &str, partition: &str, last: Option<i64>) {
+        if let Some(last) = last {
+            let mut answered = self.answered.lock().expect("answered lock");
+            let entry = answered
+                .entry(format!("{function}/{partition}"))
+                .or_insert(last);
+            *entry = (*entry).max(last);
+        }
     }
 
     /// Waits while the instance is frozen.
@@ -116,12 +134,13 @@ impl FaultSwitch {
 
     /// Why output `name` fails this time, if it is failing.
     pub fn output_failure(&self, name: &str) -> Option<String> {
-        let mut failing = self.failing_outputs.lock().expect("faults lock");
-        let left = failing.get_mut(name)?;
-        if *left == 0 {
+        let failing = self.failing_outputs.lock().expect("faults lock");
+        if failing
+            .get(name)
+            .is_none_or(|until| *until <= Instant::now())
+        {
             return None;
         }
-        *left -= 1;
         Some(format!(
             "output '{name}': injected failure (the service answered 503 Server Busy)"
         ))
@@ -239,12 +258,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_output_fails_exactly_as_often_as_asked() {
-        let faults = FaultSwitch::new(Arc::new(watch::channel(0).0));
-        faults.fail_output("alarms", 2);
+    fn an_output_fails_for_its_period_only() {
+        let faults = FaultSwitch::new(Arc::new(watch::channel(0).0), Answered::default());
+        faults.fail_output_for("alarms", Duration::from_millis(200));
         assert!(faults.output_failure("alarms").is_some());
         assert!(faults.output_failure("other").is_none());
         assert!(faults.output_failure("alarms").is_some());
+        std::thread::sleep(Duration::from_millis(250));
         assert!(faults.output_failure("alarms").is_none());
     }
 
@@ -257,19 +277,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_store_refuses_while_down_and_waits_while_frozen() {
-        let faults = FaultSwitch::new(Arc::new(watch::channel(0).0));
+        let faults = FaultSwitch::new(Arc::new(watch::channel(0).0), Answered::default());
         let store = FaultyStore::wrap(
             Arc::new(hubhost_storage::memory::MemoryStore::default()),
             faults.clone(),
         );
-        store.ensure_container("c").await.unwrap();
+        store.ensure_container("box").await.unwrap();
         faults.store_down_for(Duration::from_secs(60));
-        let refused = store.get("c", "b").await.unwrap_err();
+        let refused = store.get("box", "b").await.unwrap_err();
         assert!(refused.is_transient(), "{refused}");
         *faults.store_down_until.lock().unwrap() = None;
         faults.freeze_for(Duration::from_millis(300));
         let started = Instant::now();
-        assert!(store.get("c", "b").await.unwrap().is_none());
+        assert!(store.get("box", "b").await.unwrap().is_none());
         assert!(started.elapsed() >= Duration::from_millis(250));
     }
 }

@@ -36,7 +36,7 @@ use hubhost_processor::ProcessorOptions;
 use hubhost_processor::checkpoint::{CheckpointStore, DEFAULT_CONTAINER};
 use hubhost_storage::counting::CountingStore;
 
-pub use dispatch::{FunctionDispatch, retry_delay};
+pub use dispatch::{DRAIN, FunctionDispatch, retry_delay};
 pub use identity::{IdentityError, IdentitySource, InstanceIdentity};
 pub use outputs::{EventSender, OutputPlan, OutputsDone};
 pub use settings::AppSettings;
@@ -143,6 +143,8 @@ pub struct EmulateOptions {
     pub watch: bool,
     /// A rehearsal's switches: faults injected into this instance on demand (none: none).
     pub faults: Option<Arc<faults::FaultSwitch>>,
+    /// How long a stopping instance lets a batch under retry go on [default: [`DRAIN`]].
+    pub drain: Option<Duration>,
 }
 
 /// One Event Hubs function, resolved against the settings.
@@ -255,7 +257,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), EmulateError> {
     let app = FunctionApp::load(&opts.app)?;
-    let settings = AppSettings::load(&opts.app)?;
+    let mut settings = AppSettings::load(&opts.app)?;
     let mut options =
         ProcessorOptions::from_host_json(&app.host_json).map_err(EmulateError::HostJson)?;
     options.checkpoint_on_success = opts.checkpoint_on_success;
@@ -282,6 +284,11 @@ pub async fn run(
     store.ensure_container().await?;
     let identity = claim_identity(opts.instance_id.as_deref(), &functions, &store)?;
     let instance_id = identity.id.clone();
+    // The handler sees the instance it runs on as on Azure (`WEBSITE_INSTANCE_ID`): the owner
+    // id, which is the platform's own id where there is one, else the emulated instance's.
+    settings
+        .values
+        .insert("WEBSITE_INSTANCE_ID".into(), instance_id.clone());
 
     let mut rebuilder = if opts.watch {
         let executable = app
@@ -311,6 +318,7 @@ pub async fn run(
         &instance_id,
         &stop,
         opts.faults.as_ref(),
+        opts.drain.unwrap_or(DRAIN),
     )?;
     let counts = triggers.counts().clone();
     let consumers = counts.consumers().to_vec();

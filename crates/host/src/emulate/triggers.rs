@@ -46,8 +46,9 @@ impl InstanceTriggers {
         owner: &str,
         stop: &CancellationToken,
         faults: Option<&Arc<FaultSwitch>>,
+        drain: std::time::Duration,
     ) -> Result<Self, EmulateError> {
-        let consumers = consumers(functions, store, options, invoker, faults)?;
+        let consumers = consumers(functions, store, options, invoker, faults, drain)?;
         let mut processors = JoinSet::new();
         for consumer in &consumers {
             let processor = EventProcessor::new(consumer.clone(), owner);
@@ -160,6 +161,7 @@ fn consumers(
     options: &ProcessorOptions,
     invoker: &Invoker,
     faults: Option<&Arc<FaultSwitch>>,
+    drain: std::time::Duration,
 ) -> Result<Vec<Arc<Consumer>>, EmulateError> {
     functions
         .iter()
@@ -183,6 +185,7 @@ fn consumers(
                     retry: f.spec.retry.clone(),
                     outputs: f.outputs.clone(),
                     faults: faults.cloned(),
+                    drain,
                     unanswered: Default::default(),
                 }),
                 stats: Arc::new(ProcessorStats::default()),
