@@ -186,8 +186,7 @@ pub async fn run(
                 &invoker,
                 &owner,
                 &stop,
-                None,
-                hubhost_host::emulate::DRAIN,
+                &hubhost_host::emulate::Delivery::default(),
             )
         })
         .collect::<Result<_, _>>()?;

@@ -100,6 +100,10 @@ const EXAMPLES: &[&str] = &[
 /// Documented commands no scenario runs, and why.
 const NOT_RUN: &[(&str, &str)] = &[
     (
+        "HUBHOST_REHEARSAL_FAULTS=120 cargo test --test rehearsal the_reference_app",
+        "the long rehearsal (about two minutes); tests/rehearsal.rs runs the same test with 24 faults in the suite",
+    ),
+    (
         "scripts/test.sh",
         "the suite itself: .ci/run runs this very command, and this test is part of it",
     ),

@@ -235,3 +235,24 @@ async fn the_reference_app_counts_each_reading_once_and_raises_each_alarm_once_u
         "readings counted other than once: {miscounted:?}"
     );
 }
+
+/// `hubhost emulate --faults` runs the faults one instance can carry out, and names the command
+/// for the rest.
+#[test]
+fn emulate_refuses_faults_one_instance_cannot_do_and_names_rehearse() {
+    let (code, _, stderr) = hubhost_testkit::hubhost(
+        &[
+            "emulate",
+            "--app",
+            app().to_str().unwrap(),
+            "--faults",
+            "kill-handler,scale-out",
+        ],
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("scale-out") && stderr.contains("hubhost rehearse"),
+        "{stderr}"
+    );
+}

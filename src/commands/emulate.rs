@@ -68,6 +68,21 @@ pub struct Args {
     /// fails prints its errors and leaves the running handler in place.
     #[arg(long, conflicts_with = "scale")]
     pub watch: bool,
+    /// Rehearse faults on this instance, comma-separated: kill-handler, freeze, output-failure,
+    /// store-outage, geo-offsets (scale-out and detach need `hubhost rehearse`). Each is logged
+    /// with when and what; the same --seed gives the same faults at the same points.
+    #[arg(long, conflicts_with = "scale")]
+    pub faults: Option<String>,
+    /// The fault plan's seed.
+    #[arg(long, default_value_t = 1, requires = "faults")]
+    pub seed: u64,
+    /// How many faults at least (the kinds in turn).
+    #[arg(long, default_value_t = 0, requires = "faults")]
+    pub fault_count: usize,
+    /// The events the faults spread over: their points fall between 5% and 60% of this many
+    /// events handed to the function.
+    #[arg(long, default_value_t = 1000, requires = "faults")]
+    pub fault_span: usize,
 }
 
 pub async fn run(args: Args) -> Result<(), String> {
@@ -83,8 +98,16 @@ pub async fn run(args: Args) -> Result<(), String> {
         metrics_port,
         metrics_bind,
         watch,
+        faults,
+        seed,
+        fault_count,
+        fault_span,
         ..
     } = args;
+    let faults = match faults {
+        Some(list) => Some(fault_plan(&app, &list, seed, fault_count, fault_span)?),
+        None => None,
+    };
     hubhost_host::emulate::run(
         hubhost_host::emulate::EmulateOptions {
             app,
@@ -94,7 +117,7 @@ pub async fn run(args: Args) -> Result<(), String> {
             foreign_ownership_expiry,
             metrics: metrics_port.map(|port| (metrics_bind, port).into()),
             watch,
-            faults: None,
+            faults,
             drain: None,
         },
         shutdown_signal(),
@@ -151,4 +174,43 @@ async fn scale(args: Args) -> Result<(), String> {
     )
     .await
     .map_err(|e| e.to_string())
+}
+
+/// The switches of this instance and the task that turns them by a seeded plan.
+fn fault_plan(
+    app: &std::path::Path,
+    list: &str,
+    seed: u64,
+    count: usize,
+    span: usize,
+) -> Result<std::sync::Arc<hubhost_host::emulate::faults::FaultSwitch>, String> {
+    use hubhost_rehearse::FaultKind;
+    let kinds = FaultKind::parse_list(list)?;
+    if let Some(kind) = kinds.iter().find(|k| !k.on_one_instance()) {
+        return Err(format!(
+            "--faults {}: one instance cannot do it; `hubhost rehearse` runs a second instance and the hub",
+            kind.name()
+        ));
+    }
+    let app = hubhost_functions::function_app::FunctionApp::load(app).map_err(|e| e.to_string())?;
+    let outputs: Vec<String> = app
+        .functions
+        .iter()
+        .flat_map(|f| f.outputs().map(|b| b.name.clone()))
+        .collect();
+    let plan = hubhost_rehearse::plan::schedule(seed, &kinds, count, span, &outputs);
+    let handed_out = std::sync::Arc::new(tokio::sync::watch::channel(0).0);
+    let switch =
+        hubhost_host::emulate::faults::FaultSwitch::new(handed_out.clone(), Default::default());
+    eprintln!(
+        "hubhost emulate: rehearsing {} faults (seed {seed}): {}",
+        plan.len(),
+        serde_json::to_string(&plan).expect("JSON")
+    );
+    tokio::spawn(hubhost_rehearse::drive_instance(
+        switch.clone(),
+        handed_out.subscribe(),
+        plan,
+    ));
+    Ok(switch)
 }

@@ -6,7 +6,8 @@
 //! alternating, `repetitions` times each: the reference app (`hubhost serve`, own storage
 //! directory: decode → aggregate → blob writes → answer) and a trivial function on the same
 //! framework that only counts the events (`hubhost-bench trivial-handler`: the framework's own
-//! cost — HTTP, body limit, decoding, task, answer). Reported per handler: median events/s with
+//! cost — HTTP, body limit, decoding, task, answer); and the reference app again with its
+//! alarms at least once, without `Once`'s claim, for what outputs once costs. Reported per handler: median events/s with
 //! the range over repetitions, MB/s, p50/p99 batch latency; and, on the same requests, decoding
 //! against a plain `serde_json` parse of the same bytes — and the host's side, encoding batches
 //! like them against serializing the same request as a `serde_json::Value`.
@@ -54,6 +55,9 @@ pub enum BenchError {
 pub enum HandlerKind {
     /// The reference app's `SensorAggregator` (`hubhost serve`).
     ReferenceApp,
+    /// The same with its alarms at least once, without `Once`'s claim
+    /// (`HUBHOST_ALARMS_AT_LEAST_ONCE=1`): what outputs once costs.
+    ReferenceAppWithoutOnce,
     /// A function that only counts its events, on the same framework.
     Trivial,
 }
@@ -62,6 +66,7 @@ impl HandlerKind {
     fn label(self) -> &'static str {
         match self {
             HandlerKind::ReferenceApp => "reference app",
+            HandlerKind::ReferenceAppWithoutOnce => "  without Once",
             HandlerKind::Trivial => "trivial function",
         }
     }
@@ -85,6 +90,7 @@ pub struct RunFigures {
     pub encode_us: f64,
     pub plain_serialize_us: f64,
     pub reference: Vec<Run>,
+    pub reference_without_once: Vec<Run>,
     pub trivial: Vec<Run>,
 }
 
@@ -93,6 +99,7 @@ impl RunFigures {
     pub fn events_per_second(&self, kind: HandlerKind) -> (f64, f64, f64) {
         let runs = match kind {
             HandlerKind::ReferenceApp => &self.reference,
+            HandlerKind::ReferenceAppWithoutOnce => &self.reference_without_once,
             HandlerKind::Trivial => &self.trivial,
         };
         let mut rates: Vec<f64> = runs
@@ -164,6 +171,7 @@ pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
             encode_us: prepared.encode_us,
             plain_serialize_us: prepared.plain_serialize_us,
             reference: Vec::new(),
+            reference_without_once: Vec::new(),
             trivial: Vec::new(),
         };
         // Alternating, so that drift of a noisy machine spreads over both.
@@ -171,6 +179,9 @@ pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
             figures
                 .reference
                 .push(measure(&opts, &prepared, HandlerKind::ReferenceApp).await?);
+            figures
+                .reference_without_once
+                .push(measure(&opts, &prepared, HandlerKind::ReferenceAppWithoutOnce).await?);
             figures
                 .trivial
                 .push(measure(&opts, &prepared, HandlerKind::Trivial).await?);
@@ -206,6 +217,10 @@ fn print_figures(f: &RunFigures) {
     );
     for (kind, runs) in [
         (HandlerKind::ReferenceApp, &f.reference),
+        (
+            HandlerKind::ReferenceAppWithoutOnce,
+            &f.reference_without_once,
+        ),
         (HandlerKind::Trivial, &f.trivial),
     ] {
         let (mid, lo, hi) = f.events_per_second(kind);
@@ -342,7 +357,7 @@ async fn measure(
         .unwrap_or_else(|| scratch.display().to_string());
     let port = free_port();
     let exe = match kind {
-        HandlerKind::ReferenceApp => crate::hubhost_exe(),
+        HandlerKind::ReferenceApp | HandlerKind::ReferenceAppWithoutOnce => crate::hubhost_exe(),
         HandlerKind::Trivial => std::env::current_exe(),
     };
     let mut command = hubhost_host::child::command(exe.map_err(BenchError::Spawn)?);
@@ -350,6 +365,10 @@ async fn measure(
         HandlerKind::ReferenceApp => command
             .args(["serve", "--port", &port.to_string()])
             .env("HUBHOST_STORAGE", &storage),
+        HandlerKind::ReferenceAppWithoutOnce => command
+            .args(["serve", "--port", &port.to_string()])
+            .env("HUBHOST_STORAGE", &storage)
+            .env("HUBHOST_ALARMS_AT_LEAST_ONCE", "1"),
         HandlerKind::Trivial => command.args(["trivial-handler", "--port", &port.to_string()]),
     };
     let mut child = command
@@ -361,7 +380,7 @@ async fn measure(
     let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
     invoker.wait_ready(Duration::from_secs(30)).await?;
 
-    if kind == HandlerKind::ReferenceApp {
+    if kind != HandlerKind::Trivial {
         // Warm-up, untimed: one reading of every home in the minute before, so that the home
         // directory knows every home — the steady state of a running fleet, where a batch writes
         // its window aggregate and nothing else.

@@ -19,4 +19,4 @@ pub use audit::{Effect, Findings, Input, Semantics};
 pub use in_process_hub::{InProcessHub, KEY};
 pub use local_app::{LocalApp, LocalAppError, PARTITIONS};
 pub use plan::{Fault, FaultKind};
-pub use rehearsal::{Rehearsal, Report};
+pub use rehearsal::{Rehearsal, Report, drive_instance};

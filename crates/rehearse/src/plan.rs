@@ -51,6 +51,12 @@ impl FaultKind {
         FaultKind::StoreOutage,
     ];
 
+    /// Whether one `hubhost emulate` instance can carry it out alone (scale-out needs a second
+    /// instance, detach the hub: both are `hubhost rehearse`'s).
+    pub fn on_one_instance(self) -> bool {
+        !matches!(self, FaultKind::ScaleOut | FaultKind::Detach)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::KillHandler => "kill-handler",

@@ -20,6 +20,7 @@ use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semanti
 use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings};
 use crate::plan::{self, Fault, FaultKind, OWNERSHIP_EXPIRY, Scheduled};
 use hubhost_functions::function_app::FunctionApp;
+use hubhost_host::emulate::faults::FaultSwitch;
 use hubhost_host::emulate::{AppSettings, resolve_trigger};
 
 type KeyOf = Arc<dyn Fn(&[u8]) -> Option<String> + Send + Sync>;
@@ -411,6 +412,44 @@ impl Rehearsal {
     }
 }
 
+/// Carries out `plan` on one instance's switches as the count of events it hands out reaches
+/// each point, 400 ms apart, logging each (`hubhost emulate --faults`); faults that need
+/// a second instance or the hub are skipped with a warning. Ends when the plan is done.
+pub async fn drive_instance(
+    switch: Arc<FaultSwitch>,
+    mut handed_out: tokio::sync::watch::Receiver<u64>,
+    plan: Vec<Scheduled>,
+) {
+    let started = Instant::now();
+    let mut last_fired = Instant::now() - FAULT_GAP;
+    for scheduled in plan {
+        while *handed_out.borrow_and_update() < scheduled.at_event
+            || last_fired.elapsed() < FAULT_GAP
+        {
+            tokio::select! {
+                changed = handed_out.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+        last_fired = Instant::now();
+        let at_ms = started.elapsed().as_millis() as u64;
+        match &scheduled.fault {
+            Fault::KillHandler => switch.kill_handler(),
+            Fault::Freeze { millis } => switch.freeze_for(Duration::from_millis(*millis)),
+            Fault::OutputFails { output, millis } => {
+                switch.fail_output_for(output, Duration::from_millis(*millis))
+            }
+            Fault::StoreDown { millis } => switch.store_down_for(Duration::from_millis(*millis)),
+            Fault::GeoOffsets => switch.set_geo_offsets(true),
+            other => {
+                tracing::warn!(target: "hubhost::rehearse", fault = ?other, "skipped: one instance cannot do it (hubhost rehearse can)");
+                continue;
+            }
+        }
+        tracing::warn!(target: "hubhost::rehearse", at_event = scheduled.at_event, at_ms, fault = ?scheduled.fault, "fault");
+    }
+}
+
 /// What a run leaves for the audit.
 struct Run {
     last_sequence: Vec<i64>,
@@ -603,4 +642,50 @@ fn generated_inputs(n: usize) -> Vec<Vec<u8>> {
     (1..=n)
         .map(|i| format!(r#"{{"id":"input-{i:05}","n":{i}}}"#).into_bytes())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Scheduled;
+
+    #[tokio::test]
+    async fn one_instance_is_driven_by_its_plan_as_events_are_handed_out() {
+        let handed_out = Arc::new(tokio::sync::watch::channel(0u64).0);
+        let switch = FaultSwitch::new(handed_out.clone(), Default::default());
+        let plan = vec![
+            Scheduled {
+                at_event: 5,
+                fault: Fault::OutputFails {
+                    output: "out".into(),
+                    millis: 60_000,
+                },
+            },
+            Scheduled {
+                at_event: 6,
+                fault: Fault::Detach { server_busy: true },
+            },
+            Scheduled {
+                at_event: 10,
+                fault: Fault::KillHandler,
+            },
+        ];
+        let driver = tokio::spawn(drive_instance(switch.clone(), handed_out.subscribe(), plan));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            switch.output_failure("out").is_none(),
+            "not before its point"
+        );
+        switch.invocation_starts(5).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(switch.output_failure("out").is_some());
+        switch.invocation_starts(5).await;
+        tokio::time::timeout(Duration::from_secs(5), switch.kill_requested())
+            .await
+            .expect("the handler is killed at event 10");
+        tokio::time::timeout(Duration::from_secs(5), driver)
+            .await
+            .expect("the plan ends")
+            .unwrap();
+    }
 }

@@ -40,7 +40,7 @@ pub use dispatch::{DRAIN, FunctionDispatch, retry_delay};
 pub use identity::{IdentityError, IdentitySource, InstanceIdentity};
 pub use outputs::{EventSender, OutputPlan, OutputsDone};
 pub use settings::AppSettings;
-pub use triggers::{InstanceTriggers, TriggerCounts};
+pub use triggers::{Delivery, InstanceTriggers, TriggerCounts};
 
 use handler_process::{HandlerProcess, start_handler, start_on_free_port, stop_child};
 use metrics::{LastEnqueued, MetricsPage};
@@ -317,8 +317,10 @@ pub async fn run(
         &invoker,
         &instance_id,
         &stop,
-        opts.faults.as_ref(),
-        opts.drain.unwrap_or(DRAIN),
+        &Delivery {
+            drain: opts.drain.unwrap_or(DRAIN),
+            faults: opts.faults.clone(),
+        },
     )?;
     let counts = triggers.counts().clone();
     let consumers = counts.consumers().to_vec();

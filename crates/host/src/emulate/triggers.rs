@@ -21,6 +21,24 @@ use super::faults::FaultSwitch;
 use super::{EmulateError, FunctionDispatch, FunctionTarget};
 use crate::invoker::Invoker;
 
+/// How an instance delivers batches beyond the function's own settings.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// How long a stopping instance lets a batch under retry go on.
+    pub drain: std::time::Duration,
+    /// A rehearsal's switches, when one runs.
+    pub faults: Option<Arc<FaultSwitch>>,
+}
+
+impl Default for Delivery {
+    fn default() -> Self {
+        Delivery {
+            drain: super::DRAIN,
+            faults: None,
+        }
+    }
+}
+
 /// The running processors of one instance (owner id).
 pub struct InstanceTriggers {
     counts: TriggerCounts,
@@ -45,10 +63,9 @@ impl InstanceTriggers {
         invoker: &Invoker,
         owner: &str,
         stop: &CancellationToken,
-        faults: Option<&Arc<FaultSwitch>>,
-        drain: std::time::Duration,
+        delivery: &Delivery,
     ) -> Result<Self, EmulateError> {
-        let consumers = consumers(functions, store, options, invoker, faults, drain)?;
+        let consumers = consumers(functions, store, options, invoker, delivery)?;
         let mut processors = JoinSet::new();
         for consumer in &consumers {
             let processor = EventProcessor::new(consumer.clone(), owner);
@@ -160,8 +177,7 @@ fn consumers(
     store: &CheckpointStore,
     options: &ProcessorOptions,
     invoker: &Invoker,
-    faults: Option<&Arc<FaultSwitch>>,
-    drain: std::time::Duration,
+    delivery: &Delivery,
 ) -> Result<Vec<Arc<Consumer>>, EmulateError> {
     functions
         .iter()
@@ -184,8 +200,8 @@ fn consumers(
                     trigger: f.trigger.clone(),
                     retry: f.spec.retry.clone(),
                     outputs: f.outputs.clone(),
-                    faults: faults.cloned(),
-                    drain,
+                    faults: delivery.faults.clone(),
+                    drain: delivery.drain,
                     unanswered: Default::default(),
                 }),
                 stats: Arc::new(ProcessorStats::default()),
