@@ -21,6 +21,10 @@ type Parked<T> = HashMap<(String, String), oneshot::Sender<T>>;
 #[derive(Default)]
 struct State {
     groups: HashMap<String, Group>,
+    /// Groups forgotten once idle, with their last generation, oldest first (at most
+    /// [`MAX_GROUPS`]): the explorer still shows them `Empty`, as Kafka describes a group whose
+    /// members all left, rather than as never seen since the hub started.
+    forgotten: std::collections::VecDeque<(String, i32)>,
     joins: Parked<JoinOutcome>,
     syncs: Parked<SyncOutcome>,
 }
@@ -161,7 +165,20 @@ impl Coordinator {
             let effects = state.groups.get_mut(&name).expect("group").tick(now);
             deliver(&mut state, &name, effects);
         }
-        state.groups.retain(|_, group| !group.is_idle());
+        let idle: Vec<(String, i32)> = state
+            .groups
+            .iter()
+            .filter(|(_, g)| g.is_idle())
+            .map(|(name, g)| (name.clone(), g.generation()))
+            .collect();
+        for (name, generation) in idle {
+            state.groups.remove(&name);
+            state.forgotten.retain(|(n, _)| *n != name);
+            state.forgotten.push_back((name, generation));
+            if state.forgotten.len() > MAX_GROUPS {
+                state.forgotten.pop_front();
+            }
+        }
     }
 
     pub fn views(&self) -> Vec<(String, GroupView)> {
@@ -181,6 +198,19 @@ impl Coordinator {
                 )
             })
             .collect();
+        for (name, generation) in &state.forgotten {
+            if !state.groups.contains_key(name) {
+                views.push((
+                    name.clone(),
+                    GroupView {
+                        state: "Empty".into(),
+                        generation: *generation,
+                        protocol: None,
+                        members: Vec::new(),
+                    },
+                ));
+            }
+        }
         views.sort_by(|a, b| a.0.cmp(&b.0));
         views
     }
