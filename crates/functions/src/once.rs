@@ -24,8 +24,6 @@
 //! the first again on the retry. Without a retry policy the host checkpoints past a failed
 //! batch, and its outputs are lost with or without `Once`.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -294,9 +292,6 @@ fn mark_name(function: &str, partition: &crate::batch::PartitionContext) -> Stri
     )
 }
 
-/// A shared `Once` for a function's state.
-pub type SharedOnce = Arc<Once>;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,7 +365,8 @@ mod tests {
 
     #[tokio::test]
     async fn two_owners_racing_for_one_batch_give_its_outputs_once() {
-        let store: SharedStore = Arc::new(hubhost_storage::memory::MemoryStore::default());
+        let store: SharedStore =
+            std::sync::Arc::new(hubhost_storage::memory::MemoryStore::default());
         let once = Once::for_instance(store, "instance-a");
         let batch = TriggerBatch::builder("Forward")
             .hub("sensors")

@@ -164,7 +164,7 @@ impl LocalApp {
         let folder = tempfile::tempdir().map_err(|e| LocalAppError::Io(e.to_string()))?;
         let root = folder.path().join("function_app");
         let storage = folder.path().join("storage");
-        copy_app(function_app, &root)?;
+        copy_tree(function_app, &root, Some("hubhost-data"))?;
         let handler = std::path::absolute(handler).map_err(|e| LocalAppError::Io(e.to_string()))?;
         let mut host_json = app.host_json.clone();
         let description = &mut host_json["customHandler"]["description"];
@@ -590,20 +590,25 @@ impl Drop for Instance {
     }
 }
 
-/// Copies the app folder, leaving out what the emulator and the handler wrote into it.
-fn copy_app(from: &Path, to: &Path) -> Result<(), LocalAppError> {
+/// Copies the folder `from` into `to`, leaving out every entry named `leave_out` (for the app
+/// folder, what the emulator and the handler wrote into it: `hubhost-data`).
+pub(crate) fn copy_tree(
+    from: &Path,
+    to: &Path,
+    leave_out: Option<&str>,
+) -> Result<(), LocalAppError> {
     let io = |path: &Path, e: std::io::Error| LocalAppError::Io(format!("{}: {e}", path.display()));
     std::fs::create_dir_all(to).map_err(|e| io(to, e))?;
     for entry in std::fs::read_dir(from).map_err(|e| io(from, e))? {
         let entry = entry.map_err(|e| io(from, e))?;
         let path: PathBuf = entry.path();
         let name = entry.file_name();
-        if name == "hubhost-data" {
+        if leave_out.is_some_and(|l| name == l) {
             continue;
         }
         let target = to.join(&name);
         if path.is_dir() {
-            copy_app(&path, &target)?;
+            copy_tree(&path, &target, leave_out)?;
         } else {
             std::fs::copy(&path, &target).map_err(|e| io(&path, e))?;
         }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semantics};
-use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings};
+use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings, copy_tree};
 use crate::plan::{self, Fault, FaultKind, OWNERSHIP_EXPIRY, Scheduled};
 use hubhost_functions::function_app::FunctionApp;
 use hubhost_host::emulate::faults::FaultSwitch;
@@ -265,7 +265,7 @@ impl Rehearsal {
         // Stopping instances drain the batches under way: what they answered counts too.
         run.completed = local.answered_through(&run.function, &run.last_sequence);
         if let Some(folder) = &self.keep_storage {
-            copy_tree(&local.storage_folder(), folder)?;
+            copy_tree(&local.storage_folder(), folder, None)?;
         }
         let effects =
             collect_effects(&local, &run.outputs, started_wall, &*self.effect_key).await?;
@@ -621,21 +621,6 @@ fn function_timeout(function_app: &Path) -> Duration {
                 .and_then(hubhost_trigger::time::parse_timespan)
         })
         .unwrap_or(Duration::from_secs(30 * 60))
-}
-
-fn copy_tree(from: &Path, to: &Path) -> Result<(), LocalAppError> {
-    let io = |e: std::io::Error| LocalAppError::Io(format!("copying {}: {e}", from.display()));
-    std::fs::create_dir_all(to).map_err(io)?;
-    for entry in std::fs::read_dir(from).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let target = to.join(entry.file_name());
-        if entry.file_type().map_err(io)?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target).map_err(io)?;
-        }
-    }
-    Ok(())
 }
 
 fn generated_inputs(n: usize) -> Vec<Vec<u8>> {
