@@ -42,8 +42,11 @@ done
 
 # The official Python SDK packages, as independent peers in the interop tests.
 # websocket-client and aiohttp carry the SDK's AMQP over WebSockets (sync and async clients).
-PY_PACKAGES=("azure-eventhub==5.15.1" "azure-eventhub-checkpointstoreblob==1.2.0" "websocket-client==1.8.0" "aiohttp==3.11.18" "confluent-kafka==2.16.1" "kafka-python==3.0.12")
-if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.eventhub.extensions.checkpointstoreblob, websocket, aiohttp, confluent_kafka, kafka" 2>/dev/null; then
+# The OpenTelemetry packages: the SDK's tracing as Azure users turn it on, and an OTLP receiver
+# built on OpenTelemetry's own protobuf definitions (HTTP and gRPC).
+PY_PACKAGES=("azure-eventhub==5.15.1" "azure-eventhub-checkpointstoreblob==1.2.0" "websocket-client==1.8.0" "aiohttp==3.11.18" "confluent-kafka==2.16.1" "kafka-python==3.0.12"
+  "azure-core-tracing-opentelemetry==1.0.0b13" "opentelemetry-sdk==1.45.2" "opentelemetry-exporter-otlp-proto-http==1.45.2" "opentelemetry-proto==1.45.2" "grpcio==1.85.3")
+if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.eventhub.extensions.checkpointstoreblob, websocket, aiohttp, confluent_kafka, kafka, azure.core.tracing.ext.opentelemetry_span, opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http, opentelemetry.proto, grpc" 2>/dev/null; then
   echo "== installing ${PY_PACKAGES[*]} into .tools/venv"
   if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv --help >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null

@@ -4,7 +4,6 @@
 mod commands;
 mod demo;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -55,20 +54,6 @@ enum Command {
     Package(commands::package::Args),
 }
 
-fn init_logging(format: LogFormat, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour only on a terminal: `hubhost demo > out.txt` gets plain text.
-        .with_ansi(std::io::stderr().is_terminal());
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 fn main() -> ExitCode {
     hubhost_app::allocator::disable_transparent_huge_pages();
     let cli = Cli::parse();
@@ -88,7 +73,15 @@ fn main() -> ExitCode {
     if let Command::Bench(args) = cli.command {
         return commands::bench::forward(args);
     }
-    init_logging(cli.log_format, default_level);
+    // The commands that run functions trace them when the standard `OTEL_*` variables ask.
+    let export = matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Emulate { .. } | Command::Invoke { .. }
+    );
+    let service_name = match &cli.command {
+        Command::Serve(_) => "hubhost-app",
+        _ => "hubhost-emulate",
+    };
     // `simulate` sends through the SDK, whose sends can hang on a multi-threaded runtime
     // (see `eventhubs::on_sending_thread`); one thread is also all it needs.
     let runtime = match cli.command {
@@ -98,6 +91,15 @@ fn main() -> ExitCode {
         _ => tokio::runtime::Runtime::new(),
     }
     .expect("tokio runtime");
+    // Inside the runtime: OTLP over gRPC, when asked for, runs its connection on it.
+    let _entered = runtime.enter();
+    hubhost_telemetry::Logging {
+        service_name,
+        default_level,
+        json: matches!(cli.log_format, LogFormat::Json),
+        export,
+    }
+    .install();
     let result: Result<(), String> = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => hubhost_app::serve::run(args).await,

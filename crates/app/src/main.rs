@@ -25,8 +25,10 @@ struct Cli {
 fn main() -> ExitCode {
     hubhost_app::allocator::disable_transparent_huge_pages();
     let cli = Cli::parse();
-    hubhost_functions::server::init_logging();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    // Inside the runtime: OTLP over gRPC, when asked for, runs its connection on it.
+    let _runtime = runtime.enter();
+    hubhost_functions::server::init_logging();
     match runtime.block_on(hubhost_app::serve::run(cli.serve)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

@@ -29,6 +29,15 @@ pub enum FunctionError {
     },
 }
 
+impl FunctionError {
+    /// The failure's machine-readable code (the `error` of the answer's JSON).
+    pub fn code(&self) -> &'static str {
+        match self {
+            FunctionError::BadRequest { code, .. } | FunctionError::Failed { code, .. } => code,
+        }
+    }
+}
+
 /// An Event Hubs-triggered function: one batch of one partition in, an answer out.
 ///
 /// The host sends a partition's batches one at a time, in order; batches of different

@@ -27,6 +27,10 @@ pub enum InvokeError {
 pub struct Invocation {
     pub status: u16,
     pub body: Value,
+    /// The handler's `traceresponse` header: its invocation span's context (W3C
+    /// `traceparent` form), when it exports traces. The host ignores it; the emulated host
+    /// stamps the events an `eventHub` output sends with it.
+    pub trace_context: Option<String>,
 }
 
 impl Invocation {
@@ -78,9 +82,23 @@ impl Invoker {
     }
 
     pub async fn invoke(&self, function: &str, body: Vec<u8>) -> Result<Invocation, InvokeError> {
-        let resp = self
-            .http
-            .post(format!("{}/{function}", self.base))
+        self.invoke_traced(function, body, None).await
+    }
+
+    /// [`Invoker::invoke`] with a `traceparent` header: the handler's invocation span becomes a
+    /// child of `parent` (the emulated host's span for the attempt). The Functions host sends
+    /// no such header to custom handlers; the emulated host does when it exports its own spans.
+    pub async fn invoke_traced(
+        &self,
+        function: &str,
+        body: Vec<u8>,
+        parent: Option<hubhost_telemetry::TraceParent>,
+    ) -> Result<Invocation, InvokeError> {
+        let mut request = self.http.post(format!("{}/{function}", self.base));
+        if let Some(parent) = parent {
+            request = request.header("traceparent", parent.to_string());
+        }
+        let resp = request
             .header("Content-Type", "application/json; charset=utf-8")
             .header("X-Azure-Functions-HostVersion", HOST_VERSION)
             .header(
@@ -93,11 +111,20 @@ impl Invoker {
             .await
             .map_err(|e| InvokeError::NoAnswer(e.without_url().to_string()))?;
         let status = resp.status().as_u16();
+        let trace_context = resp
+            .headers()
+            .get("traceresponse")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let bytes = resp
             .bytes()
             .await
             .map_err(|e| InvokeError::NoAnswer(e.without_url().to_string()))?;
         let body = serde_json::from_slice(&bytes).map_err(|_| InvokeError::NotJson { status })?;
-        Ok(Invocation { status, body })
+        Ok(Invocation {
+            status,
+            body,
+            trace_context,
+        })
     }
 }

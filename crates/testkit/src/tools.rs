@@ -26,6 +26,10 @@ pub enum Tool {
     /// Kafka clients in the Python of `PythonSdk`: `confluent-kafka` (librdkafka) and the pure
     /// Python `kafka-python`.
     KafkaClients,
+    /// OpenTelemetry in the Python of `PythonSdk`: the SDK with its OTLP/HTTP exporter,
+    /// `azure-core-tracing-opentelemetry` (the Azure SDK's tracing), and `opentelemetry-proto`
+    /// with `grpcio` (an OTLP receiver).
+    OpenTelemetry,
     /// `cargo-zigbuild` and Zig, to build for glibc 2.28.
     Zigbuild,
     /// `openssl`, `unshare` and `ip`: certificates, keys and network namespaces.
@@ -41,6 +45,7 @@ impl Tool {
             Tool::Browser => "Chromium and playwright-core",
             Tool::JsSdk => "Node.js with the official JavaScript Event Hubs SDK",
             Tool::KafkaClients => "confluent-kafka and kafka-python",
+            Tool::OpenTelemetry => "the Python OpenTelemetry SDK, opentelemetry-proto and grpcio",
             Tool::Zigbuild => "cargo-zigbuild and Zig",
             Tool::SystemTools => "openssl, unshare and ip",
         }
@@ -60,17 +65,14 @@ impl Tool {
                     && node_modules_path().join("ws").exists()
                     && on_path("node").is_some()
             }
-            Tool::KafkaClients => {
-                let lib = repository().join(".tools/venv/lib");
-                std::fs::read_dir(lib)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .any(|python| {
-                        let packages = python.path().join("site-packages");
-                        packages.join("confluent_kafka").exists() && packages.join("kafka").exists()
-                    })
-            }
+            Tool::KafkaClients => python_has(&["confluent_kafka", "kafka"]),
+            Tool::OpenTelemetry => python_has(&[
+                "opentelemetry/sdk",
+                "opentelemetry/proto",
+                "opentelemetry/exporter/otlp/proto/http",
+                "azure/core/tracing/ext/opentelemetry_span",
+                "grpc",
+            ]),
             Tool::Zigbuild => {
                 let tools = repository().join(".tools");
                 tools.join("cargo/bin/cargo-zigbuild").exists()
@@ -81,6 +83,19 @@ impl Tool {
                 .all(|program| on_path(program).is_some()),
         }
     }
+}
+
+/// Whether the tests' Python has each of `packages` (paths under site-packages).
+fn python_has(packages: &[&str]) -> bool {
+    let lib = repository().join(".tools/venv/lib");
+    std::fs::read_dir(lib)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|python| {
+            let site = python.path().join("site-packages");
+            packages.iter().all(|package| site.join(package).exists())
+        })
 }
 
 /// Whether every tool in `needs` is installed; where one is not, prints

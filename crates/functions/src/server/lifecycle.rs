@@ -1,16 +1,22 @@
-//! Around the server: logging as a handler process logs, and the stop signal the host sends.
+//! Around the server: logging (and OpenTelemetry export) as a handler process logs, and the
+//! stop signal the host sends.
 
 /// Logs to stderr, at the level `RUST_LOG` says (default `info`), as one line per event; the
-/// host collects a handler's output. Does nothing if a logger is already set.
+/// host collects a handler's output. When the standard OpenTelemetry variables ask for it
+/// (`OTEL_EXPORTER_OTLP_ENDPOINT`, …), spans and metrics are exported over OTLP too, under the
+/// service name `OTEL_SERVICE_NAME`, else the function app's (`WEBSITE_SITE_NAME`), else the
+/// executable's. Does nothing if a logger is already set.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only on a terminal: a log written to a file or a pipe carries no escape codes.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    let service = std::env::var("WEBSITE_SITE_NAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        })
+        .unwrap_or_else(|| "hubhost-handler".to_string());
+    hubhost_telemetry::install(&service, "info");
 }
 
 /// Resolves at SIGTERM (how the host stops a handler) or Ctrl-C.

@@ -11,6 +11,8 @@
 //! - which functions exist: the app folder's `*/function.json` files when there is one (a
 //!   declared function you did not register is reported and answered 404), else the
 //!   declarations you registered them with;
+//! - an OpenTelemetry span per invocation, linked to the events' producers, and FaaS and
+//!   messaging metrics, when the standard `OTEL_*` variables ask for export;
 //! - graceful shutdown, and your clean-up after it.
 //!
 //! Failures are answered by what the host must do: a request that cannot be decoded, or a
@@ -22,6 +24,7 @@
 //! [`FunctionError::BadRequest`]: crate::function::FunctionError::BadRequest
 //! [`FunctionError::Failed`]: crate::function::FunctionError::Failed
 
+mod invocation_span;
 mod lifecycle;
 mod metrics_page;
 mod registry;
@@ -401,6 +404,8 @@ impl FunctionServer {
         if let Some(cleanup) = cleanup {
             cleanup().await;
         }
+        // The last spans and metrics, sent before the process ends.
+        hubhost_telemetry::shutdown();
         Ok(())
     }
 }

@@ -10,7 +10,11 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use hubhost_telemetry::TraceParent;
+use tracing::Instrument;
+
 use super::FunctionServer;
+use super::invocation_span::{self, MetricLabels};
 use super::registry::{Bound, FunctionStats, Registered};
 use crate::context::FunctionContext;
 use crate::contract::decode::decode_request;
@@ -128,26 +132,43 @@ pub(super) async fn invoke(
     let name = registered.spec.name.clone();
     let counters = registered.stats.declared.clone();
     let id = invocation_id.clone();
+    // A host that sends trace context (none does yet for custom handlers) is the parent.
+    let incoming = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceParent::parse);
     // Decoding and processing run in their own task: a panic there fails this invocation only.
     let task = tokio::spawn(async move {
         let batch = decode_request(&name, &trigger, &bytes).map_err(Failure::Contract)?;
+        let span = invocation_span::event_hub_span(&name, &id, incoming, &batch);
+        let labels = MetricLabels::of(&name, &batch);
         let partition = batch.partition.partition_id.clone();
         let sequence_numbers = batch.sequence_label();
         let events = batch.events.len() as u64;
         let context = FunctionContext::new(id, &batch, counters);
-        match implementation.run(batch, &context).await {
+        let traced = Traced {
+            span: span.clone(),
+            labels,
+            events,
+        };
+        // The function's own spans and log lines nest inside the invocation's span.
+        match implementation.run(batch, &context).instrument(span).await {
             Ok(mut output) => {
                 // Lines logged through the context come first: they were written during the run.
                 let mut logs = context.take_logs();
                 logs.append(&mut output.logs);
                 output.logs = logs;
-                Ok((partition, sequence_numbers, events, output))
+                Ok((partition, sequence_numbers, output, traced))
             }
-            Err(error) => Err(Failure::Function {
-                error,
-                partition,
-                sequence_numbers,
-            }),
+            Err(error) => {
+                invocation_span::record_failure(&traced.span, &error);
+                Err(Failure::Function {
+                    error,
+                    partition,
+                    sequence_numbers,
+                    traced,
+                })
+            }
         }
     });
     let function = registered.spec.name.as_str();
@@ -155,19 +176,23 @@ pub(super) async fn invoke(
     let outcome = task.await;
     stats.latency.observe(started.elapsed());
     match outcome {
-        Ok(Ok((partition, sequence_numbers, events, output))) => {
+        Ok(Ok((partition, sequence_numbers, output, traced))) => {
             FunctionStats::count(&stats.ok, 1);
             registered.warn_undeclared(&output);
-            FunctionStats::count(&stats.events, events);
-            tracing::info!(
-                function, partition = %partition, sequence_numbers = %sequence_numbers, events,
-                elapsed_ms = started.elapsed().as_millis() as u64, invocation_id = %invocation_id,
-                "batch processed"
-            );
-            reply(
+            FunctionStats::count(&stats.events, traced.events);
+            traced.span.in_scope(|| {
+                tracing::info!(
+                    function, partition = %partition, sequence_numbers = %sequence_numbers,
+                    events = traced.events, elapsed_ms = started.elapsed().as_millis() as u64,
+                    invocation_id = %invocation_id, "batch processed"
+                )
+            });
+            let mut answer = reply(
                 StatusCode::OK,
                 &InvocationResponse::ok(output.outputs, output.logs, output.return_value),
-            )
+            );
+            traced.finish(started, None, &mut answer);
+            answer
         }
         Ok(Err(Failure::Contract(e))) => {
             FunctionStats::count(&stats.bad_request, 1);
@@ -178,10 +203,15 @@ pub(super) async fn invoke(
             error: e,
             partition,
             sequence_numbers,
+            traced,
         })) => {
             let (status, code) = stats.count_failure(&e);
-            tracing::error!(function, partition = %partition, sequence_numbers = %sequence_numbers, invocation_id = %invocation_id, code, "invocation failed: {e}");
-            error(status, code, e.to_string())
+            traced.span.in_scope(|| {
+                tracing::error!(function, partition = %partition, sequence_numbers = %sequence_numbers, invocation_id = %invocation_id, code, "invocation failed: {e}")
+            });
+            let mut answer = error(status, code, e.to_string());
+            traced.finish(started, Some(code), &mut answer);
+            answer
         }
         Err(join) => {
             FunctionStats::count(&stats.panicked, 1);
@@ -191,6 +221,29 @@ pub(super) async fn invoke(
                 "handler_panic",
                 "processing this batch panicked; the handler is still running and the host may retry",
             )
+        }
+    }
+}
+
+/// An invocation's span and metric labels, carried out of its task to be finished with the
+/// answer.
+pub(super) struct Traced {
+    span: tracing::Span,
+    labels: Option<MetricLabels>,
+    events: u64,
+}
+
+impl Traced {
+    /// Records the metrics and puts the span's context on the answer as `traceresponse` (read
+    /// by `hubhost emulate` to stamp the events the outputs send; ignored by the host).
+    fn finish(self, started: Instant, error: Option<&str>, answer: &mut Response) {
+        if let Some(labels) = &self.labels {
+            invocation_span::record_metrics(labels, self.events, started.elapsed(), error);
+        }
+        if let Some(context) = hubhost_telemetry::traceparent_of(&self.span)
+            && let Ok(value) = header::HeaderValue::from_str(&context.to_string())
+        {
+            answer.headers_mut().insert("traceresponse", value);
         }
     }
 }
@@ -259,5 +312,6 @@ pub(super) enum Failure {
         error: FunctionError,
         partition: String,
         sequence_numbers: String,
+        traced: Traced,
     },
 }

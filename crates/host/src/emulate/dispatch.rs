@@ -10,6 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use std::sync::Arc;
 
+use hubhost_telemetry::trace_context::Producers;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
 use super::faults::FaultSwitch;
 use super::outputs::OutputPlan;
 use crate::invoker::{InvokeError, Invoker};
@@ -65,6 +69,7 @@ impl FunctionDispatch {
         &self,
         batch: &PartitionBatch,
         retry: Option<&RetryContext>,
+        span: &Span,
     ) -> Result<(), InvocationFailure> {
         let geo_events = match &self.faults {
             Some(faults) => {
@@ -83,7 +88,12 @@ impl FunctionDispatch {
             now: Utc::now(),
         })
         .map_err(|e| InvocationFailure::Function(e.to_string()))?;
-        let answer = match self.invoker.invoke(&self.function, body).await {
+        let parent = hubhost_telemetry::traceparent_of(span);
+        let answer = match self
+            .invoker
+            .invoke_traced(&self.function, body, parent)
+            .await
+        {
             Ok(answer) => answer,
             Err(e @ InvokeError::NoAnswer(_)) => {
                 return Err(InvocationFailure::NoAnswer(e.to_string()));
@@ -96,7 +106,11 @@ impl FunctionDispatch {
                 faults.wait_while_frozen().await;
             }
             self.outputs
-                .carry_out(&answer.body, self.faults.as_deref())
+                .carry_out(
+                    &answer.body,
+                    answer.trace_context.as_deref(),
+                    self.faults.as_deref(),
+                )
                 .await
                 .map_err(|e| InvocationFailure::Function(format!("output binding failed: {e}")))?;
             // The host writes a handler's `Logs` to its own log as the function's; here at
@@ -135,6 +149,70 @@ impl BatchHandler for FunctionDispatch {
     /// (Event Hubs extension 6.2.0 and later) writes no checkpoint while its listener stops
     /// and the next owner starts the batch over.
     async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
+        let span = self.delivery_span(batch);
+        let outcome = self.deliver(batch, stop).instrument(span.clone()).await;
+        let failure = match &outcome {
+            BatchOutcome::Succeeded => None,
+            BatchOutcome::Failed(e) => Some(("function_failed", e)),
+            BatchOutcome::NotProcessed(e) => Some(("not_processed", e)),
+        };
+        if let Some((kind, description)) = failure {
+            span.record("otel.status_code", "ERROR");
+            span.record("otel.status_description", description.as_str());
+            span.record("error.type", kind);
+        }
+        outcome
+    }
+}
+
+impl FunctionDispatch {
+    /// The emulated host's span for one delivery of a batch, retries included, as the Functions
+    /// host traces an execution in its OpenTelemetry mode: linked to each event's producer,
+    /// continuing the producer's trace when the whole batch belongs to one. `Span::none()` when
+    /// nothing is exported.
+    fn delivery_span(&self, batch: &PartitionBatch) -> Span {
+        if !hubhost_telemetry::exporting_traces() {
+            return Span::none();
+        }
+        let producers = Producers::of_events(batch.events.iter().map(|e| &e.properties));
+        let hub = self.trigger.event_hub_name.as_str();
+        let span = tracing::info_span!(
+            "delivery",
+            "otel.name" = format!("process {hub}"),
+            "otel.kind" = "consumer",
+            "otel.status_code" = Empty,
+            "otel.status_description" = Empty,
+            "faas.trigger" = "pubsub",
+            "faas.name" = self.function.as_str(),
+            "messaging.system" = "eventhubs",
+            "messaging.operation.type" = "process",
+            "messaging.destination.name" = hub,
+            "messaging.consumer.group.name" = self.trigger.consumer_group.as_str(),
+            "messaging.destination.partition.id" = batch.context.partition_id.as_str(),
+            "messaging.batch.message_count" = batch.events.len() as i64,
+            "error.type" = Empty,
+        );
+        hubhost_telemetry::connect(&span, producers.common_parent, &producers.links);
+        span
+    }
+
+    /// The span of one attempt (the HTTP request to the handler), inside the delivery's.
+    fn attempt_span(&self, retry: Option<&RetryContext>) -> Span {
+        if !hubhost_telemetry::exporting_traces() {
+            return Span::none();
+        }
+        tracing::info_span!(
+            "attempt",
+            "otel.name" = format!("invoke {}", self.function),
+            "otel.kind" = "client",
+            "otel.status_code" = Empty,
+            "faas.name" = self.function.as_str(),
+            "hubhost.retry_count" = retry.map_or(0, |r| r.retry_count),
+            "error.type" = Empty,
+        )
+    }
+
+    async fn deliver(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
         let first = batch.events.first().and_then(|e| e.sequence_number);
         let last = batch.events.last().and_then(|e| e.sequence_number);
         let partition = &batch.context.partition_id;
@@ -160,7 +238,16 @@ impl BatchHandler for FunctionDispatch {
                     exception: last_error.as_deref().map(RetryContext::exception_from),
                 }
             });
-            let error = match self.invoke_once(batch, context.as_ref()).await {
+            let attempt_span = self.attempt_span(context.as_ref());
+            let outcome = self
+                .invoke_once(batch, context.as_ref(), &attempt_span)
+                .instrument(attempt_span.clone())
+                .await;
+            if outcome.is_err() {
+                attempt_span.record("otel.status_code", "ERROR");
+                attempt_span.record("error.type", "invocation_failed");
+            }
+            let error = match outcome {
                 Ok(()) => {
                     if let Some(faults) = &self.faults {
                         faults.batch_succeeded(&self.function, partition, last);

@@ -24,6 +24,7 @@ use base64::Engine;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 use super::settings::AppSettings;
 use super::{DEFAULT_CONNECTION_SETTING, EmulateError};
@@ -176,10 +177,14 @@ impl OutputPlan {
         described
     }
 
-    /// Carries out the outputs of one 2xx answer (its JSON body).
+    /// Carries out the outputs of one 2xx answer (its JSON body). Events sent carry
+    /// `trace_context` (the handler's invocation span, from its `traceresponse` header) as
+    /// `Diagnostic-Id` and `traceparent`, as the Azure SDKs stamp the events they send, so that
+    /// the next consumer continues the trace.
     pub async fn carry_out(
         &self,
         answer: &Value,
+        trace_context: Option<&str>,
         faults: Option<&super::faults::FaultSwitch>,
     ) -> Result<OutputsDone, String> {
         let mut done = OutputsDone::default();
@@ -194,8 +199,10 @@ impl OutputPlan {
                 OutputAction::EventHub { target, sender } => {
                     let bodies = event_bodies(value);
                     let count = bodies.len();
+                    let (span, stamp) = send_span(&target.hub, count, trace_context);
                     sender
-                        .send(target.clone(), bodies)
+                        .send(target.clone(), bodies, stamp.as_deref())
+                        .instrument(span)
                         .await
                         .map_err(|e| format!("output '{}': {e}", output.name))?;
                     done.events_sent += count;
@@ -227,6 +234,31 @@ impl OutputPlan {
         }
         Ok(done)
     }
+}
+
+/// The span of sending an `eventHub` output's events, as the Azure SDKs trace a send, and the
+/// context the events are stamped with: the send span's when the emulated host exports spans
+/// (a child of the handler's invocation span, given by its `traceresponse`), else the
+/// handler's own.
+fn send_span(hub: &str, count: usize, handler: Option<&str>) -> (tracing::Span, Option<String>) {
+    if !hubhost_telemetry::exporting_traces() {
+        return (tracing::Span::none(), handler.map(str::to_string));
+    }
+    let span = tracing::info_span!(
+        "send",
+        "otel.name" = format!("send {hub}"),
+        "otel.kind" = "producer",
+        "messaging.system" = "eventhubs",
+        "messaging.operation.type" = "send",
+        "messaging.destination.name" = hub,
+        "messaging.batch.message_count" = count as i64,
+    );
+    let parent = handler.and_then(hubhost_telemetry::TraceParent::parse);
+    hubhost_telemetry::connect(&span, parent, &[]);
+    let stamp = hubhost_telemetry::traceparent_of(&span)
+        .map(|context| context.to_string())
+        .or_else(|| handler.map(str::to_string));
+    (span, stamp)
 }
 
 /// The storage a `blob` binding's `connection` names (default `AzureWebJobsStorage`, as in the
@@ -421,6 +453,7 @@ pub struct EventSender {
 struct SendRequest {
     target: EventHubTarget,
     bodies: Vec<Vec<u8>>,
+    trace_context: Option<String>,
     done: oneshot::Sender<Result<(), String>>,
 }
 
@@ -441,7 +474,13 @@ impl EventSender {
                         let key = format!("{}/{}", request.target.namespace, request.target.hub);
                         let outcome = tokio::time::timeout(
                             SEND_TIMEOUT,
-                            send_all(&mut producers, &key, &request.target, &request.bodies),
+                            send_all(
+                                &mut producers,
+                                &key,
+                                &request.target,
+                                &request.bodies,
+                                request.trace_context.as_deref(),
+                            ),
                         )
                         .await
                         .unwrap_or_else(|_| Err(format!("no answer within {SEND_TIMEOUT:?}")));
@@ -466,8 +505,14 @@ impl EventSender {
         EventSender { requests }
     }
 
-    /// Sends `bodies` to `target`'s event hub, in order, in as few batches as fit.
-    pub async fn send(&self, target: EventHubTarget, bodies: Vec<Vec<u8>>) -> Result<(), String> {
+    /// Sends `bodies` to `target`'s event hub, in order, in as few batches as fit, each event
+    /// stamped with `trace_context` when there is one.
+    pub async fn send(
+        &self,
+        target: EventHubTarget,
+        bodies: Vec<Vec<u8>>,
+        trace_context: Option<&str>,
+    ) -> Result<(), String> {
         if bodies.is_empty() {
             return Ok(());
         }
@@ -476,6 +521,7 @@ impl EventSender {
             .send(SendRequest {
                 target,
                 bodies,
+                trace_context: trace_context.map(str::to_string),
                 done,
             })
             .map_err(|_| "the output sender stopped".to_string())?;
@@ -490,6 +536,7 @@ async fn send_all(
     key: &str,
     target: &EventHubTarget,
     bodies: &[Vec<u8>],
+    trace_context: Option<&str>,
 ) -> Result<(), String> {
     let producer = match producers.get(key) {
         Some(p) => p.clone(),
@@ -502,7 +549,15 @@ async fn send_all(
     let to_string = |e: azure_messaging_eventhubs::EventHubsError| e.to_string();
     let mut batch = producer.create_batch(None).await.map_err(to_string)?;
     for body in bodies {
-        let event = || EventData::builder().with_body(body.clone()).build();
+        let event = || {
+            let mut event = EventData::builder().with_body(body.clone());
+            if let Some(context) = trace_context {
+                for property in hubhost_telemetry::trace_context::EVENT_PROPERTIES {
+                    event = event.add_property(property.to_string(), context.to_string());
+                }
+            }
+            event.build()
+        };
         if batch.try_add_event_data(event(), None).map_err(to_string)? {
             continue;
         }

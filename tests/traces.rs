@@ -1,0 +1,452 @@
+//! Traces from producer to outputs, with real peers: the official Python SDK with tracing on
+//! (`azure-core-tracing-opentelemetry`) as the producer of readings and as the consumer of the
+//! alarms they raise, the reference app under `hubhost emulate` exporting by the standard
+//! `OTEL_*` settings, and an OTLP receiver built on OpenTelemetry's own protobuf definitions.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hubhost_testkit::{self as kit, Hub, KEY, Tool};
+use serde_json::{Value, json};
+
+/// `tests/python/otlp_receiver.py`: what it received, one JSON value per span or data point.
+struct Receiver {
+    child: Child,
+    _stdin: ChildStdin,
+    http: u16,
+    grpc: u16,
+    records: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let mut child = Command::new(kit::python())
+            .arg(kit::repository().join("tests/python/otlp_receiver.py"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the OTLP receiver starts");
+        let stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let ports: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let into = records.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                into.lock()
+                    .unwrap()
+                    .push(serde_json::from_str(&line).unwrap());
+            }
+        });
+        Receiver {
+            child,
+            _stdin: stdin,
+            http: ports["http"].as_u64().unwrap() as u16,
+            grpc: ports["grpc"].as_u64().unwrap() as u16,
+            records,
+        }
+    }
+
+    fn records(&self) -> Vec<Value> {
+        self.records.lock().unwrap().clone()
+    }
+
+    /// Waits until `found` finds what it looks for in the records so far.
+    fn wait_for<T>(&self, what: &str, found: impl Fn(&[Value]) -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(value) = found(&self.records()) {
+                return value;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the receiver got no {what}; it got: {:#}",
+                Value::Array(self.records())
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spans<'a>(records: &'a [Value], service: &'a str) -> impl Iterator<Item = &'a Value> {
+    records
+        .iter()
+        .filter(move |r| r["type"] == "span" && r["service"] == service)
+}
+
+/// `tests/python/traced_peer.py` with tracing exported to `receiver` as `service`.
+fn traced_peer(receiver: &Receiver, service: &str, hub: &Hub, args: &[&str]) -> Value {
+    let out = kit::output_within(
+        Command::new(kit::python())
+            .arg(kit::repository().join("tests/python/traced_peer.py"))
+            .arg(hub.connection_string(KEY))
+            .args(args)
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{}", receiver.http),
+            )
+            .env("OTEL_SERVICE_NAME", service),
+        kit::COMMAND_LIMIT,
+    );
+    kit::json_output(&format!("traced_peer.py {args:?}"), &out)
+}
+
+/// A copy of the reference app in `project/function_app`, with `values` added to its settings.
+fn reference_app(project: &Path, values: &[(&str, String)]) {
+    let app = project.join("function_app");
+    kit::copy_dir(&kit::repository().join("function_app"), &app);
+    let mut settings = json!({
+        "FUNCTIONS_WORKER_RUNTIME": "custom",
+        "EventHubName": "sensors",
+        "AzureWebJobsStorage": "storage",
+        "HUBHOST_CONTAINER": "hubhost",
+        "HUBHOST_WINDOW_SECONDS": "60",
+    });
+    for (name, value) in values {
+        settings[*name] = Value::from(value.as_str());
+    }
+    std::fs::write(
+        app.join("local.settings.json"),
+        json!({"IsEncrypted": false, "Values": settings}).to_string(),
+    )
+    .unwrap();
+}
+
+/// `PATH` with the workspace's executables first: the app's host.json names `hubhost-app`.
+fn path_with_executables() -> String {
+    let bin = kit::binary("hubhost-app");
+    format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+fn reading(home: &str, state: &str) -> String {
+    json!({
+        "homeId": home,
+        "sensorId": "smoke-1",
+        "type": "smoke",
+        "state": state,
+        "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    })
+    .to_string()
+}
+
+/// A smoke alarm reading sent by the Python SDK with tracing on, the reference app's
+/// invocation that raises the alarm, and the Python consumer that reads the alarm: one trace at
+/// the receiver, the invocation linked to the reading's producer span, the alarm event stamped
+/// so that the consumer continues the trace, and the app's metrics beside it. The handler
+/// exports as on Azure (its settings name the endpoint); the emulated host exports only here.
+#[test]
+fn a_traced_reading_its_invocation_and_the_alarm_downstream_are_one_trace() {
+    kit::require!(Tool::PythonSdk, Tool::OpenTelemetry);
+    let chain = Chain::run(false);
+    let invocation = &chain.invocation;
+    assert_eq!(
+        invocation["parent_span_id"], chain.message["span_id"],
+        "a batch of one continues its producer's trace"
+    );
+    assert_eq!(
+        chain.alarm_stamp,
+        format!(
+            "00-{}-{}-03",
+            chain.trace_id,
+            invocation["span_id"].as_str().unwrap()
+        ),
+        "the alarm carries the invocation's context"
+    );
+    assert_eq!(chain.downstream["parent_span_id"], invocation["span_id"]);
+    assert_eq!(
+        spans(&chain.receiver.records(), "hubhost-emulate").count(),
+        0,
+        "the emulated host exports only when its own environment says so"
+    );
+}
+
+/// The same with the emulated host exporting too, as the Functions host does in its
+/// OpenTelemetry mode: producer → the host's delivery → its request to the handler → the
+/// function → the host's send of the alarm → the consumer, one trace.
+#[test]
+fn with_the_emulated_host_tracing_too_every_hop_is_one_trace() {
+    kit::require!(Tool::PythonSdk, Tool::OpenTelemetry);
+    let chain = Chain::run(true);
+    let records = chain.receiver.records();
+    let host: Vec<&Value> = spans(&records, "hubhost-emulate")
+        .filter(|s| s["trace_id"] == chain.trace_id.as_str())
+        .collect();
+    // RawArchive reads the same reading: its spans share the trace.
+    let named = |name: &str| {
+        host.iter()
+            .find(|s| {
+                s["name"] == name
+                    && (s["attributes"]["faas.name"].is_null()
+                        || s["attributes"]["faas.name"] == "SensorAggregator")
+            })
+            .unwrap_or_else(|| panic!("no {name} span among {host:#?}"))
+    };
+    let delivery = named("process sensors");
+    let attempt = named("invoke SensorAggregator");
+    let send = named("send alarms");
+    assert_eq!(delivery["parent_span_id"], chain.message["span_id"]);
+    assert_eq!(delivery["attributes"]["faas.name"], "SensorAggregator");
+    assert_eq!(attempt["parent_span_id"], delivery["span_id"]);
+    assert_eq!(attempt["attributes"]["hubhost.retry_count"], 0);
+    assert_eq!(chain.invocation["parent_span_id"], attempt["span_id"]);
+    assert_eq!(send["parent_span_id"], chain.invocation["span_id"]);
+    assert_eq!(send["kind"], 4, "SPAN_KIND_PRODUCER");
+    assert!(
+        chain
+            .alarm_stamp
+            .contains(send["span_id"].as_str().unwrap())
+    );
+    assert_eq!(chain.downstream["parent_span_id"], send["span_id"]);
+}
+
+/// One run of the chain, and what the receiver got.
+struct Chain {
+    receiver: Receiver,
+    trace_id: String,
+    /// The producer's span for the reading (its id is the event's `Diagnostic-Id`).
+    message: Value,
+    /// The handler's span for the SensorAggregator invocation.
+    invocation: Value,
+    /// The alarm event's `Diagnostic-Id`.
+    alarm_stamp: String,
+    /// The downstream consumer's process span.
+    downstream: Value,
+}
+
+impl Chain {
+    fn run(emulate_exports: bool) -> Chain {
+        let receiver = Receiver::start();
+        let endpoint = format!("http://127.0.0.1:{}", receiver.http);
+        let hub = Hub::start(None);
+        let project = tempfile::tempdir().unwrap();
+        reference_app(
+            project.path(),
+            &[
+                ("EventHubConnection", hub.connection_string(KEY)),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
+                ("OTEL_SERVICE_NAME", "reference-app".into()),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "500".into()),
+            ],
+        );
+        let metrics_port = kit::free_port().to_string();
+        let mut command = Command::new(kit::binary("hubhost"));
+        command
+            .args(["emulate", "--app", "function_app", "--metrics-port"])
+            .arg(&metrics_port)
+            .current_dir(project.path())
+            .env("PATH", path_with_executables())
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_SERVICE_NAME")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(project.path().join("emulate.log")).unwrap());
+        if emulate_exports {
+            command
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+                .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+        }
+        let mut emulate = command.spawn().unwrap();
+
+        let sent = traced_peer(
+            &receiver,
+            "producer",
+            &hub,
+            &["sensors", "send", &reading("home-00042", "alarm")],
+        );
+        let trace_id = sent["trace_id"].as_str().unwrap().to_string();
+        let message = receiver.wait_for("producer message span", |records| {
+            spans(records, "producer")
+                .find(|s| s["name"] == "EventHubs.message" && s["trace_id"] == trace_id)
+                .cloned()
+        });
+        let invocation = receiver.wait_for("SensorAggregator invocation span", |records| {
+            spans(records, "reference-app")
+                .find(|s| {
+                    s["attributes"]["faas.name"] == "SensorAggregator" && s["trace_id"] == trace_id
+                })
+                .cloned()
+        });
+        let attributes = &invocation["attributes"];
+        assert_eq!(invocation["name"], "SensorAggregator");
+        assert_eq!(invocation["kind"], 5, "SPAN_KIND_CONSUMER");
+        assert_eq!(
+            invocation["links"],
+            json!([{"trace_id": trace_id, "span_id": message["span_id"]}]),
+            "linked to each producer"
+        );
+        for (name, value) in [
+            ("faas.trigger", json!("pubsub")),
+            ("messaging.system", json!("eventhubs")),
+            ("messaging.operation.type", json!("process")),
+            ("messaging.destination.name", json!("sensors")),
+            ("messaging.consumer.group.name", json!("$Default")),
+            ("messaging.batch.message_count", json!(1)),
+            ("hubhost.retry_count", json!(0)),
+        ] {
+            assert_eq!(attributes[name], value, "{name}: {attributes:#}");
+        }
+        assert!(attributes["faas.invocation_id"].as_str().unwrap().len() >= 32);
+        assert!(attributes["messaging.destination.partition.id"].is_string());
+        assert!(attributes["hubhost.sequence_number.first"].is_number());
+
+        // The alarm downstream, read by the Python SDK with tracing on.
+        let alarms = traced_peer(
+            &receiver,
+            "downstream",
+            &hub,
+            &["alarms", "receive", "$Default", "1", "60"],
+        );
+        let alarm = &alarms[0];
+        assert!(alarm["body"].as_str().unwrap().contains("home-00042"));
+        let alarm_stamp = alarm["properties"]["Diagnostic-Id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(alarm_stamp.starts_with(&format!("00-{trace_id}-")));
+        assert_eq!(alarm["properties"]["traceparent"], alarm_stamp.as_str());
+        let downstream = receiver.wait_for("downstream process span", |records| {
+            spans(records, "downstream")
+                .find(|s| s["name"] == "EventHubs.process")
+                .cloned()
+        });
+        assert_eq!(downstream["trace_id"], trace_id.as_str());
+
+        // The metrics, beside /metrics.
+        let invocations = receiver.wait_for("faas.invocations", |records| {
+            records
+                .iter()
+                .find(|r| {
+                    r["type"] == "metric"
+                        && r["service"] == "reference-app"
+                        && r["name"] == "faas.invocations"
+                        && r["attributes"]["faas.name"] == "SensorAggregator"
+                })
+                .cloned()
+        });
+        assert!(invocations["value"].as_i64().unwrap() >= 1);
+        receiver.wait_for("messaging.client.consumed.messages", |records| {
+            records
+                .iter()
+                .find(|r| {
+                    r["name"] == "messaging.client.consumed.messages"
+                        && r["attributes"]["messaging.consumer.group.name"] == "archive"
+                })
+                .cloned()
+        });
+
+        // Log lines carry the trace, not the attributes.
+        let _ = emulate.kill();
+        let _ = emulate.wait();
+        let log = std::fs::read_to_string(project.path().join("emulate.log")).unwrap();
+        let line = log
+            .lines()
+            .find(|l| l.contains("batch processed") && l.contains("SensorAggregator"))
+            .unwrap_or_else(|| panic!("{log}"));
+        assert!(
+            line.contains(&format!("invocation{{trace_id=\"{trace_id}\"}}")),
+            "{line}"
+        );
+        assert!(!line.contains("messaging.system"), "{line}");
+        Chain {
+            receiver,
+            trace_id,
+            message,
+            invocation,
+            alarm_stamp,
+            downstream,
+        }
+    }
+}
+
+/// OTLP over gRPC by `OTEL_EXPORTER_OTLP_PROTOCOL`, from the environment `hubhost invoke`
+/// runs in; and without the variables, no span is made at all.
+#[test]
+fn grpc_when_asked_and_nothing_when_unset() {
+    kit::require!(Tool::PythonSdk, Tool::OpenTelemetry);
+    let receiver = Receiver::start();
+    let project = tempfile::tempdir().unwrap();
+    reference_app(
+        project.path(),
+        // Never dialled: invoke shows what the outputs would do without carrying them out.
+        &[(
+            "EventHubConnection",
+            "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;".into(),
+        )],
+    );
+    let producer = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut events = std::fs::File::create(project.path().join("events.json")).unwrap();
+    let events_json = json!([
+        {"body": reading("home-00007", "ok"), "properties": {"Diagnostic-Id": producer}},
+        {"body": reading("home-00008", "ok"), "properties": {"Diagnostic-Id": producer}},
+    ]);
+    events
+        .write_all(events_json.to_string().as_bytes())
+        .unwrap();
+    let invoke = |env: &[(&str, String)]| {
+        let mut command = Command::new(kit::binary("hubhost"));
+        command
+            .args([
+                "invoke",
+                "RawArchive",
+                "--app",
+                "function_app",
+                "--events",
+                "events.json",
+            ])
+            .current_dir(project.path())
+            .env("PATH", path_with_executables())
+            .env("RUST_LOG", "info")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let out = kit::output_within(&mut command, kit::COMMAND_LIMIT);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+
+    let quiet = invoke(&[]);
+    assert!(!quiet.contains("exporting OpenTelemetry"), "{quiet}");
+    assert!(
+        !quiet.contains("trace_id"),
+        "no span without export: {quiet}"
+    );
+
+    let loud = invoke(&[
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", receiver.grpc),
+        ),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+        ("OTEL_SERVICE_NAME", "invoked".into()),
+    ]);
+    assert!(loud.contains("exporting OpenTelemetry"), "{loud}");
+    let span = receiver.wait_for("the invocation span over gRPC", |records| {
+        spans(records, "invoked").next().cloned()
+    });
+    assert_eq!(span["transport"], "grpc");
+    assert_eq!(span["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(span["parent_span_id"], "00f067aa0ba902b7");
+    assert_eq!(span["attributes"]["faas.name"], "RawArchive");
+    assert_eq!(span["attributes"]["messaging.batch.message_count"], 2);
+    assert_eq!(
+        span["links"].as_array().unwrap().len(),
+        1,
+        "one link per distinct producer span"
+    );
+}
