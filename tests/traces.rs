@@ -396,7 +396,7 @@ fn grpc_when_asked_and_nothing_when_unset() {
     events
         .write_all(events_json.to_string().as_bytes())
         .unwrap();
-    let invoke = |env: &[(&str, String)]| {
+    let invoke = |log: &str, env: &[(&str, String)]| {
         let mut command = Command::new(kit::binary("hubhost"));
         command
             .args([
@@ -409,7 +409,7 @@ fn grpc_when_asked_and_nothing_when_unset() {
             ])
             .current_dir(project.path())
             .env("PATH", path_with_executables())
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", log)
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
         for (name, value) in env {
@@ -420,22 +420,29 @@ fn grpc_when_asked_and_nothing_when_unset() {
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
 
-    let quiet = invoke(&[]);
+    let quiet = invoke("info", &[]);
     assert!(!quiet.contains("exporting OpenTelemetry"), "{quiet}");
     assert!(
         !quiet.contains("trace_id"),
         "no span without export: {quiet}"
     );
 
-    let loud = invoke(&[
-        (
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://127.0.0.1:{}", receiver.grpc),
-        ),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
-        ("OTEL_SERVICE_NAME", "invoked".into()),
-    ]);
-    assert!(loud.contains("exporting OpenTelemetry"), "{loud}");
+    // Logging only warnings leaves what is exported alone.
+    let loud = invoke(
+        "warn",
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{}", receiver.grpc),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+            ("OTEL_SERVICE_NAME", "invoked".into()),
+        ],
+    );
+    assert!(
+        !loud.contains("trace_id"),
+        "only warnings are logged: {loud}"
+    );
     let span = receiver.wait_for("the invocation span over gRPC", |records| {
         spans(records, "invoked").next().cloned()
     });

@@ -60,6 +60,12 @@ pub enum HandlerKind {
     ReferenceAppWithoutOnce,
     /// A function that only counts its events, on the same framework.
     Trivial,
+    /// The trivial function on events a traced producer stamped (`Diagnostic-Id`), tracing
+    /// off: the baseline of [`HandlerKind::TrivialTracing`].
+    TrivialStampedEvents,
+    /// The same with the handler exporting a span per invocation, linked to every event's
+    /// producer, and its metrics, over OTLP/HTTP to a collector in the benchmark's process.
+    TrivialTracing,
 }
 
 impl HandlerKind {
@@ -68,6 +74,8 @@ impl HandlerKind {
             HandlerKind::ReferenceApp => "reference app",
             HandlerKind::ReferenceAppWithoutOnce => "  without Once",
             HandlerKind::Trivial => "trivial function",
+            HandlerKind::TrivialStampedEvents => "  stamped events",
+            HandlerKind::TrivialTracing => "  tracing on",
         }
     }
 }
@@ -92,16 +100,17 @@ pub struct RunFigures {
     pub reference: Vec<Run>,
     pub reference_without_once: Vec<Run>,
     pub trivial: Vec<Run>,
+    pub trivial_stamped: Vec<Run>,
+    pub trivial_tracing: Vec<Run>,
+    /// Spans the collector received over the tracing runs, and invocations those runs made.
+    pub spans_exported: u64,
+    pub traced_invocations: u64,
 }
 
 impl RunFigures {
     /// Median and range of events/s over the runs.
     pub fn events_per_second(&self, kind: HandlerKind) -> (f64, f64, f64) {
-        let runs = match kind {
-            HandlerKind::ReferenceApp => &self.reference,
-            HandlerKind::ReferenceAppWithoutOnce => &self.reference_without_once,
-            HandlerKind::Trivial => &self.trivial,
-        };
+        let runs = self.runs(kind);
         let mut rates: Vec<f64> = runs
             .iter()
             .map(|r| self.events as f64 / r.seconds)
@@ -112,6 +121,28 @@ impl RunFigures {
             rates.first().copied().unwrap_or(0.0),
             rates.last().copied().unwrap_or(0.0),
         )
+    }
+}
+
+impl RunFigures {
+    /// Every run of one handler.
+    pub fn runs(&self, kind: HandlerKind) -> &[Run] {
+        match kind {
+            HandlerKind::ReferenceApp => &self.reference,
+            HandlerKind::ReferenceAppWithoutOnce => &self.reference_without_once,
+            HandlerKind::Trivial => &self.trivial,
+            HandlerKind::TrivialStampedEvents => &self.trivial_stamped,
+            HandlerKind::TrivialTracing => &self.trivial_tracing,
+        }
+    }
+
+    /// What tracing costs per event: the median time per event with it on, less the median
+    /// with it off, on the same stamped events, in microseconds of wall time (all partitions
+    /// in parallel).
+    pub fn tracing_cost_us_per_event(&self) -> f64 {
+        let (on, _, _) = self.events_per_second(HandlerKind::TrivialTracing);
+        let (off, _, _) = self.events_per_second(HandlerKind::TrivialStampedEvents);
+        1e6 / on - 1e6 / off
     }
 }
 
@@ -173,19 +204,40 @@ pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
             reference: Vec::new(),
             reference_without_once: Vec::new(),
             trivial: Vec::new(),
+            trivial_stamped: Vec::new(),
+            trivial_tracing: Vec::new(),
+            spans_exported: 0,
+            traced_invocations: 0,
         };
+        let collector = hubhost_telemetry::collector::Collector::start(0, 0)
+            .await
+            .map_err(BenchError::Spawn)?;
         // Alternating, so that drift of a noisy machine spreads over both.
         for _ in 0..opts.repetitions.max(1) {
             figures
                 .reference
-                .push(measure(&opts, &prepared, HandlerKind::ReferenceApp).await?);
+                .push(measure(&opts, &prepared, HandlerKind::ReferenceApp, None).await?);
             figures
                 .reference_without_once
-                .push(measure(&opts, &prepared, HandlerKind::ReferenceAppWithoutOnce).await?);
+                .push(measure(&opts, &prepared, HandlerKind::ReferenceAppWithoutOnce, None).await?);
             figures
                 .trivial
-                .push(measure(&opts, &prepared, HandlerKind::Trivial).await?);
+                .push(measure(&opts, &prepared, HandlerKind::Trivial, None).await?);
+            figures
+                .trivial_stamped
+                .push(measure(&opts, &prepared, HandlerKind::TrivialStampedEvents, None).await?);
+            figures.trivial_tracing.push(
+                measure(
+                    &opts,
+                    &prepared,
+                    HandlerKind::TrivialTracing,
+                    Some(collector.endpoint()),
+                )
+                .await?,
+            );
+            figures.traced_invocations += prepared.invocations() as u64;
         }
+        figures.spans_exported = collector.spans_received();
         print_figures(&figures);
         all.push(figures);
     }
@@ -196,6 +248,16 @@ pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
 }
 
 fn print_figures(f: &RunFigures) {
+    print_handler_table(f);
+    println!(
+        "  tracing costs {:.2} µs per event ({} spans exported for {} invocations)",
+        f.tracing_cost_us_per_event(),
+        f.spans_exported,
+        f.traced_invocations
+    );
+}
+
+fn print_handler_table(f: &RunFigures) {
     println!(
         "batch {}: {} events, {:.1} MB per run; decode {:.0} µs vs plain parse {:.0} µs per request = {:.2}×",
         f.batch_size,
@@ -222,6 +284,8 @@ fn print_figures(f: &RunFigures) {
             &f.reference_without_once,
         ),
         (HandlerKind::Trivial, &f.trivial),
+        (HandlerKind::TrivialStampedEvents, &f.trivial_stamped),
+        (HandlerKind::TrivialTracing, &f.trivial_tracing),
     ] {
         let (mid, lo, hi) = f.events_per_second(kind);
         println!(
@@ -242,6 +306,8 @@ struct Prepared {
     fleet: Fleet,
     start: chrono::DateTime<Utc>,
     requests: Vec<(u32, Vec<Vec<u8>>)>,
+    /// The same events, each stamped with a `Diagnostic-Id` as a traced producer stamps them.
+    stamped: Vec<(u32, Vec<Vec<u8>>)>,
     events: usize,
     bytes: usize,
     decode_us: f64,
@@ -260,19 +326,24 @@ fn prepare(opts: &BenchOptions, batch_size: usize) -> Prepared {
     };
     let start = window_start(Utc::now(), 60);
     let per_partition = opts.events / opts.partitions as usize;
+    let mut stamped = Vec::new();
     let requests: Vec<(u32, Vec<Vec<u8>>)> = (0..opts.partitions)
         .map(|p| {
             let mut feed = PartitionFeed::new(&fleet, p, start);
             let mut left = per_partition;
             let mut batches = Vec::new();
+            let mut stamped_batches = Vec::new();
             while left > 0 {
-                let events = feed.next_batch(batch_size.min(left));
+                let mut events = feed.next_batch(batch_size.min(left));
                 if events.is_empty() {
                     break;
                 }
                 left -= events.len();
                 batches.push(host_request(&spec.name, &trigger, p, &events));
+                stamp(&mut events, p, stamped_batches.len());
+                stamped_batches.push(host_request(&spec.name, &trigger, p, &events));
             }
+            stamped.push((p, stamped_batches));
             (p, batches)
         })
         .collect();
@@ -312,12 +383,41 @@ fn prepare(opts: &BenchOptions, batch_size: usize) -> Prepared {
         fleet,
         start,
         requests,
+        stamped,
         events,
         bytes,
         decode_us,
         plain_parse_us,
         encode_us,
         plain_serialize_us,
+    }
+}
+
+/// Stamps each event with a `Diagnostic-Id` as a traced producer does: one trace per batch
+/// sent, one span per event.
+fn stamp(events: &mut [EventRecord], partition: u32, batch: usize) {
+    for (i, event) in events.iter_mut().enumerate() {
+        let context = hubhost_telemetry::TraceParent {
+            trace_id: [
+                &(partition as u64 + 1).to_be_bytes()[..],
+                &(batch as u64 + 1).to_be_bytes()[..],
+            ]
+            .concat()
+            .try_into()
+            .expect("16 bytes"),
+            span_id: (i as u64 + 1).to_be_bytes(),
+            flags: 1,
+        };
+        event
+            .properties
+            .insert("Diagnostic-Id".into(), context.to_string().into());
+    }
+}
+
+impl Prepared {
+    /// Invocations one run makes.
+    fn invocations(&self) -> usize {
+        self.requests.iter().map(|(_, batches)| batches.len()).sum()
     }
 }
 
@@ -339,6 +439,7 @@ async fn measure(
     opts: &BenchOptions,
     prepared: &Prepared,
     kind: HandlerKind,
+    otlp_endpoint: Option<&str>,
 ) -> Result<Run, BenchError> {
     let Prepared {
         batch_size,
@@ -358,7 +459,9 @@ async fn measure(
     let port = free_port();
     let exe = match kind {
         HandlerKind::ReferenceApp | HandlerKind::ReferenceAppWithoutOnce => crate::hubhost_exe(),
-        HandlerKind::Trivial => std::env::current_exe(),
+        HandlerKind::Trivial | HandlerKind::TrivialStampedEvents | HandlerKind::TrivialTracing => {
+            std::env::current_exe()
+        }
     };
     let mut command = hubhost_host::child::command(exe.map_err(BenchError::Spawn)?);
     match kind {
@@ -369,8 +472,24 @@ async fn measure(
             .args(["serve", "--port", &port.to_string()])
             .env("HUBHOST_STORAGE", &storage)
             .env("HUBHOST_ALARMS_AT_LEAST_ONCE", "1"),
-        HandlerKind::Trivial => command.args(["trivial-handler", "--port", &port.to_string()]),
+        HandlerKind::Trivial | HandlerKind::TrivialStampedEvents | HandlerKind::TrivialTracing => {
+            command.args(["trivial-handler", "--port", &port.to_string()])
+        }
     };
+    // Nothing exported but where asked: a shell's OTEL_* variables must not leak in.
+    for variable in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    ] {
+        command.env_remove(variable);
+    }
+    if let Some(endpoint) = otlp_endpoint {
+        command
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "1000");
+    }
     let mut child = command
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -380,7 +499,10 @@ async fn measure(
     let invoker = Invoker::new(&format!("http://127.0.0.1:{port}"));
     invoker.wait_ready(Duration::from_secs(30)).await?;
 
-    if kind != HandlerKind::Trivial {
+    if matches!(
+        kind,
+        HandlerKind::ReferenceApp | HandlerKind::ReferenceAppWithoutOnce
+    ) {
         // Warm-up, untimed: one reading of every home in the minute before, so that the home
         // directory knows every home — the steady state of a running fleet, where a batch writes
         // its window aggregate and nothing else.
@@ -424,7 +546,10 @@ async fn measure(
     }
 
     // Copied before the clock starts: each run sends its own copy of the requests.
-    let requests = prepared.requests.clone();
+    let requests = match kind {
+        HandlerKind::TrivialStampedEvents | HandlerKind::TrivialTracing => prepared.stamped.clone(),
+        _ => prepared.requests.clone(),
+    };
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for (_, batches) in requests {
@@ -447,7 +572,18 @@ async fn measure(
         latencies.extend(result.expect("bench task")?);
     }
     let seconds = started.elapsed().as_secs_f64();
-    let _ = child.kill().await;
+    // Stopped as the host stops a handler (SIGTERM), outside the clock: a tracing handler
+    // sends its last spans on the way out.
+    if let Some(pid) = child.id() {
+        // SAFETY: signalling a child process this function started and has not reaped.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+    if tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
     let _ = std::fs::remove_dir_all(&scratch);
     latencies.sort_by(f64::total_cmp);
     Ok(Run {

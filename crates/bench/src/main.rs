@@ -4,7 +4,6 @@
 
 mod cli;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -41,19 +40,18 @@ enum Command {
 fn main() -> ExitCode {
     hubhost_app::allocator::disable_transparent_huge_pages();
     let cli = Cli::parse();
-    // The benchmarks print their own progress; the SDK warns about connection recovery it
-    // then completes, and failed sends are reported.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(
-            "warn,azure_messaging_eventhubs=error,azure_core_amqp=error",
-        )
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let _entered = runtime.enter();
+    // The benchmarks print their own progress; the SDK warns about connection recovery it
+    // then completes, and failed sends are reported. The trivial handler exports traces when
+    // `bench handler` measures tracing's cost (by the standard OTEL_* variables).
+    hubhost_telemetry::Logging {
+        service_name: "hubhost-bench-trivial-handler",
+        default_level: "warn,azure_messaging_eventhubs=error,azure_core_amqp=error",
+        json: false,
+        export: matches!(cli.command, Command::TrivialHandler { .. }),
+    }
+    .install();
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Bench(which) => cli::run(which).await,

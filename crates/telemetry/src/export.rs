@@ -248,6 +248,8 @@ fn install_logging(logging: &Logging<'_>) {
             Some(e.clone()),
         ),
     };
+    // `RUST_LOG` says what is logged, not what is exported: a span at `info` is traced even
+    // when the log shows only warnings.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(logging.default_level));
     // Colour only on a terminal: a log written to a file or a pipe carries no escape codes.
@@ -255,27 +257,23 @@ fn install_logging(logging: &Logging<'_>) {
     let (text, json) = if logging.json {
         let json = tracing_subscriber::fmt::layer()
             .json()
-            .with_writer(std::io::stderr);
+            .with_writer(std::io::stderr)
+            .with_filter(filter);
         (None, Some(json))
     } else {
         let text = tracing_subscriber::fmt::layer()
             .fmt_fields(LineFields)
             .with_writer(std::io::stderr)
-            .with_ansi(ansi);
+            .with_ansi(ansi)
+            .with_filter(filter);
         (Some(text), None)
     };
     let otel = telemetry.tracer_provider.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("hubhost"))
-            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-                // The exporter's own HTTP and gRPC clients must not trace their own requests.
-                !["opentelemetry", "hyper", "h2", "tonic", "reqwest", "tower"]
-                    .iter()
-                    .any(|prefix| meta.target().starts_with(prefix))
-            }))
+            .with_filter(tracing_subscriber::filter::filter_fn(exported))
     });
     let installed = tracing_subscriber::registry()
-        .with(filter)
         .with(text)
         .with(json)
         .with(otel)
@@ -306,6 +304,15 @@ fn install_logging(logging: &Logging<'_>) {
         );
     }
     let _ = INSTALLED.set(telemetry);
+}
+
+/// Which spans and events become OpenTelemetry's: `info` and above, but never those of the
+/// exporter's own HTTP and gRPC clients (which would trace their own requests).
+fn exported(meta: &tracing::Metadata<'_>) -> bool {
+    *meta.level() <= tracing::Level::INFO
+        && !["opentelemetry", "hyper", "h2", "tonic", "reqwest", "tower"]
+            .iter()
+            .any(|prefix| meta.target().starts_with(prefix))
 }
 
 /// Span fields named by OpenTelemetry's conventions (`faas.*`, `messaging.*`, `otel.*`, …) are

@@ -8,6 +8,8 @@
 //!   [`tracing`] span then becomes an exported span (fields named by OpenTelemetry's semantic
 //!   conventions become its attributes). [`exporting_traces`] lets a caller skip building spans
 //!   when nothing would receive them.
+//! - [`collector`]: a small OTLP/HTTP receiver keeping the newest spans, for a local run's own
+//!   view of its traces (the demo's page, the benchmarks).
 //! - Metrics are recorded through [`opentelemetry::global::meter`], which the installed
 //!   pipeline exports ([`meter`] is a shorthand).
 //!
@@ -15,6 +17,7 @@
 
 #![deny(missing_docs)]
 
+pub mod collector;
 mod export;
 pub mod trace_context;
 
@@ -35,6 +38,9 @@ pub fn meter(scope: &'static str) -> opentelemetry::metrics::Meter {
 pub fn traceparent_of(span: &tracing::Span) -> Option<TraceParent> {
     use opentelemetry::trace::TraceContextExt;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if span.is_none() {
+        return None;
+    }
     let context = span.context();
     let span_context = context.span().span_context().clone();
     if !span_context.is_valid() {
