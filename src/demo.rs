@@ -46,7 +46,14 @@ pub struct DemoOptions {
     pub port: u16,
     /// Stop sending after this long, let the pool catch up, and stop [default: at Ctrl-C].
     pub duration: Option<Duration>,
+    /// The collector this process's spans are exported to: the page shows an alarm's trace
+    /// from it.
+    pub collector: Option<std::sync::Arc<hubhost_telemetry::collector::Collector>>,
 }
+
+/// Spans the demo's collector keeps (the newest; at the reference fleet's pace, the last
+/// half minute or so).
+pub const TRACE_SPANS_KEPT: usize = 50_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
@@ -141,6 +148,13 @@ pub async fn run(
                 ),
                 key,
             ));
+            sources.traces =
+                opts.collector
+                    .clone()
+                    .map(|collector| hubhost_app::dashboard::TraceSources {
+                        collector,
+                        alarms_hub: ALARMS_HUB.to_string(),
+                    });
             // The page is the demo's own, on loopback: its explorer may send.
             sources.with_explorer(
                 listening.admin.map(|a| format!("http://{a}")),
@@ -220,6 +234,12 @@ pub async fn run(
         );
     }
     println!("storage: {}", store.describe());
+    if let Some(collector) = &opts.collector {
+        println!(
+            "traces: {} (OTLP/HTTP: producers of your own export here with OTEL_EXPORTER_OTLP_ENDPOINT; the page's Traces tab shows them)",
+            collector.endpoint()
+        );
+    }
     println!(
         "pool: {} instances x {} functions; fleet: {} homes x {} sensors every simulated minute, {}x real time",
         opts.instances,

@@ -93,17 +93,34 @@ fn main() -> ExitCode {
     .expect("tokio runtime");
     // Inside the runtime: OTLP over gRPC, when asked for, runs its connection on it.
     let _entered = runtime.enter();
+    // The demo keeps its own traces, for its page: spans go to a collector in this process.
+    let collector = match cli.command {
+        Command::Demo(_) => Some(std::sync::Arc::new(
+            runtime
+                .block_on(hubhost_telemetry::collector::Collector::start(
+                    0,
+                    demo::TRACE_SPANS_KEPT,
+                ))
+                .expect("a loopback port for the demo's trace collector"),
+        )),
+        _ => None,
+    };
     hubhost_telemetry::Logging {
-        service_name,
+        service_name: if collector.is_some() {
+            "hubhost-demo"
+        } else {
+            service_name
+        },
         default_level,
         json: matches!(cli.log_format, LogFormat::Json),
         export,
+        local_collector: collector.as_ref().map(|c| c.endpoint()),
     }
     .install();
     let result: Result<(), String> = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => hubhost_app::serve::run(args).await,
-            Command::Demo(args) => commands::demo::run(args).await,
+            Command::Demo(args) => commands::demo::run(args, collector).await,
             Command::Emulate(args) => commands::emulate::run(args).await,
             Command::Invoke(args) => commands::invoke::run(args).await,
             Command::Rehearse(args) => commands::rehearse::run(args).await,

@@ -29,6 +29,8 @@ struct Demo {
     hub_dir: std::path::PathBuf,
     /// The hub's Kafka endpoint (`host:port`).
     kafka: String,
+    /// The demo's trace collector (OTLP/HTTP).
+    traces: String,
 }
 
 impl Demo {
@@ -50,9 +52,15 @@ impl Demo {
                 let _ = lines.send(line);
             }
         });
-        let (mut url, mut hub_port, mut admin, mut kafka) = (None, None, None, None);
+        let (mut url, mut hub_port, mut admin, mut kafka, mut traces) =
+            (None, None, None, None, None);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while url.is_none() || hub_port.is_none() || admin.is_none() || kafka.is_none() {
+        while url.is_none()
+            || hub_port.is_none()
+            || admin.is_none()
+            || kafka.is_none()
+            || traces.is_none()
+        {
             let line = received
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .expect("the demo prints its hub and its page's URL");
@@ -65,6 +73,9 @@ impl Demo {
             if let Some(rest) = line.strip_prefix("kafka: ") {
                 kafka = rest.split_whitespace().next().map(str::to_string);
             }
+            if let Some(rest) = line.strip_prefix("traces: ") {
+                traces = rest.split_whitespace().next().map(str::to_string);
+            }
             if line.starts_with("http://127.0.0.1:") {
                 url = Some(line.trim_end_matches('/').to_string());
             }
@@ -76,6 +87,7 @@ impl Demo {
             admin: admin.unwrap(),
             hub_dir: storage.join("hub"),
             kafka: kafka.unwrap(),
+            traces: traces.unwrap(),
         }
     }
 
@@ -257,6 +269,69 @@ fn the_dashboard_shows_what_was_sent_live() {
     let (status, _) = demo.get(&format!("/api/dashboard/home.json?id={}", "x".repeat(65)));
     assert_eq!(status, 400);
 
+    // An alarm's trace: a glass break sent by the Python SDK with tracing on, exporting to the
+    // demo's own collector, appears on the Traces view from its reading to its enqueue.
+    let traced_home = "test-home-traced";
+    let reading = serde_json::json!({
+        "homeId": traced_home, "sensorId": "hall-glass", "type": "glass_break", "state": "break",
+        "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    });
+    let out = common::output_within(
+        Command::new(common::python())
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/traced_peer.py"))
+            .args([
+                demo.connection_string().as_str(),
+                "sensors",
+                "send",
+                &reading.to_string(),
+            ])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &demo.traces)
+            .env("OTEL_SERVICE_NAME", "sensor-gateway"),
+        common::COMMAND_LIMIT,
+    );
+    let sent = common::json_output("traced_peer.py send", &out);
+    let traces = demo.wait_for("/api/dashboard/traces.json", |v| {
+        v.as_array().is_some_and(|alarms| {
+            alarms.iter().any(|a| {
+                a["home"] == traced_home
+                    && a["hops"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|h| h["label"] == "alarm enqueued")
+            })
+        })
+    });
+    let alarm = traces
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["home"] == traced_home)
+        .unwrap();
+    let hops = alarm["hops"].as_array().unwrap();
+    let labels: Vec<&str> = hops.iter().map(|h| h["label"].as_str().unwrap()).collect();
+    assert_eq!(labels.first(), Some(&"reading sent"), "{alarm:#}");
+    assert_eq!(hops[0]["service"], "sensor-gateway");
+    for expected in [
+        "process sensors: delivered to SensorAggregator",
+        "invoke SensorAggregator: request to the handler",
+        "function SensorAggregator",
+        "send alarms (output)",
+    ] {
+        assert!(labels.contains(&expected), "{expected} in {labels:?}");
+    }
+    assert_eq!(labels.last(), Some(&"alarm enqueued"));
+    let starts: Vec<f64> = hops
+        .iter()
+        .map(|h| h["startMs"].as_f64().unwrap())
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] <= w[1]), "{starts:?}");
+    // The reading is the producer's own span, found through the invocation's links (its trace
+    // is the invocation's too when the batch held only events of that trace).
+    assert!(sent["trace_id"].as_str().is_some_and(|t| t.len() == 32));
+    let (status, body) = demo.get("/api/dashboard/traces.json?x=1");
+    assert_eq!(status, 200, "{body}");
+
     // The page in a browser, starting with a home sent just now (send → page, browser start
     // included).
     let latency_home = "test-home-latency";
@@ -270,7 +345,7 @@ fn the_dashboard_shows_what_was_sent_live() {
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     // An earlier run's screenshots must not pass for this run's.
-    for view in ["fleet", "home", "home-html-id", "operations"] {
+    for view in ["fleet", "home", "home-html-id", "operations", "traces"] {
         let _ = std::fs::remove_file(shots.join(format!("{view}.png")));
     }
     let out = common::output_within(
@@ -284,6 +359,7 @@ fn the_dashboard_shows_what_was_sent_live() {
                 &sent_at_ms,
             ])
             .arg(&shots)
+            .arg(traced_home)
             .env("NODE_PATH", common::node_modules()),
         Duration::from_secs(120),
     );
@@ -294,7 +370,7 @@ fn the_dashboard_shows_what_was_sent_live() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!("{stdout}");
-    for view in ["fleet", "home", "operations"] {
+    for view in ["fleet", "home", "operations", "traces"] {
         assert!(
             shots.join(format!("{view}.png")).exists(),
             "no screenshot of {view}"

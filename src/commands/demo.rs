@@ -36,7 +36,11 @@ pub struct Args {
     pub duration: Option<f64>,
 }
 
-pub async fn run(args: Args) -> Result<(), String> {
+/// `collector`: where this process's spans go, read back for the page's trace view.
+pub async fn run(
+    args: Args,
+    collector: Option<std::sync::Arc<hubhost_telemetry::collector::Collector>>,
+) -> Result<(), String> {
     let Args {
         homes,
         speed_up,
@@ -68,6 +72,7 @@ pub async fn run(args: Args) -> Result<(), String> {
             storage,
             port,
             duration,
+            collector,
         },
         shutdown_signal(),
     )

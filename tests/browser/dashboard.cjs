@@ -1,6 +1,6 @@
 // The dashboard in headless Chromium (Debian's `chromium`, driven by playwright-core), run by
 // tests/dashboard.rs against a live `hubhost demo`:
-//   node dashboard.cjs <page URL> <home> <home id made of HTML> <latency home> <sent at, ms> <screenshot dir>
+//   node dashboard.cjs <page URL> <home> <home id made of HTML> <latency home> <sent at, ms> <screenshot dir> <traced home>
 // Fails (exit 1) on any console error, page error or dialog, when a view does not show what the
 // test sent, or when the HTML home id is rendered as markup. Prints its timings as JSON.
 "use strict";
@@ -8,7 +8,7 @@
 const { chromium } = require("playwright-core");
 const path = require("path");
 
-const [url, home, htmlHome, latencyHome, sentAt, shots] = process.argv.slice(2);
+const [url, home, htmlHome, latencyHome, sentAt, shots, tracedHome] = process.argv.slice(2);
 const TITLE = "hubhost — home security";
 const problems = [];
 
@@ -84,6 +84,24 @@ async function show(page, hash) {
     const lags = await page.$$eval("#ops-partitions tbody tr", (rows) => rows.map((r) => Number(r.children[4].textContent)));
     check(lags.every((n) => n >= 0), `negative lag on the page: ${lags}`);
     await page.screenshot({ path: path.join(shots, "operations.png"), fullPage: true });
+
+    // Traces: the traced home's alarm, chosen, and its waterfall from the reading to this page.
+    await show(page, "traces");
+    await page.waitForFunction((h) => [...document.querySelectorAll("#traces-alarms tbody td:first-child")]
+      .some((t) => t.textContent === h), tracedHome, { timeout: 30000 });
+    await page.$$eval("#traces-alarms tbody tr", (rows, h) => {
+      rows.find((r) => r.children[0].textContent === h).click();
+    }, tracedHome);
+    await page.waitForFunction((h) => document.getElementById("trace-title").textContent.includes(h),
+      tracedHome, { timeout: 30000 });
+    const hops = await page.$$eval("#trace-waterfall .hop", (rows) => rows.map((r) => r.children[0].textContent));
+    check(hops.length >= 7, `waterfall rows: ${JSON.stringify(hops)}`);
+    check(hops[0].startsWith("reading sent"), `first hop: ${hops[0]}`);
+    check(hops.some((h) => h.startsWith("function SensorAggregator")), `hops: ${JSON.stringify(hops)}`);
+    check(hops[hops.length - 1].startsWith("shown on this page"), `last hop: ${hops[hops.length - 1]}`);
+    const bars = await page.$$eval("#trace-waterfall .bar", (bs) => bs.map((b) => parseFloat(b.style.left)));
+    check(bars.every((left, i) => i === 0 || left >= bars[i - 1] - 0.001), `bars out of order: ${bars}`);
+    await page.screenshot({ path: path.join(shots, "traces.png"), fullPage: true });
 
     check(problems.length === 0, problems.join("\n"));
     console.log(JSON.stringify({ firstRenderMs, sendToPageMs }));

@@ -50,6 +50,7 @@ fn main() -> ExitCode {
         default_level: "warn,azure_messaging_eventhubs=error,azure_core_amqp=error",
         json: false,
         export: matches!(cli.command, Command::TrivialHandler { .. }),
+        local_collector: None,
     }
     .install();
     let result = runtime.block_on(async move {

@@ -256,6 +256,9 @@ pub async fn run(
         simulated_now.store(u64::from(minute), Ordering::Relaxed);
         let home_id = Fleet::home_id(home);
         let minute_start = options.start + chrono::Duration::minutes(i64::from(minute));
+        // A traced producer's context for the home's report, stamped on its events as the Azure
+        // SDKs stamp theirs, when this process exports spans (the demo does, to its page).
+        let report_context = report_span(&target.hub, &home_id);
         for sensor in 0..SENSORS.len() {
             if options
                 .stop
@@ -266,11 +269,16 @@ pub async fn run(
             }
             let body = fleet.reading(&home_id, sensor, minute_start);
             bytes += body.len() as u64;
-            let event = EventData::builder()
+            let mut event = EventData::builder()
                 .with_body(body.into_bytes())
                 .with_content_type("application/json".into())
-                .add_property("source".into(), "hubhost-simulator")
-                .build();
+                .add_property("source".into(), "hubhost-simulator");
+            if let Some(context) = &report_context {
+                for property in hubhost_telemetry::trace_context::EVENT_PROPERTIES {
+                    event = event.add_property(property.to_string(), context.clone());
+                }
+            }
+            let event = event.build();
             let options = EnqueueEventOptions {
                 partition_key: Some(home_id.clone()),
                 ..Default::default()
@@ -379,6 +387,24 @@ pub async fn run(
         });
     }
     Ok(summary)
+}
+
+/// The span of one home's report (its events' creation context, OpenTelemetry's `create`
+/// operation), as a `traceparent` value; `None` when spans are not exported.
+fn report_span(hub: &str, home_id: &str) -> Option<String> {
+    if !hubhost_telemetry::exporting_traces() {
+        return None;
+    }
+    let span = tracing::info_span!(
+        "report",
+        "otel.name" = format!("create {hub}"),
+        "otel.kind" = "producer",
+        "messaging.system" = "eventhubs",
+        "messaging.operation.type" = "create",
+        "messaging.destination.name" = hub,
+        "hubhost.home_id" = home_id,
+    );
+    hubhost_telemetry::traceparent_of(&span).map(|context| context.to_string())
 }
 
 #[cfg(test)]

@@ -197,6 +197,10 @@ pub struct Logging<'a> {
     pub json: bool,
     /// Whether the `OTEL_*` variables are honoured; `false` only logs.
     pub export: bool,
+    /// Export spans to this local collector (`http://127.0.0.1:…`, see
+    /// [`crate::collector`]) instead, whatever the environment says: a local run's own view of
+    /// its traces.
+    pub local_collector: Option<&'a str>,
 }
 
 impl Logging<'_> {
@@ -207,6 +211,7 @@ impl Logging<'_> {
             default_level,
             json: false,
             export: true,
+            local_collector: None,
         }
     }
 
@@ -227,7 +232,14 @@ pub fn install(service_name: &str, default_level: &str) {
 }
 
 fn install_logging(logging: &Logging<'_>) {
-    let settings = if logging.export {
+    let settings = if logging.local_collector.is_some() {
+        Ok(ExportSettings {
+            traces: true,
+            metrics: false,
+            protocol: Protocol::HttpProtobuf,
+            default_service_name: true,
+        })
+    } else if logging.export {
         ExportSettings::from_environment()
     } else {
         Ok(ExportSettings {
@@ -239,7 +251,7 @@ fn install_logging(logging: &Logging<'_>) {
     };
     let service_name = logging.service_name;
     let (telemetry, problem) = match &settings {
-        Ok(settings) => build(settings, service_name),
+        Ok(settings) => build(settings, service_name, logging.local_collector),
         Err(e) => (
             Telemetry {
                 tracer_provider: None,
@@ -390,7 +402,11 @@ impl Visit for LineVisitor<'_> {
     }
 }
 
-fn build(settings: &ExportSettings, service_name: &str) -> (Telemetry, Option<TelemetryError>) {
+fn build(
+    settings: &ExportSettings,
+    service_name: &str,
+    local_collector: Option<&str>,
+) -> (Telemetry, Option<TelemetryError>) {
     let mut problem = None;
     let mut resource = Resource::builder();
     if settings.default_service_name {
@@ -404,7 +420,24 @@ fn build(settings: &ExportSettings, service_name: &str) -> (Telemetry, Option<Te
     }
     let resource = resource.build();
     let tracer_provider = if settings.traces {
-        match span_exporter(settings.protocol) {
+        match span_exporter(settings.protocol, local_collector) {
+            Ok(exporter) if local_collector.is_some() => {
+                // A local run's spans come thick and are read at once: sent often, queued deep.
+                let config = opentelemetry_sdk::trace::BatchConfigBuilder::default()
+                    .with_scheduled_delay(std::time::Duration::from_millis(200))
+                    .with_max_queue_size(65_536)
+                    .with_max_export_batch_size(4096)
+                    .build();
+                let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
+                    .with_batch_config(config)
+                    .build();
+                Some(
+                    SdkTracerProvider::builder()
+                        .with_resource(resource.clone())
+                        .with_span_processor(processor)
+                        .build(),
+                )
+            }
             Ok(exporter) => Some(
                 SdkTracerProvider::builder()
                     .with_resource(resource.clone())
@@ -444,11 +477,19 @@ fn build(settings: &ExportSettings, service_name: &str) -> (Telemetry, Option<Te
     )
 }
 
-fn span_exporter(protocol: Protocol) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
+fn span_exporter(
+    protocol: Protocol,
+    local_collector: Option<&str>,
+) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
+    use opentelemetry_otlp::WithExportConfig;
     let builder = opentelemetry_otlp::SpanExporter::builder();
-    let built = match protocol {
-        Protocol::HttpProtobuf => builder.with_http().build(),
-        Protocol::Grpc => builder.with_tonic().build(),
+    let built = match (protocol, local_collector) {
+        (_, Some(collector)) => builder
+            .with_http()
+            .with_endpoint(format!("{collector}/v1/traces"))
+            .build(),
+        (Protocol::HttpProtobuf, None) => builder.with_http().build(),
+        (Protocol::Grpc, None) => builder.with_tonic().build(),
     };
     built.map_err(|e| TelemetryError::Exporter {
         signal: "traces",

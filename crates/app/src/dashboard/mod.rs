@@ -25,7 +25,10 @@
 //! value into the document as text, never as markup.
 
 pub mod explorer;
+pub mod traces;
 pub mod views;
+
+pub use traces::TraceSources;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -76,6 +79,8 @@ pub struct DashboardSources {
     pub foreign_ownership_expiry: StdDuration,
     /// Where the explorer reads (and may send).
     pub explorer: explorer::ExplorerSources,
+    /// Where the trace view reads, when spans are at hand (the demo's own).
+    pub traces: Option<TraceSources>,
 }
 
 impl DashboardSources {
@@ -86,6 +91,7 @@ impl DashboardSources {
             checkpoints: None,
             event_hub: None,
             foreign_ownership_expiry: hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
+            traces: None,
             explorer: explorer::ExplorerSources {
                 foreign_ownership_expiry: hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
                 ..Default::default()
@@ -687,6 +693,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(dashboard: Arc<Dashboard>) -> ax
         .route(&format!("{BASE}/home.json"), get(home))
         .route(&format!("{BASE}/operations.json"), get(operations))
         .route(&format!("{BASE}/explorer.json"), get(explorer_view))
+        .route(&format!("{BASE}/traces.json"), get(traces_view))
         .route(
             &format!("{BASE}/explorer/events.json"),
             get(explorer_events),
@@ -794,6 +801,17 @@ fn explorer_answer<T: serde::Serialize>(result: Result<T, explorer::ExplorerErro
             problem(status, code, &e.to_string())
         }
     }
+}
+
+async fn traces_view(State(d): State<Arc<Dashboard>>) -> Response {
+    let Some(sources) = &d.sources.traces else {
+        return problem(
+            StatusCode::NOT_IMPLEMENTED,
+            "unavailable",
+            "traces are shown where this process's spans are at hand: run `hubhost demo`, or export them with the OTEL_* variables to a tracing backend",
+        );
+    };
+    explorer_answer(traces::recent(sources, &d.explorer).await)
 }
 
 async fn explorer_view(State(d): State<Arc<Dashboard>>) -> Response {

@@ -381,12 +381,63 @@ function current() {
   if (hash.startsWith("home")) return { view: "home", id: hash.startsWith("home=") ? hash.slice(5) : "" };
   if (hash === "operations") return { view: "operations" };
   if (hash === "explorer") return { view: "explorer" };
+  if (hash.startsWith("traces")) return { view: "traces", id: hash.startsWith("traces=") ? hash.slice(7) : "" };
   return { view: "fleet" };
+}
+
+// An alarm's trace as a waterfall: one row per hop (the reading's send, the host's delivery,
+// the request to the handler, the function, the alarm's send and enqueue) and a last row for
+// this page showing it, each a bar placed by its start and length on one time scale.
+//
+// When this page first showed each alarm: its "enqueue → page" is fixed then. Two alarms of
+// one batch share a trace, so an alarm is known by its trace and its home.
+const firstShown = new Map();
+const alarmKey = (a) => `${a.traceId} ${a.home}`;
+
+function showTraces(alarms) {
+  $("traces-empty").hidden = alarms.length > 0;
+  const now = Date.now();
+  for (const a of alarms) if (!firstShown.has(alarmKey(a))) firstShown.set(alarmKey(a), now);
+  for (const k of [...firstShown.keys()]) if (!alarms.some((a) => alarmKey(a) === k)) firstShown.delete(k);
+  const chosenKey = current().id || (alarms[0] ? alarmKey(alarms[0]) : "");
+  fill("traces-alarms", alarms, (a) => {
+    const shownMs = firstShown.get(alarmKey(a)) - a.originUnixMs;
+    const enqueued = a.hops.find((h) => h.label === "alarm enqueued");
+    const toPage = enqueued ? `${Math.round(shownMs - enqueued.startMs)} ms` : "–";
+    return [[a.home], [a.kind], [toPage, true], [a.traceId.slice(0, 12)]];
+  }, (a) => (alarmKey(a) === chosenKey ? "alarm chosen" : "alarm"));
+  const rows = $("traces-alarms").querySelectorAll("tbody tr");
+  alarms.forEach((a, i) => {
+    rows[i].onclick = () => { location.hash = `traces=${encodeURIComponent(alarmKey(a))}`; };
+  });
+  const alarm = alarms.find((a) => alarmKey(a) === chosenKey);
+  const box = $("trace-waterfall");
+  if (!alarm) {
+    $("trace-title").textContent = "";
+    box.replaceChildren();
+    return;
+  }
+  $("trace-title").textContent = `(${alarm.kind} in ${alarm.home}, trace ${alarm.traceId})`;
+  const shown = { label: "shown on this page", service: "browser", startMs: firstShown.get(alarmKey(alarm)) - alarm.originUnixMs, durationMs: 0 };
+  const hops = [...alarm.hops, shown];
+  const end = Math.max(1, ...hops.map((h) => h.startMs + h.durationMs));
+  box.replaceChildren(...hops.map((h, i) => {
+    const row = el("div", undefined, i === hops.length - 1 ? "hop page" : "hop");
+    row.appendChild(el("span", `${h.label} · ${h.service}`));
+    const lane = el("div", undefined, "lane");
+    const bar = el("div", undefined, "bar");
+    bar.style.left = `${(100 * h.startMs) / end}%`;
+    bar.style.width = `${(100 * h.durationMs) / end}%`;
+    lane.appendChild(bar);
+    row.appendChild(lane);
+    row.appendChild(el("span", `+${Math.round(h.startMs)} ms`, "num"));
+    return row;
+  }));
 }
 
 async function refresh() {
   const { view, id } = current();
-  for (const name of ["fleet", "home", "operations", "explorer"]) {
+  for (const name of ["fleet", "home", "operations", "explorer", "traces"]) {
     $(`view-${name}`).hidden = name !== view;
     $(`tab-${name}`).className = name === view ? "active" : "";
   }
@@ -401,7 +452,7 @@ async function refresh() {
     const body = await response.json();
     if (!response.ok) throw new Error(body.error ? body.error.message : response.statusText);
     if (current().view !== view) return;
-    ({ fleet: showFleet, home: showHome, operations: showOperations, explorer: showExplorer })[view](body);
+    ({ fleet: showFleet, home: showHome, operations: showOperations, explorer: showExplorer, traces: showTraces })[view](body);
     $("status").textContent = `updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.updated = String(Date.now());
   } catch (e) {
