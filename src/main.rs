@@ -94,7 +94,7 @@ fn main() -> ExitCode {
     // Inside the runtime: OTLP over gRPC, when asked for, runs its connection on it.
     let _entered = runtime.enter();
     // The demo keeps its own traces, for its page: spans go to a collector in this process.
-    let collector = match cli.command {
+    let collector = match &cli.command {
         Command::Demo(_) => Some(std::sync::Arc::new(
             runtime
                 .block_on(hubhost_telemetry::collector::Collector::start(
@@ -103,13 +103,20 @@ fn main() -> ExitCode {
                 ))
                 .expect("a loopback port for the demo's trace collector"),
         )),
+        Command::Emulate(args) if args.traces => Some(std::sync::Arc::new(
+            runtime
+                .block_on(hubhost_telemetry::collector::Collector::start(
+                    0,
+                    demo::TRACE_SPANS_KEPT,
+                ))
+                .expect("a loopback port for the trace collector"),
+        )),
         _ => None,
     };
     hubhost_telemetry::Logging {
-        service_name: if collector.is_some() {
-            "hubhost-demo"
-        } else {
-            service_name
+        service_name: match &cli.command {
+            Command::Demo(_) => "hubhost-demo",
+            _ => service_name,
         },
         default_level,
         json: matches!(cli.log_format, LogFormat::Json),
@@ -121,7 +128,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => hubhost_app::serve::run(args).await,
             Command::Demo(args) => commands::demo::run(args, collector).await,
-            Command::Emulate(args) => commands::emulate::run(args).await,
+            Command::Emulate(args) => commands::emulate::run(args, collector).await,
             Command::Invoke(args) => commands::invoke::run(args).await,
             Command::Rehearse(args) => commands::rehearse::run(args).await,
             Command::Checkpoints { action } => commands::checkpoints::run(action).await,

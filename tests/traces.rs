@@ -457,3 +457,46 @@ fn grpc_when_asked_and_nothing_when_unset() {
         "one link per distinct producer span"
     );
 }
+
+/// `hubhost emulate --traces`: no backend, no variables; the emulated host and the handler
+/// export to a collector in the process, and a line per function says what the spans say.
+#[test]
+fn emulate_traces_prints_what_the_spans_say() {
+    kit::require!(Tool::PythonSdk);
+    let hub = Hub::start(None);
+    let project = tempfile::tempdir().unwrap();
+    reference_app(
+        project.path(),
+        &[("EventHubConnection", hub.connection_string(KEY))],
+    );
+    let log = project.path().join("emulate.log");
+    let mut emulate = Command::new(kit::binary("hubhost"))
+        .args(["emulate", "--traces", "--metrics-port"])
+        .arg(kit::free_port().to_string())
+        .current_dir(project.path())
+        .env("PATH", path_with_executables())
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    hub.python("send", &["40", "10", "traced"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let line = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.starts_with("traces (last 10 s): ") && l.contains("SensorAggregator"))
+        {
+            break line.to_string();
+        }
+        assert!(Instant::now() < deadline, "no summary line: {text}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let _ = emulate.kill();
+    let _ = emulate.wait();
+    assert!(line.contains("RawArchive"), "{line}");
+    assert!(line.contains(" 0 failed"), "{line}");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("traces: http://127.0.0.1:"), "{log}");
+}

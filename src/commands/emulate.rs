@@ -68,6 +68,11 @@ pub struct Args {
     /// fails prints its errors and leaves the running handler in place.
     #[arg(long, conflicts_with = "scale")]
     pub watch: bool,
+    /// Keep this run's traces without a tracing backend: the emulated host and the handler
+    /// export to a collector in this process, and a line per function every 10 s says what the
+    /// spans say (invocations, failures, the median and slowest, with its trace).
+    #[arg(long, conflicts_with = "scale")]
+    pub traces: bool,
     /// Rehearse faults on this instance, comma-separated: kill-handler, freeze, output-failure,
     /// store-outage, geo-offsets (scale-out and detach need `hubhost rehearse`). Each is logged
     /// with when and what; the same --seed gives the same faults at the same points.
@@ -85,7 +90,14 @@ pub struct Args {
     pub fault_span: usize,
 }
 
-pub async fn run(args: Args) -> Result<(), String> {
+/// How often `--traces` prints what the spans say.
+const TRACE_SUMMARY_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `collector`: where this process's spans go (`--traces`), the handler's too.
+pub async fn run(
+    args: Args,
+    collector: Option<std::sync::Arc<hubhost_telemetry::collector::Collector>>,
+) -> Result<(), String> {
     if args.scale {
         return scale(args).await;
     }
@@ -104,11 +116,43 @@ pub async fn run(args: Args) -> Result<(), String> {
         fault_span,
         ..
     } = args;
+    let mut handler_settings = Vec::new();
+    let summaries = collector.map(|collector| {
+        // The handler exports where this process does, often, and no metrics (the collector
+        // keeps spans only).
+        for (name, value) in [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+        ] {
+            handler_settings.push((name.to_string(), value.to_string()));
+        }
+        eprintln!("traces: {} (OTLP/HTTP)", collector.endpoint());
+        tokio::spawn(async move {
+            let mut seen = 0;
+            let mut every = tokio::time::interval(TRACE_SUMMARY_EVERY);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let (spans, last) = collector.since(seen);
+                seen = last;
+                let summaries = hubhost_host::emulate::trace_summary::summarize(&spans);
+                eprintln!(
+                    "{}",
+                    hubhost_host::emulate::trace_summary::line(
+                        &summaries,
+                        TRACE_SUMMARY_EVERY.as_secs()
+                    )
+                );
+            }
+        })
+    });
     let faults = match faults {
         Some(list) => Some(fault_plan(&app, &list, seed, fault_count, fault_span)?),
         None => None,
     };
-    hubhost_host::emulate::run(
+    let result = hubhost_host::emulate::run(
         hubhost_host::emulate::EmulateOptions {
             app,
             storage,
@@ -119,11 +163,16 @@ pub async fn run(args: Args) -> Result<(), String> {
             watch,
             faults,
             drain: None,
+            handler_settings,
         },
         shutdown_signal(),
     )
     .await
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string());
+    if let Some(summaries) = summaries {
+        summaries.abort();
+    }
+    result
 }
 
 /// `--scale`: the scale controller, starting this executable's `emulate` with the same app,

@@ -224,6 +224,7 @@ impl LocalApp {
         let metrics = SocketAddr::from(([127, 0, 0, 1], port));
         let faults = FaultSwitch::new(self.events_handed_out.clone(), self.answered.clone());
         let options = EmulateOptions {
+            handler_settings: Vec::new(),
             app: self.root.clone(),
             storage: Some(self.storage_folder().display().to_string()),
             checkpoint_on_success: true,

@@ -62,6 +62,8 @@ pub struct CollectedSpan {
 struct Spans {
     newest: VecDeque<CollectedSpan>,
     capacity: usize,
+    /// The number of the newest span kept (spans are numbered from 1 as they arrive).
+    last: u64,
 }
 
 /// A running receiver; it stops when dropped.
@@ -95,6 +97,7 @@ impl Collector {
         let spans = Arc::new(Mutex::new(Spans {
             newest: VecDeque::new(),
             capacity,
+            last: 0,
         }));
         let received = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(serve(listener, spans.clone(), received.clone(), deadline));
@@ -127,6 +130,21 @@ impl Collector {
             .collect();
         found.sort_by_key(|s| s.start_unix_nanos);
         found
+    }
+
+    /// The spans kept that arrived after span number `after` (0: all kept), and the number of
+    /// the newest: pass it next time to get only what came since.
+    pub fn since(&self, after: u64) -> (Vec<CollectedSpan>, u64) {
+        let spans = self.spans.lock().expect("spans lock");
+        let new = spans.last.saturating_sub(after) as usize;
+        let kept = spans.newest.len();
+        let found = spans
+            .newest
+            .iter()
+            .skip(kept.saturating_sub(new))
+            .cloned()
+            .collect();
+        (found, spans.last)
     }
 
     /// The span kept with these ids, if any.
@@ -233,6 +251,7 @@ async fn answer(
     received.fetch_add(collected.len() as u64, Ordering::Relaxed);
     let mut spans = spans.lock().expect("spans lock");
     for span in collected {
+        spans.last += 1;
         if spans.newest.len() >= spans.capacity {
             spans.newest.pop_front();
         }
@@ -412,6 +431,11 @@ mod tests {
         post(&endpoint, "/v1/traces", more.encode_to_vec()).await;
         assert_eq!(collector.spans_received(), 4);
         assert_eq!(collector.trace(&"01".repeat(16)).len(), 1, "oldest dropped");
+        let (new, last) = collector.since(2);
+        assert_eq!(last, 4);
+        assert_eq!(new.len(), 2, "the two that came after the second");
+        assert_eq!(collector.since(last).0.len(), 0);
+        assert_eq!(collector.since(0).0.len(), 3, "all that is kept");
         assert!(collector.span(&"02".repeat(16), &"04".repeat(8)).is_some());
 
         let (status, body) = post(&endpoint, "/v1/traces", b"\xff\xff not protobuf".to_vec()).await;

@@ -22,6 +22,7 @@ pub mod invoke;
 mod metrics;
 mod outputs;
 mod settings;
+pub mod trace_summary;
 mod triggers;
 
 use std::path::PathBuf;
@@ -145,6 +146,8 @@ pub struct EmulateOptions {
     pub faults: Option<Arc<faults::FaultSwitch>>,
     /// How long a stopping instance lets a batch under retry go on [default: [`DRAIN`]].
     pub drain: Option<Duration>,
+    /// Settings given to the handler over the app's own (e.g. `--traces`: where to export).
+    pub handler_settings: Vec<(String, String)>,
 }
 
 /// One Event Hubs function, resolved against the settings.
@@ -258,6 +261,9 @@ pub async fn run(
 ) -> Result<(), EmulateError> {
     let app = FunctionApp::load(&opts.app)?;
     let mut settings = AppSettings::load(&opts.app)?;
+    for (name, value) in &opts.handler_settings {
+        settings.values.insert(name.clone(), value.clone());
+    }
     let mut options =
         ProcessorOptions::from_host_json(&app.host_json).map_err(EmulateError::HostJson)?;
     options.checkpoint_on_success = opts.checkpoint_on_success;
