@@ -74,12 +74,14 @@ fn main() -> ExitCode {
         return commands::bench::forward(args);
     }
     // The commands that run functions trace them when the standard `OTEL_*` variables ask.
-    let export = matches!(
-        cli.command,
-        Command::Serve { .. } | Command::Emulate { .. } | Command::Invoke { .. }
-    );
+    let export = match &cli.command {
+        Command::Serve { .. } | Command::Emulate { .. } | Command::Invoke { .. } => true,
+        Command::Hub(args) => args.traces,
+        _ => false,
+    };
     let service_name = match &cli.command {
         Command::Serve(_) => "hubhost-app",
+        Command::Hub(_) => "hubhost-hub",
         _ => "hubhost-emulate",
     };
     // `simulate` sends through the SDK, whose sends can hang on a multi-threaded runtime
@@ -125,7 +127,7 @@ fn main() -> ExitCode {
     }
     .install();
     let result: Result<(), String> = runtime.block_on(async move {
-        match cli.command {
+        let result = match cli.command {
             Command::Serve(args) => hubhost_app::serve::run(args).await,
             Command::Demo(args) => commands::demo::run(args, collector).await,
             Command::Emulate(args) => commands::emulate::run(args, collector).await,
@@ -137,7 +139,11 @@ fn main() -> ExitCode {
             Command::Bench(_) => unreachable!("forwarded above"),
             Command::New(args) => commands::new::run(args).await,
             Command::Package(args) => commands::package::run(args).await,
-        }
+        };
+        // The last spans and metrics (an emulated host's stop, say) leave before the process
+        // does; off the runtime's threads, as the exporters' clients block.
+        let _ = tokio::task::spawn_blocking(hubhost_telemetry::shutdown).await;
+        result
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

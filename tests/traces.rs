@@ -211,6 +211,46 @@ fn with_the_emulated_host_tracing_too_every_hop_is_one_trace() {
             .contains(send["span_id"].as_str().unwrap())
     );
     assert_eq!(chain.downstream["parent_span_id"], send["span_id"]);
+    // The trigger's checkpoint after the batch, inside the delivery.
+    let checkpoint = chain.receiver.wait_for("checkpoint span", |records| {
+        spans(records, "hubhost-emulate")
+            .find(|s| {
+                s["name"] == "checkpoint sensors" && s["parent_span_id"] == delivery["span_id"]
+            })
+            .cloned()
+    });
+    assert_eq!(checkpoint["trace_id"], chain.trace_id.as_str());
+    assert_eq!(checkpoint["attributes"]["hubhost.checkpoint.written"], true);
+    assert_eq!(
+        checkpoint["attributes"]["messaging.destination.partition.id"],
+        delivery["attributes"]["messaging.destination.partition.id"]
+    );
+
+    // The hub's own spans: the reading enqueued and delivered (children of its producer's
+    // span, as it is the only event), the alarm enqueued (a child of the send).
+    let hub_span = |name: &'static str, parent: Value| {
+        chain.receiver.wait_for(name, |records| {
+            spans(records, "hubhost-hub")
+                .find(|s| s["name"] == name && s["parent_span_id"] == parent)
+                .cloned()
+        })
+    };
+    let enqueued = hub_span("enqueue sensors", chain.message["span_id"].clone());
+    assert_eq!(enqueued["trace_id"], chain.trace_id.as_str());
+    assert_eq!(enqueued["kind"], 2, "SPAN_KIND_SERVER");
+    assert_eq!(enqueued["attributes"]["messaging.batch.message_count"], 1);
+    assert_eq!(
+        enqueued["attributes"]["messaging.destination.partition.id"],
+        delivery["attributes"]["messaging.destination.partition.id"]
+    );
+    assert!(enqueued["attributes"]["hubhost.sequence_number.first"].is_number());
+    assert_eq!(enqueued["links"][0]["span_id"], chain.message["span_id"]);
+    let delivered = hub_span("deliver sensors", chain.message["span_id"].clone());
+    assert!(delivered["attributes"]["messaging.consumer.group.name"].is_string());
+    let alarm_enqueued = hub_span("enqueue alarms", send["span_id"].clone());
+    assert_eq!(alarm_enqueued["trace_id"], chain.trace_id.as_str());
+    // And the downstream consumer's read of the alarm.
+    hub_span("deliver alarms", send["span_id"].clone());
 }
 
 /// One run of the chain, and what the receiver got.
@@ -231,7 +271,12 @@ impl Chain {
     fn run(emulate_exports: bool) -> Chain {
         let receiver = Receiver::start();
         let endpoint = format!("http://127.0.0.1:{}", receiver.http);
-        let hub = Hub::start(None);
+        // With every hop tracing, the hub does too (`hubhost hub --traces`).
+        let hub = if emulate_exports {
+            Hub::start_traced(&endpoint)
+        } else {
+            Hub::start(None)
+        };
         let project = tempfile::tempdir().unwrap();
         reference_app(
             project.path(),
@@ -347,6 +392,26 @@ impl Chain {
                 })
                 .cloned()
         });
+        // The counters and histograms the app declares, as OpenTelemetry metrics too.
+        let declared = |name: &'static str| {
+            receiver.wait_for(name, |records| {
+                records
+                    .iter()
+                    .find(|r| {
+                        r["type"] == "metric"
+                            && r["name"] == name
+                            && r["attributes"]["faas.name"] == "SensorAggregator"
+                            && r["value"].as_f64().is_some_and(|v| v >= 1.0)
+                    })
+                    .cloned()
+            })
+        };
+        assert_eq!(declared("hubhost_handler_events_applied")["kind"], "sum");
+        let age = declared("hubhost_handler_applied_age_seconds");
+        assert_eq!(
+            (age["kind"].as_str(), age["unit"].as_str()),
+            (Some("histogram"), Some("s"))
+        );
 
         // Log lines carry the trace, not the attributes.
         let _ = emulate.kill();
@@ -456,6 +521,43 @@ fn grpc_when_asked_and_nothing_when_unset() {
         1,
         "one link per distinct producer span"
     );
+
+    // A function that panics still ends its span, failed, and counts as an error.
+    let mut panicking = Command::new(kit::binary("hubhost"));
+    panicking
+        .args(["invoke", "SensorAggregator", "--app", "function_app"])
+        .args(["--events", "events.json"])
+        .current_dir(project.path())
+        .env("PATH", path_with_executables())
+        .env("HUBHOST_FAULT_PANIC_HOME", "home-00007")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", receiver.grpc),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_SERVICE_NAME", "invoked");
+    let out = kit::output_within(&mut panicking, kit::COMMAND_LIMIT);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("handler_panic"),
+        "{out:?}"
+    );
+    let failed = receiver.wait_for("the panicked invocation's span", |records| {
+        spans(records, "invoked")
+            .find(|s| s["attributes"]["faas.name"] == "SensorAggregator")
+            .cloned()
+    });
+    assert_eq!(failed["attributes"]["error.type"], "handler_panic");
+    assert_eq!(failed["status"], 2, "STATUS_CODE_ERROR");
+    receiver.wait_for("faas.errors for the panic", |records| {
+        records
+            .iter()
+            .find(|r| {
+                r["name"] == "faas.errors"
+                    && r["attributes"]["faas.name"] == "SensorAggregator"
+                    && r["attributes"]["error.type"] == "handler_panic"
+            })
+            .cloned()
+    });
 }
 
 /// `hubhost emulate --traces`: no backend, no variables; the emulated host and the handler

@@ -89,6 +89,11 @@ pub struct Args {
     /// The trusted issuer's signing keys: a JWKS file, the format Entra ID publishes.
     #[arg(long, requires = "entra_issuer")]
     pub entra_jwks: Option<std::path::PathBuf>,
+    /// Trace each send and each chunk delivered to a receiver as spans (`enqueue <hub>`,
+    /// `deliver <hub>`), linked to the producers' contexts the events carry, and export them
+    /// by the standard OpenTelemetry variables (OTEL_EXPORTER_OTLP_ENDPOINT, …).
+    #[arg(long)]
+    pub traces: bool,
     #[command(flatten)]
     pub transports: TransportArgs,
     #[command(flatten)]
@@ -388,6 +393,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         keys,
         entra_issuer,
         entra_jwks,
+        traces,
         transports,
         limits,
     } = args;
@@ -414,6 +420,12 @@ pub async fn run(args: Args) -> Result<(), String> {
     config.segment_bytes = segment_mb * 1024 * 1024;
     config.fsync = fsync;
     config.limits = limits.limits()?;
+    config.traces = traces;
+    if traces && !hubhost_telemetry::exporting_traces() {
+        tracing::warn!(
+            "--traces: no spans are exported; set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)"
+        );
+    }
     transports.apply(bind, port, &mut config);
     if !keys.is_empty() {
         config.keys = keys

@@ -46,6 +46,12 @@ pub enum BenchCommand {
         /// Run only the throughput phase (no drain by the scale controller, no membership).
         #[arg(long)]
         throughput_only: bool,
+        /// Also run each pool of the throughput phase with tracing on: the readings stamped
+        /// as a traced producer stamps them, the instances and their handlers exporting spans
+        /// and metrics to a collector in this process (the runs without tracing read the
+        /// same stamped readings).
+        #[arg(long)]
+        tracing: bool,
         /// Print the figures as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -262,7 +268,11 @@ pub enum BenchCommand {
     },
 }
 
-pub async fn run(which: BenchCommand) -> Result<(), String> {
+/// Runs one benchmark; `collector` is the trace collector of `bench pool --tracing`.
+pub async fn run(
+    which: BenchCommand,
+    collector: Option<std::sync::Arc<hubhost_telemetry::collector::Collector>>,
+) -> Result<(), String> {
     match which {
         BenchCommand::Checkpoints {
             storage,
@@ -461,6 +471,7 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
             pools,
             repeat,
             throughput_only,
+            tracing,
             json,
         } => {
             if pools.contains(&0) || repeat == 0 {
@@ -487,6 +498,7 @@ pub async fn run(which: BenchCommand) -> Result<(), String> {
                     pools,
                     repeat,
                     throughput_only,
+                    tracing: collector.filter(|_| tracing),
                     json,
                     work_dir,
                 })

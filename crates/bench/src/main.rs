@@ -45,17 +45,30 @@ fn main() -> ExitCode {
     // The benchmarks print their own progress; the SDK warns about connection recovery it
     // then completes, and failed sends are reported. The trivial handler exports traces when
     // `bench handler` measures tracing's cost (by the standard OTEL_* variables).
+    // `bench pool --tracing` keeps the pipeline's spans in a collector of its own, and its
+    // simulator stamps the readings as a traced producer would (this process exports to it).
+    let collector = match &cli.command {
+        Command::Bench(cli::BenchCommand::Pool { tracing: true, .. }) => Some(std::sync::Arc::new(
+            runtime
+                .block_on(hubhost_telemetry::collector::Collector::start(0, 0))
+                .expect("a loopback port for the trace collector"),
+        )),
+        _ => None,
+    };
     hubhost_telemetry::Logging {
-        service_name: "hubhost-bench-trivial-handler",
+        service_name: match &cli.command {
+            Command::TrivialHandler { .. } => "hubhost-bench-trivial-handler",
+            Command::Bench(_) => "hubhost-bench",
+        },
         default_level: "warn,azure_messaging_eventhubs=error,azure_core_amqp=error",
         json: false,
         export: matches!(cli.command, Command::TrivialHandler { .. }),
-        local_collector: None,
+        local_collector: collector.as_ref().map(|c| c.endpoint()),
     }
     .install();
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Bench(which) => cli::run(which).await,
+            Command::Bench(which) => cli::run(which, collector).await,
             Command::TrivialHandler { port } => hubhost_bench::handler::serve_trivial(port)
                 .await
                 .map_err(|e| e.to_string()),

@@ -70,6 +70,9 @@ pub struct PoolBenchOptions {
     pub repeat: usize,
     /// Only the throughput phase.
     pub throughput_only: bool,
+    /// Each pool of the throughput phase run a second time with tracing on, exporting to this
+    /// collector (this process exports to it too, so the prefilled readings are stamped).
+    pub tracing: Option<Arc<hubhost_telemetry::collector::Collector>>,
     pub work_dir: PathBuf,
 }
 
@@ -99,6 +102,15 @@ pub enum PoolBenchError {
 
 fn io(context: &str) -> impl FnOnce(std::io::Error) -> PoolBenchError + '_ {
     move |e| PoolBenchError::Io(format!("{context}: {e}"))
+}
+
+/// The OpenTelemetry settings of a traced run (exporting to `endpoint` over OTLP/HTTP), and
+/// none otherwise; the batch delays are the SDK's defaults, as a deployment would have them.
+fn otel_settings(endpoint: Option<&str>) -> Vec<(&'static str, String)> {
+    match endpoint {
+        Some(endpoint) => vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_string())],
+        None => Vec::new(),
+    }
 }
 
 /// The fewest partitions that must change hands to go from `shares` (partitions per current
@@ -263,6 +275,7 @@ impl PoolApp {
         dir: PathBuf,
         hub: &HubProcess,
         opts: &PoolBenchOptions,
+        traced: Option<&str>,
     ) -> Result<Self, PoolBenchError> {
         let exe = crate::hubhost_exe().map_err(io("this executable"))?;
         let store_dir = dir.join("store");
@@ -274,10 +287,15 @@ impl PoolApp {
             prefetch: opts.prefetch,
             ownership_expiry: None,
             values: &[
-                ("AzureWebJobsStorage", store_dir.display().to_string()),
-                ("EventHubConnection", hub.connection_string.clone()),
-                ("EventHubName", HUB.to_string()),
-            ],
+                &[
+                    ("AzureWebJobsStorage", store_dir.display().to_string()),
+                    ("EventHubConnection", hub.connection_string.clone()),
+                    ("EventHubName", HUB.to_string()),
+                ],
+                // The handlers get their settings from here, as on Azure.
+                &otel_settings(traced)[..],
+            ]
+            .concat(),
         }
         .write(&dir)?;
         Ok(PoolApp {
@@ -299,8 +317,14 @@ impl PoolApp {
 
     /// Starts an instance of a pool of `instances` sharing this machine's cores, as the
     /// scale controller starts them (see `child::worker_threads_per_instance`).
-    fn start_sharing(&mut self, name: &str, instances: usize) -> Result<(), PoolBenchError> {
+    fn start_sharing(
+        &mut self,
+        name: &str,
+        instances: usize,
+        traced: Option<&str>,
+    ) -> Result<(), PoolBenchError> {
         let mut env = vec![("RUST_LOG", "warn".to_string())];
+        env.extend(otel_settings(traced));
         if let Some(threads) = hubhost_host::child::worker_threads_setting(instances) {
             env.push((hubhost_host::child::WORKER_THREADS_ENV, threads));
         }
@@ -404,6 +428,17 @@ pub struct Throughput {
     pub events_per_s: f64,
     /// One per repetition.
     pub runs: Vec<ThroughputRun>,
+    /// With `--tracing`, one per repetition: the same pool with tracing on.
+    pub traced_runs: Vec<TracedRun>,
+}
+
+/// A throughput run with tracing on, beside the run without it in the same repetition.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TracedRun {
+    pub events_per_s: f64,
+    pub cpu: PipelineCpu,
+    /// Spans the collector received during the run.
+    pub spans: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -533,16 +568,23 @@ impl PipelineMeters {
 }
 
 /// Phase 1 for `count` instances: how fast they read the prefilled hub end to end.
+/// One pool of `count` instances reading the prefilled hub to its end; with `traced`, the
+/// instances and their handlers export spans and metrics to that OTLP/HTTP endpoint.
 async fn throughput(
     hub: &HubProcess,
     opts: &PoolBenchOptions,
     count: usize,
     total: u64,
+    traced: Option<&str>,
 ) -> Result<PoolRun, PoolBenchError> {
-    let mut app = PoolApp::create(opts.work_dir.join(format!("throughput-{count}")), hub, opts)?;
+    let dir = match traced {
+        Some(_) => format!("throughput-{count}-traced"),
+        None => format!("throughput-{count}"),
+    };
+    let mut app = PoolApp::create(opts.work_dir.join(dir), hub, opts, traced)?;
     let started = Instant::now();
     for i in 1..=count {
-        app.start_sharing(&format!("t{i}"), count)?;
+        app.start_sharing(&format!("t{i}"), count, traced)?;
     }
     app.wait_started().await?;
     let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -611,7 +653,7 @@ async fn scale_drain(
     opts: &PoolBenchOptions,
     total: u64,
 ) -> Result<Drain, PoolBenchError> {
-    let app = PoolApp::create(opts.work_dir.join("scale"), hub, opts)?;
+    let app = PoolApp::create(opts.work_dir.join("scale"), hub, opts, None)?;
     let exe = crate::hubhost_exe().map_err(io("this executable"))?;
     let out_path = app.dir.join("scale.out");
     let out = std::fs::File::create(&out_path).map_err(io("scale.out"))?;
@@ -802,7 +844,7 @@ async fn membership(
     figures: &mut PoolFigures,
 ) -> Result<(), PoolBenchError> {
     let _producer = Producer::start(hub, opts.rate)?;
-    let mut app = PoolApp::create(opts.work_dir.join("membership"), hub, opts)?;
+    let mut app = PoolApp::create(opts.work_dir.join("membership"), hub, opts, None)?;
     app.start("i1")?;
     app.wait_started().await?;
     let (took, _) = settle(&app, "one instance owning every partition").await?;
@@ -973,6 +1015,7 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
             instances,
             events_per_s: 0.0,
             runs: Vec::new(),
+            traced_runs: Vec::new(),
         })
         .collect();
     for repetition in 1..=opts.repeat {
@@ -994,7 +1037,21 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
         ));
         for entry in &mut figures.throughput {
             let count = entry.instances;
-            let run = throughput(&hub, &opts, count, total).await?;
+            if let Some(collector) = &opts.tracing {
+                let spans_before = collector.spans_received();
+                let run = throughput(&hub, &opts, count, total, Some(collector.endpoint())).await?;
+                let spans = collector.spans_received() - spans_before;
+                note(format!(
+                    "{count} instance(s), tracing on: {:.0} events/s end to end, {spans} spans",
+                    run.events_per_s
+                ));
+                entry.traced_runs.push(TracedRun {
+                    events_per_s: run.events_per_s,
+                    cpu: run.cpu,
+                    spans,
+                });
+            }
+            let run = throughput(&hub, &opts, count, total, None).await?;
             let (rate, startup, duplicates) =
                 (run.events_per_s, run.startup_seconds, run.duplicates);
             note(format!(
@@ -1118,6 +1175,10 @@ fn print_throughput(f: &PoolFigures, opts: &PoolBenchOptions) {
     for t in &f.throughput {
         let runs: Vec<PipelineCpu> = t.runs.iter().map(|r| r.cpu).collect();
         cpu_row(format!("{} instance(s)", t.instances), &runs);
+        if !t.traced_runs.is_empty() {
+            let runs: Vec<PipelineCpu> = t.traced_runs.iter().map(|r| r.cpu).collect();
+            cpu_row(format!("{} instance(s), tracing on", t.instances), &runs);
+        }
     }
     if let Some(t) = f.throughput.first() {
         let runs: Vec<PipelineCpu> = t.runs.iter().map(|r| r.baseline_cpu).collect();
@@ -1126,6 +1187,48 @@ fn print_throughput(f: &PoolFigures, opts: &PoolBenchOptions) {
         cpu_row(
             "contract floor (instances: consumer + encode + decode)".into(),
             &runs,
+        );
+    }
+    print_tracing(f);
+}
+
+/// With `--tracing`: per pool, the rate with tracing on against the rate without it in the
+/// same repetition, and the CPU tracing adds per event.
+fn print_tracing(f: &PoolFigures) {
+    if f.throughput.iter().all(|t| t.traced_runs.is_empty()) {
+        return;
+    }
+    println!();
+    println!(
+        "  {:<56} {:>12}  {:>24} {:>14} {:>8}",
+        "tracing on (stamped readings both ways)",
+        "median ev/s",
+        "of off, median (range)",
+        "CPU µs/event",
+        "spans"
+    );
+    for t in &f.throughput {
+        let pairs = t.traced_runs.iter().zip(&t.runs);
+        let (median, low, high) = median_and_range(
+            pairs
+                .clone()
+                .map(|(on, off)| on.events_per_s / off.events_per_s),
+        );
+        let added = median_and_range(pairs.map(|(on, off)| on.cpu.total() - off.cpu.total())).0;
+        let rate = median_and_range(t.traced_runs.iter().map(|r| r.events_per_s)).0;
+        let spans = median_and_range(t.traced_runs.iter().map(|r| r.spans as f64)).0;
+        println!(
+            "  {:<56} {:>12.0}  {:>24} {:>14} {:>8.0}",
+            format!("{} instance(s)", t.instances),
+            rate,
+            format!(
+                "{:.0}% ({:.0}–{:.0}%)",
+                median * 100.0,
+                low * 100.0,
+                high * 100.0
+            ),
+            format!("+{added:.1}"),
+            spans
         );
     }
 }

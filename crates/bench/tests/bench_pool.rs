@@ -174,3 +174,30 @@ fn bench_pool_repeats_only_the_throughput_phase_when_asked() {
     assert!(f["scale_out"].as_array().unwrap().is_empty(), "{f}");
     assert_eq!(f["handoff_seconds"].as_f64().unwrap(), 0.0, "{f}");
 }
+
+/// `--tracing`: each pool run again with its instances and handlers exporting to the
+/// benchmark's collector, on the same stamped readings; both rates and the spans reported.
+#[test]
+fn the_pool_benchmark_measures_tracing_on_and_off() {
+    let f = bench_pool(
+        &[
+            "--throughput-only",
+            "--tracing",
+            "--events",
+            "4000",
+            "--homes",
+            "400",
+            "--pools",
+            "1",
+        ],
+        300,
+    );
+    let pool = &f["throughput"][0];
+    let off = &pool["runs"][0];
+    let on = &pool["traced_runs"][0];
+    assert!(off["events_per_s"].as_f64().unwrap() > 0.0, "{pool:#}");
+    assert!(on["events_per_s"].as_f64().unwrap() > 0.0, "{pool:#}");
+    // At least the host's delivery and the function's invocation for each batch of 100.
+    assert!(on["spans"].as_u64().unwrap() >= 2 * 4000 / 100, "{pool:#}");
+    assert!(on["cpu"]["handlers"].as_f64().unwrap() > 0.0, "{pool:#}");
+}

@@ -35,6 +35,8 @@ pub struct HubConfig {
     pub websocket: Option<SocketAddr>,
     /// The Kafka endpoint, on this address (SASL_PLAINTEXT); `None`: no Kafka.
     pub kafka: Option<SocketAddr>,
+    /// Trace sends and receives as spans (`spans`), when something exports them.
+    pub traces: bool,
 }
 
 /// Where the hub serves AMQPS, and with which certificate.
@@ -367,6 +369,7 @@ impl HubConfig {
             tls: None,
             websocket: None,
             kafka: None,
+            traces: false,
         }
     }
 }

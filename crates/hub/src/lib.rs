@@ -27,6 +27,7 @@ pub(crate) mod received;
 pub(crate) mod requests;
 pub mod sas;
 pub(crate) mod server;
+pub(crate) mod spans;
 pub mod tls;
 pub mod websocket;
 pub(crate) mod wire;

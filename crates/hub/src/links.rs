@@ -19,6 +19,7 @@ use fe2o3_amqp::types::primitives::{Binary, Timestamp, Value};
 use super::filter::StartFilter;
 use super::log::{Seek, StoredEvent};
 use super::received::{self, LastEnqueued};
+use super::spans;
 use super::wire::PRE_ENCODED;
 use super::{Hub, MAX_MESSAGE_BYTES, Partition, ReceiverLease};
 use crate::AmqpMessage;
@@ -76,7 +77,12 @@ pub fn parse_address(address: &str) -> Option<Address> {
 
 /// Serves a producer's link: every delivery is unpacked (a batch into its events), appended to
 /// its partition, and only then accepted — so an acknowledged send is in the log.
-pub async fn ingest(mut receiver: Receiver, hub: Arc<Hub>, partition: Option<Arc<Partition>>) {
+pub async fn ingest(
+    mut receiver: Receiver,
+    hub: Arc<Hub>,
+    partition: Option<Arc<Partition>>,
+    traces: bool,
+) {
     loop {
         let delivery: Delivery<Body<Value>> = match receiver.recv().await {
             Ok(d) => d,
@@ -109,13 +115,18 @@ pub async fn ingest(mut receiver: Receiver, hub: Arc<Hub>, partition: Option<Arc
             }
         };
         let format = delivery.message_format().unwrap_or(0);
+        let mut span = tracing::Span::none();
         let outcome = unpack(format, delivery.message()).and_then(|(key, payloads)| {
             let target = partition
                 .clone()
                 .unwrap_or_else(|| hub.route(key.as_deref()).clone());
             let count = payloads.len();
+            if spans::active(traces) {
+                span = spans::enqueue(&hub.name, &target.id, &payloads);
+            }
             target
                 .append(payloads)
+                .inspect(|placed| spans::placed(&span, placed))
                 .map(|placed| (target.id.clone(), count, placed))
                 .map_err(|e| {
                     tracing::error!(error = %e, "append failed");
@@ -126,6 +137,7 @@ pub async fn ingest(mut receiver: Receiver, hub: Arc<Hub>, partition: Option<Arc
                     )
                 })
         });
+        // The span (when traced) covers the append and the answer; it ends with this pass.
         let result = match outcome {
             Ok((partition_id, count, placed)) => {
                 if let (Some(first), Some(last)) = (placed.first(), placed.last()) {
@@ -140,7 +152,10 @@ pub async fn ingest(mut receiver: Receiver, hub: Arc<Hub>, partition: Option<Arc
                 }
                 receiver.accept(&delivery).await
             }
-            Err(error) => receiver.reject(&delivery, error).await,
+            Err(error) => {
+                span.record("otel.status_code", "ERROR");
+                receiver.reject(&delivery, error).await
+            }
         };
         if let Err(e) = result {
             tracing::debug!(error = %e, "could not settle a send");
@@ -246,7 +261,7 @@ fn received_bytes(event: &StoredEvent, last: Option<&LastEnqueued>) -> Option<Ve
 /// malformed inputs make its arithmetic overflow (a panic in debug builds). Declared sizes are
 /// checked first (`encoding::sizes_fit`) and a panic becomes a decode error, so one bad event
 /// costs its sender an error, never the hub its memory or a task.
-fn decode_message(bytes: &[u8]) -> Result<AmqpMessage, String> {
+pub(crate) fn decode_message(bytes: &[u8]) -> Result<AmqpMessage, String> {
     if !super::encoding::sizes_fit(bytes) {
         return Err("a value declares more bytes than the message holds".into());
     }
@@ -349,6 +364,7 @@ pub async fn deliver(
     mut next: i64,
     mut lease: ReceiverLease,
     track_last_enqueued: bool,
+    traced: Option<(String, String)>,
 ) {
     let mut appended = partition.subscribe();
     let stolen = loop {
@@ -372,6 +388,13 @@ pub async fn deliver(
         }
         let mut stop = None;
         let last = track_last_enqueued.then(|| last_enqueued(&partition));
+        // Ends once the chunk is sent (at the end of this pass of the loop).
+        let _span = match &traced {
+            Some((hub, consumer_group)) if spans::active(true) => {
+                spans::deliver(hub, consumer_group, &partition.id, &events)
+            }
+            _ => tracing::Span::none(),
+        };
         for event in &events {
             next = event.sequence + 1;
             let Some(bytes) = received_bytes(event, last.as_ref()) else {

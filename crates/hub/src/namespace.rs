@@ -30,6 +30,8 @@ pub struct Namespace {
     pub keys: Vec<SharedAccessKey>,
     pub trusted_issuer: Option<entra::TrustedIssuer>,
     pub retention: Duration,
+    /// Whether sends and receives are traced (`HubConfig::traces`).
+    pub traces: bool,
     /// How a new hub's partitions are kept, and where additions are remembered.
     storage: Storage,
 }
@@ -186,6 +188,7 @@ impl Namespace {
             keys: config.keys.clone(),
             trusted_issuer: config.trusted_issuer.clone(),
             retention: config.retention,
+            traces: config.traces,
             storage,
         })
     }

@@ -522,7 +522,7 @@ async fn client_sends(
                 },
                 None => None,
             };
-            links::ingest(receiver, hub_state, partition_state).await
+            links::ingest(receiver, hub_state, partition_state, namespace.traces).await
         }
         _ => {
             let text = format!("cannot send to {address:?}");
@@ -615,7 +615,18 @@ async fn client_receives(
                 from_sequence = next,
                 "receiver attached"
             );
-            links::deliver(sender, partition_state, next, lease, track_last_enqueued).await
+            let traced = namespace
+                .traces
+                .then(|| (hub_state.name.clone(), consumer_group.clone()));
+            links::deliver(
+                sender,
+                partition_state,
+                next,
+                lease,
+                track_last_enqueued,
+                traced,
+            )
+            .await
         }
         _ => {
             let text = format!("cannot receive from {address:?}");

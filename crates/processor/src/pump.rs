@@ -39,6 +39,7 @@ use azure_messaging_eventhubs::{
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::{Consumer, PartitionBatch};
 use crate::checkpoint::{Checkpoint, CheckpointAdvance, Start, StartPosition};
@@ -64,6 +65,13 @@ const ENDS_MAX_AGE: Duration = Duration::from_secs(5);
 pub trait BatchHandler: Send + Sync + 'static {
     /// `stop` fires when the pump is asked to stop: finish or abandon retries promptly.
     async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome;
+
+    /// The span the batch is processed in: every `handle` of it runs inside, and its
+    /// checkpoint is a child (`checkpoint <hub>`). The handler decides what it is (the
+    /// emulated host's `process <hub>`, linked to the producers); none by default.
+    fn span(&self, _batch: &PartitionBatch) -> tracing::Span {
+        tracing::Span::none()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -377,12 +385,14 @@ impl PartitionPump {
             context: self.context.clone(),
             events,
         };
+        let span = self.consumer.handler.span(&batch);
         let mut delay = RETRY_MIN;
         loop {
             let outcome = self
                 .consumer
                 .handler
                 .handle(&batch, &self.control.token)
+                .instrument(span.clone())
                 .await;
             match outcome {
                 BatchOutcome::Succeeded => {
@@ -432,9 +442,32 @@ impl PartitionPump {
         if self.unsaved_batches >= self.consumer.options.batch_checkpoint_frequency
             && !self.control.is_lost()
         {
-            self.checkpoint_if_unsaved().await;
+            let checkpoint_span = self.checkpoint_span(&span);
+            self.checkpoint_if_unsaved()
+                .instrument(checkpoint_span)
+                .await;
         }
         None
+    }
+
+    /// A checkpoint's span, a child of the batch's; none when the batch has no span.
+    fn checkpoint_span(&self, batch_span: &tracing::Span) -> tracing::Span {
+        if batch_span.is_disabled() {
+            return tracing::Span::none();
+        }
+        let hub = self.context.event_hub_name.as_deref().unwrap_or_default();
+        tracing::info_span!(
+            parent: batch_span,
+            "checkpoint",
+            "otel.name" = format!("checkpoint {hub}"),
+            "otel.kind" = "client",
+            "otel.status_code" = tracing::field::Empty,
+            "messaging.system" = "eventhubs",
+            "messaging.destination.name" = hub,
+            "messaging.destination.partition.id" = self.partition_id.as_str(),
+            "hubhost.checkpoint.sequence_number" = self.last.as_ref().map(|(seq, _)| *seq),
+            "hubhost.checkpoint.written" = tracing::field::Empty,
+        )
     }
 
     async fn checkpoint_if_unsaved(&mut self) {
@@ -462,6 +495,7 @@ impl PartitionPump {
                         // Another owner got further: this pump is likely stale, and its
                         // position must not replace theirs.
                         self.saved_etag = None;
+                        tracing::Span::current().record("hubhost.checkpoint.written", false);
                         tracing::info!(partition = %self.partition_id, sequence = seq, stored, "a later checkpoint is stored; not moving it back");
                         return;
                     }
@@ -470,8 +504,10 @@ impl PartitionPump {
                     .stats
                     .checkpoints
                     .fetch_add(1, Ordering::Relaxed);
+                tracing::Span::current().record("hubhost.checkpoint.written", true);
             }
             Err(e) => {
+                tracing::Span::current().record("otel.status_code", "ERROR");
                 // The next batch's checkpoint covers this one; a crash before it replays more.
                 self.consumer
                     .stats

@@ -143,6 +143,24 @@ impl ExportSettings {
     pub fn from_environment() -> Result<Self, TelemetryError> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
+
+    /// Export nothing, whatever the environment says.
+    pub fn nothing() -> Self {
+        ExportSettings {
+            traces: false,
+            metrics: false,
+            protocol: Protocol::HttpProtobuf,
+            default_service_name: true,
+        }
+    }
+
+    /// Spans only, over HTTP: what a process sends to a collector of its own.
+    pub fn spans_only() -> Self {
+        ExportSettings {
+            traces: true,
+            ..Self::nothing()
+        }
+    }
 }
 
 /// The installed pipeline: keep it until the process ends and call
@@ -233,21 +251,11 @@ pub fn install(service_name: &str, default_level: &str) {
 
 fn install_logging(logging: &Logging<'_>) {
     let settings = if logging.local_collector.is_some() {
-        Ok(ExportSettings {
-            traces: true,
-            metrics: false,
-            protocol: Protocol::HttpProtobuf,
-            default_service_name: true,
-        })
+        Ok(ExportSettings::spans_only())
     } else if logging.export {
         ExportSettings::from_environment()
     } else {
-        Ok(ExportSettings {
-            traces: false,
-            metrics: false,
-            protocol: Protocol::HttpProtobuf,
-            default_service_name: true,
-        })
+        Ok(ExportSettings::nothing())
     };
     let service_name = logging.service_name;
     let (telemetry, problem) = match &settings {

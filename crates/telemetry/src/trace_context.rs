@@ -69,10 +69,15 @@ impl TraceParent {
     }
 
     /// The producer context an event carries in its application properties, if any is valid.
-    pub fn of_event(properties: &Map<String, Value>) -> Option<Self> {
+    /// Takes any map of properties (a `serde_json::Map`, a `BTreeMap<String, Value>`, …):
+    /// `Diagnostic-Id` first, then `traceparent`, names in any case.
+    pub fn of_event<'a>(
+        properties: impl IntoIterator<Item = (&'a String, &'a Value)> + Clone,
+    ) -> Option<Self> {
         EVENT_PROPERTIES.iter().find_map(|name| {
             properties
-                .iter()
+                .clone()
+                .into_iter()
                 .find(|(key, _)| key.eq_ignore_ascii_case(name))
                 .and_then(|(_, value)| value.as_str())
                 .and_then(Self::parse)
@@ -141,11 +146,16 @@ impl Producers {
     /// assert_eq!((none.links.len(), none.without_context, none.common_parent), (0, 1, None));
     /// ```
     pub fn of_events<'a>(events: impl IntoIterator<Item = &'a Map<String, Value>>) -> Self {
+        Self::of_contexts(events.into_iter().map(TraceParent::of_event))
+    }
+
+    /// The same from each event's context, already read (`None`: the event carries none).
+    pub fn of_contexts(contexts: impl IntoIterator<Item = Option<TraceParent>>) -> Self {
         let mut producers = Producers::default();
         let mut seen = std::collections::HashSet::new();
         let mut one_trace: Option<Option<TraceParent>> = None;
-        for properties in events {
-            let Some(context) = TraceParent::of_event(properties) else {
+        for context in contexts {
+            let Some(context) = context else {
                 producers.without_context += 1;
                 one_trace = Some(None);
                 continue;

@@ -39,7 +39,33 @@ impl Hub {
     /// On `port`, its data in `data_dir` (or memory), serving `hubs` (or the default), with more
     /// `hubhost hub` flags.
     pub fn start_serving(port: u16, data_dir: Option<&Path>, hubs: &[&str], flags: &[&str]) -> Hub {
+        Self::start_in(port, data_dir, hubs, flags, &[])
+    }
+
+    /// In memory, on a free port, the default hubs, tracing its sends and receives
+    /// (`--traces`) to the OTLP/HTTP endpoint `otlp_endpoint`.
+    pub fn start_traced(otlp_endpoint: &str) -> Hub {
+        Self::start_in(
+            free_port(),
+            None,
+            &[],
+            &["--traces"],
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_endpoint),
+                ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+            ],
+        )
+    }
+
+    fn start_in(
+        port: u16,
+        data_dir: Option<&Path>,
+        hubs: &[&str],
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> Hub {
         let mut cmd = Command::new(binary("hubhost"));
+        cmd.envs(env.iter().copied());
         cmd.args(["hub", "--port", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(if std::env::var_os("HUBHOST_TEST_HUB_LOG").is_some() {

@@ -66,11 +66,7 @@ pub struct AlarmEvent {
 impl AlarmEvent {
     /// The alarm in an event of the alarms hub, when it carries a trace context.
     pub fn of(event: &EventShown) -> Option<AlarmEvent> {
-        let sent_by = ["Diagnostic-Id", "traceparent"]
-            .iter()
-            .find_map(|name| event.properties.get(*name))
-            .and_then(|v| v.as_str())
-            .and_then(TraceParent::parse)?;
+        let sent_by = TraceParent::of_event(&event.properties)?;
         let body: serde_json::Value = serde_json::from_str(&event.body.shown).ok()?;
         Some(AlarmEvent {
             home: body["homeId"].as_str()?.to_string(),

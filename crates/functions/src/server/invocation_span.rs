@@ -80,12 +80,18 @@ pub(super) fn event_hub_span(
 /// Marks the span as failed by `error` (a success leaves the status unset, as the conventions
 /// ask of spans whose outcome is not an error).
 pub(super) fn record_failure(span: &Span, error: &FunctionError) {
+    record_error(span, error.code(), &error.to_string());
+}
+
+/// Marks the span failed with `code` (its `error.type`) and `description`.
+pub(super) fn record_error(span: &Span, code: &str, description: &str) {
     span.record("otel.status_code", "ERROR");
-    span.record("otel.status_description", error.to_string());
-    span.record("error.type", error.code());
+    span.record("otel.status_description", description);
+    span.record("error.type", code);
 }
 
 /// The attributes an invocation's metrics are recorded with.
+#[derive(Clone)]
 pub(super) struct MetricLabels {
     function: String,
     hub: String,

@@ -379,6 +379,22 @@ impl FunctionServer {
         }
     }
 
+    /// The counters and histograms the functions declared, exported as OpenTelemetry metrics
+    /// beside `/metrics` (`faas.name` for the function's label).
+    fn export_declared_metrics(&self) {
+        let functions = self
+            .functions
+            .iter()
+            .map(|f| (f.spec.name.clone(), f.stats.declared.clone()))
+            .collect();
+        crate::counters::export_counters(&self.counters, functions);
+        for f in &self.functions {
+            f.stats
+                .declared
+                .export_histograms(&f.spec.name, &self.histograms);
+        }
+    }
+
     /// Serves on `listen` until `shutdown` resolves, then runs the clean-up.
     pub async fn serve(
         self,
@@ -386,6 +402,9 @@ impl FunctionServer {
         on_listening: impl FnOnce(SocketAddr),
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
+        if hubhost_telemetry::exporting_metrics() {
+            self.export_declared_metrics();
+        }
         let server = Arc::new(self);
         let listener = tokio::net::TcpListener::bind(listen)
             .await

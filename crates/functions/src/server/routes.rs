@@ -137,6 +137,12 @@ pub(super) async fn invoke(
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
         .and_then(TraceParent::parse);
+    // What a panicking invocation's span and metrics are finished with, outside its task;
+    // only kept when something exports them.
+    let on_panic: Option<Arc<std::sync::OnceLock<Traced>>> =
+        (hubhost_telemetry::exporting_traces() || hubhost_telemetry::exporting_metrics())
+            .then(Default::default);
+    let traced_if_panics = on_panic.clone();
     // Decoding and processing run in their own task: a panic there fails this invocation only.
     let task = tokio::spawn(async move {
         let batch = decode_request(&name, &trigger, &bytes).map_err(Failure::Contract)?;
@@ -151,6 +157,9 @@ pub(super) async fn invoke(
             labels,
             events,
         };
+        if let Some(slot) = &traced_if_panics {
+            let _ = slot.set(traced.clone());
+        }
         // The function's own spans and log lines nest inside the invocation's span.
         match implementation.run(batch, &context).instrument(span).await {
             Ok(mut output) => {
@@ -216,17 +225,23 @@ pub(super) async fn invoke(
         Err(join) => {
             FunctionStats::count(&stats.panicked, 1);
             tracing::error!(function, invocation_id = %invocation_id, "invocation panicked: {join}");
-            error(
+            let mut answer = error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "handler_panic",
                 "processing this batch panicked; the handler is still running and the host may retry",
-            )
+            );
+            if let Some(traced) = on_panic.and_then(|slot| slot.get().cloned()) {
+                invocation_span::record_error(&traced.span, "handler_panic", &join.to_string());
+                traced.finish(started, Some("handler_panic"), &mut answer);
+            }
+            answer
         }
     }
 }
 
 /// An invocation's span and metric labels, carried out of its task to be finished with the
 /// answer.
+#[derive(Clone)]
 pub(super) struct Traced {
     span: tracing::Span,
     labels: Option<MetricLabels>,

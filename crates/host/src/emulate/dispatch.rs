@@ -149,10 +149,16 @@ impl BatchHandler for FunctionDispatch {
     /// (Event Hubs extension 6.2.0 and later) writes no checkpoint while its listener stops
     /// and the next owner starts the batch over.
     async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
-        let span = self.delivery_span(batch);
-        let outcome = self.deliver(batch, stop).instrument(span.clone()).await;
+        // The pump runs this inside `span` below: the delivery's span, which its checkpoint
+        // joins.
+        let span = Span::current();
+        let outcome = self.deliver(batch, stop).await;
         let failure = match &outcome {
-            BatchOutcome::Succeeded => None,
+            // A redelivery that succeeds after one the handler did not answer (same span).
+            BatchOutcome::Succeeded => {
+                span.record("otel.status_code", "OK");
+                None
+            }
             BatchOutcome::Failed(e) => Some(("function_failed", e)),
             BatchOutcome::NotProcessed(e) => Some(("not_processed", e)),
         };
@@ -162,6 +168,10 @@ impl BatchHandler for FunctionDispatch {
             span.record("error.type", kind);
         }
         outcome
+    }
+
+    fn span(&self, batch: &PartitionBatch) -> Span {
+        self.delivery_span(batch)
     }
 }
 
