@@ -148,6 +148,10 @@ const NOT_RUN: &[(&str, &str)] = &[
         "a benchmark of about 10 minutes; its short form runs in crates/bench/tests/bench_pool.rs",
     ),
     (
+        "./target/release/hubhost bench pool --throughput-only --tracing --repeat 3 --pools 1,4",
+        "a benchmark of about 4 minutes; its short form runs in crates/bench/tests/bench_pool.rs",
+    ),
+    (
         "./target/release/hubhost bench pool --steady-seconds 120",
         "a benchmark of about 15 minutes; its short form runs in crates/bench/tests/bench_pool.rs",
     ),

@@ -253,6 +253,22 @@ fn with_the_emulated_host_tracing_too_every_hop_is_one_trace() {
     hub_span("deliver alarms", send["span_id"].clone());
 }
 
+/// A process of the test's, killed when the test ends, failed or not.
+struct KilledOnDrop(std::process::Child);
+
+impl KilledOnDrop {
+    fn stop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// One run of the chain, and what the receiver got.
 struct Chain {
     receiver: Receiver,
@@ -304,7 +320,7 @@ impl Chain {
                 .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
                 .env("OTEL_BSP_SCHEDULE_DELAY", "100");
         }
-        let mut emulate = command.spawn().unwrap();
+        let mut emulate = KilledOnDrop(command.spawn().unwrap());
 
         let sent = traced_peer(
             &receiver,
@@ -414,8 +430,7 @@ impl Chain {
         );
 
         // Log lines carry the trace, not the attributes.
-        let _ = emulate.kill();
-        let _ = emulate.wait();
+        emulate.stop();
         let log = std::fs::read_to_string(project.path().join("emulate.log")).unwrap();
         let line = log
             .lines()
@@ -572,16 +587,18 @@ fn emulate_traces_prints_what_the_spans_say() {
         &[("EventHubConnection", hub.connection_string(KEY))],
     );
     let log = project.path().join("emulate.log");
-    let mut emulate = Command::new(kit::binary("hubhost"))
-        .args(["emulate", "--traces", "--metrics-port"])
-        .arg(kit::free_port().to_string())
-        .current_dir(project.path())
-        .env("PATH", path_with_executables())
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut emulate = KilledOnDrop(
+        Command::new(kit::binary("hubhost"))
+            .args(["emulate", "--traces", "--metrics-port"])
+            .arg(kit::free_port().to_string())
+            .current_dir(project.path())
+            .env("PATH", path_with_executables())
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     hub.python("send", &["40", "10", "traced"]);
     let deadline = Instant::now() + Duration::from_secs(60);
     let line = loop {
@@ -595,8 +612,7 @@ fn emulate_traces_prints_what_the_spans_say() {
         assert!(Instant::now() < deadline, "no summary line: {text}");
         std::thread::sleep(Duration::from_millis(250));
     };
-    let _ = emulate.kill();
-    let _ = emulate.wait();
+    emulate.stop();
     assert!(line.contains("RawArchive"), "{line}");
     assert!(line.contains(" 0 failed"), "{line}");
     let log = std::fs::read_to_string(&log).unwrap();
