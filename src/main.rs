@@ -2,16 +2,15 @@
 //! hands over to the library module that does the work.
 
 mod commands;
-mod demo;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// mimalloc, without transparent huge pages, as in the deployed handler: why in
-/// `hubhost_app::allocator`.
+/// `hubhost_process::allocator`.
 #[global_allocator]
-static ALLOCATOR: hubhost_app::allocator::Allocator = hubhost_app::allocator::Allocator;
+static ALLOCATOR: hubhost_process::allocator::Allocator = hubhost_process::allocator::Allocator;
 
 #[derive(Parser)]
 #[command(
@@ -55,7 +54,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    hubhost_app::allocator::disable_transparent_huge_pages();
+    hubhost_process::allocator::disable_transparent_huge_pages();
     let cli = Cli::parse();
     // The demo and benchmarks print their own progress; the handler's per-batch lines would drown it.
     let default_level = match cli.command {
@@ -101,7 +100,7 @@ fn main() -> ExitCode {
             runtime
                 .block_on(hubhost_telemetry::collector::Collector::start(
                     0,
-                    demo::TRACE_SPANS_KEPT,
+                    commands::demo::TRACE_SPANS_KEPT,
                 ))
                 .expect("a loopback port for the demo's trace collector"),
         )),
@@ -109,7 +108,7 @@ fn main() -> ExitCode {
             runtime
                 .block_on(hubhost_telemetry::collector::Collector::start(
                     0,
-                    demo::TRACE_SPANS_KEPT,
+                    commands::demo::TRACE_SPANS_KEPT,
                 ))
                 .expect("a loopback port for the trace collector"),
         )),

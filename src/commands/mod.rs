@@ -55,14 +55,7 @@ impl EventHubConnectionArgs {
     }
 }
 
-/// A flag given in seconds (fractions allowed), more than zero.
-pub fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
-    text.parse::<f64>()
-        .ok()
-        .filter(|s| *s > 0.0)
-        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
-        .ok_or(format!("{text:?} is not a positive number of seconds"))
-}
+pub use hubhost_process::positive_seconds;
 
 /// Ctrl-C or SIGTERM (what the host and `func` send on stop).
 pub use hubhost_functions::server::shutdown_signal;

@@ -12,7 +12,6 @@
 
 pub mod aggregate;
 pub(crate) mod aggregator;
-pub mod allocator;
 pub mod archive;
 pub mod dashboard;
 pub(crate) mod deadletter;

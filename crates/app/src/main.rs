@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc, without transparent huge pages: see `hubhost_app::allocator`.
+/// mimalloc, without transparent huge pages: see `hubhost_process::allocator`.
 #[global_allocator]
-static ALLOCATOR: hubhost_app::allocator::Allocator = hubhost_app::allocator::Allocator;
+static ALLOCATOR: hubhost_process::allocator::Allocator = hubhost_process::allocator::Allocator;
 
 #[derive(Parser)]
 #[command(
@@ -23,7 +23,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    hubhost_app::allocator::disable_transparent_huge_pages();
+    hubhost_process::allocator::disable_transparent_huge_pages();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     // Inside the runtime: OTLP over gRPC, when asked for, runs its connection on it.

@@ -32,7 +32,7 @@ async fn the_deployed_handler_serves_the_host_contract_and_stops_on_sigterm() {
     assert!(probe.status().is_success(), "{}", probe.status());
 
     // Its memory is paged in 4 KiB pages whatever the machine's huge-page setting, so that
-    // its resident size says what it holds (`hubhost_app::allocator`).
+    // its resident size says what it holds (`hubhost_process::allocator`).
     if let Some(huge) = transparent_huge_pages(child.id()) {
         assert!(!huge, "hubhost-app runs with transparent huge pages off");
     }

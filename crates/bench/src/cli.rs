@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 use hubhost_bench as bench;
+use hubhost_process::positive_seconds;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -672,13 +673,4 @@ where
     let result = run(dir.clone()).await;
     let _ = std::fs::remove_dir_all(&dir);
     result.map(|_| ()).map_err(|e| e.to_string())
-}
-
-/// A flag given in seconds (fractions allowed), more than zero.
-pub fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
-    text.parse::<f64>()
-        .ok()
-        .filter(|s| *s > 0.0)
-        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
-        .ok_or(format!("{text:?} is not a positive number of seconds"))
 }

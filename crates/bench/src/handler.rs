@@ -178,13 +178,6 @@ pub async fn serve_trivial(port: u16) -> Result<(), ServeError> {
         .await
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(17071)
-}
-
 pub async fn run(opts: BenchOptions) -> Result<Vec<RunFigures>, BenchError> {
     let mut all = Vec::new();
     println!(
@@ -456,14 +449,14 @@ async fn measure(
         .storage
         .clone()
         .unwrap_or_else(|| scratch.display().to_string());
-    let port = free_port();
+    let port = hubhost_process::child::free_listen_port().map_err(BenchError::Spawn)?;
     let exe = match kind {
         HandlerKind::ReferenceApp | HandlerKind::ReferenceAppWithoutOnce => crate::hubhost_exe(),
         HandlerKind::Trivial | HandlerKind::TrivialStampedEvents | HandlerKind::TrivialTracing => {
             std::env::current_exe()
         }
     };
-    let mut command = hubhost_host::child::command(exe.map_err(BenchError::Spawn)?);
+    let mut command = hubhost_process::child::command(exe.map_err(BenchError::Spawn)?);
     match kind {
         HandlerKind::ReferenceApp => command
             .args(["serve", "--port", &port.to_string()])

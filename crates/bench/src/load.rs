@@ -135,7 +135,7 @@ impl RunningLoad {
                 pool = Some(fixed);
             }
             Pool::Scaled { interval } => {
-                let mut command = hubhost_host::child::command(&exe);
+                let mut command = hubhost_process::child::command(&exe);
                 command
                     .args(["emulate", "--scale", "--metrics-port", "0", "--app"])
                     .arg(dir)

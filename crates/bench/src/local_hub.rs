@@ -47,7 +47,7 @@ impl HubProcess {
         let port =
             hubhost_testkit::try_free_port().map_err(|e| LocalHubError::Start(e.to_string()))?;
         let exe = crate::hubhost_exe().map_err(|e| LocalHubError::Start(e.to_string()))?;
-        let child = hubhost_host::child::std_command(exe)
+        let child = hubhost_process::child::std_command(exe)
             .args(["hub", "--port", &port.to_string(), "--hub"])
             // The reference app's archive reads its own consumer group, and so does
             // `bench latency`'s baseline.

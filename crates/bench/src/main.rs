@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 /// As in `hubhost`: the pipeline measured runs on mimalloc without transparent huge pages, and
 /// so does what measures it.
 #[global_allocator]
-static ALLOCATOR: hubhost_app::allocator::Allocator = hubhost_app::allocator::Allocator;
+static ALLOCATOR: hubhost_process::allocator::Allocator = hubhost_process::allocator::Allocator;
 
 #[derive(Parser)]
 #[command(
@@ -38,7 +38,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    hubhost_app::allocator::disable_transparent_huge_pages();
+    hubhost_process::allocator::disable_transparent_huge_pages();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let _entered = runtime.enter();

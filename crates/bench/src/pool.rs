@@ -325,8 +325,8 @@ impl PoolApp {
     ) -> Result<(), PoolBenchError> {
         let mut env = vec![("RUST_LOG", "warn".to_string())];
         env.extend(otel_settings(traced));
-        if let Some(threads) = hubhost_host::child::worker_threads_setting(instances) {
-            env.push((hubhost_host::child::WORKER_THREADS_ENV, threads));
+        if let Some(threads) = hubhost_process::child::worker_threads_setting(instances) {
+            env.push((hubhost_process::child::WORKER_THREADS_ENV, threads));
         }
         Ok(self.pool.start(name, &env)?)
     }
@@ -590,7 +590,7 @@ async fn throughput(
     let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let _line = {
         let progress = progress.clone();
-        hubhost_host::progress::Progress::spawn(move || {
+        hubhost_process::progress::Progress::spawn(move || {
             format!(
                 "bench pool: {count} instance(s): {} of {total} events checkpointed",
                 progress.load(std::sync::atomic::Ordering::Relaxed)
@@ -657,7 +657,7 @@ async fn scale_drain(
     let exe = crate::hubhost_exe().map_err(io("this executable"))?;
     let out_path = app.dir.join("scale.out");
     let out = std::fs::File::create(&out_path).map_err(io("scale.out"))?;
-    let mut command = hubhost_host::child::command(exe);
+    let mut command = hubhost_process::child::command(exe);
     command
         .args(["emulate", "--scale", "--app"])
         .arg(&app.dir)
@@ -758,7 +758,7 @@ struct Producer {
 impl Producer {
     fn start(hub: &HubProcess, rate: u32) -> Result<Self, PoolBenchError> {
         let exe = crate::hubhost_exe().map_err(io("this executable"))?;
-        let child = hubhost_host::child::command(exe)
+        let child = hubhost_process::child::command(exe)
             .args(["simulate", "--homes", "10000", "--rate", &rate.to_string()])
             .arg("--connection")
             .arg(&hub.connection_string)
@@ -884,7 +884,7 @@ async fn membership(
     let changed_hands = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let progress_line = {
         let changes = changed_hands.clone();
-        hubhost_host::progress::Progress::spawn(move || {
+        hubhost_process::progress::Progress::spawn(move || {
             format!(
                 "bench pool: steady {:.0} of {:.0} s, {} ownership changes",
                 started.elapsed().as_secs_f64(),

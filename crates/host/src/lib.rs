@@ -7,11 +7,10 @@
 //! - [`scale`]: `hubhost emulate --scale`, the Functions scale controller: starts and stops
 //!   `emulate` instances on the backlog as target-based scaling does (rules in `scale::decide`).
 //! - [`invoker`]: calls a handler as the host does (readiness probe, headers, request).
-//! - [`child`]: child processes that die with their parent.
-//! - [`progress`]: progress lines for long commands.
+//!
+//! The handler and the instances are child processes that die with it
+//! ([`hubhost_process::child`]).
 
-pub mod child;
 pub mod emulate;
 pub mod invoker;
-pub mod progress;
 pub mod scale;

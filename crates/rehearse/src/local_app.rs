@@ -219,7 +219,7 @@ impl LocalApp {
     /// Starts one more instance of the app under owner id `id` (a scale-out: it takes its share
     /// of the partitions, its own handler process), and waits until it runs.
     pub async fn start_instance(&mut self, id: &str) -> Result<(), LocalAppError> {
-        let port = hubhost_host::child::free_listen_port()
+        let port = hubhost_process::child::free_listen_port()
             .map_err(|e| LocalAppError::Io(format!("no free port: {e}")))?;
         let metrics = SocketAddr::from(([127, 0, 0, 1], port));
         let faults = FaultSwitch::new(self.events_handed_out.clone(), self.answered.clone());

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use hubhost_app::fleet::{Fleet, SENSORS};
 use hubhost_eventhubs::{EventHubTarget, EventHubsError, SendOutcomes};
-use hubhost_host::progress::Progress;
+use hubhost_process::progress::Progress;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimulateError {

@@ -175,7 +175,7 @@ impl EmulatePool {
         };
         let out = std::fs::File::create(self.file(name, "out")).map_err(io)?;
         let log = std::fs::File::create(self.file(name, "log")).map_err(io)?;
-        let mut command = hubhost_host::child::std_command(&self.exe);
+        let mut command = hubhost_process::child::std_command(&self.exe);
         command
             .args(["emulate", "--app"])
             .arg(&self.app)

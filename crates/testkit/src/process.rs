@@ -81,9 +81,9 @@ pub fn try_wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus>
 
 /// A loopback port nobody listens on now, for a process a test starts: chosen below the
 /// kernel's ephemeral range, so no outgoing connection takes it before the process binds it
-/// (`hubhost_host::child::free_listen_port`).
+/// (`hubhost_process::child::free_listen_port`).
 pub fn try_free_port() -> std::io::Result<u16> {
-    hubhost_host::child::free_listen_port()
+    hubhost_process::child::free_listen_port()
 }
 
 /// [`try_free_port`], for tests.

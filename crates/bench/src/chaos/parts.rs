@@ -77,7 +77,7 @@ impl HubProcess {
     /// Starts the hub again on the same port and data.
     pub fn restart(&mut self) -> Result<(), ChaosError> {
         let exe = crate::hubhost_exe().map_err(|e| ChaosError::Part(e.to_string()))?;
-        let mut child = hubhost_host::child::std_command(exe)
+        let mut child = hubhost_process::child::std_command(exe)
             .args(["hub", "--port", &self.port.to_string(), "--data-dir"])
             .arg(&self.data_dir)
             .stdin(Stdio::null())

@@ -429,7 +429,7 @@ mod tests {
     #[tokio::test]
     async fn no_answer_or_a_stop_is_not_a_function_failure() {
         // Nothing listens on the port: the handler is down.
-        let port = crate::child::free_listen_port().unwrap();
+        let port = hubhost_process::child::free_listen_port().unwrap();
         let down = Invoker::new(&format!("http://127.0.0.1:{port}"));
         let outcome = dispatch(down, -1)
             .handle(&one_event_batch(), &CancellationToken::new())

@@ -1,7 +1,7 @@
 //! The custom handler process, started, probed, restarted and stopped the way the host does:
 //! host.json `customHandler.description` (executable, arguments, working directory), the
 //! port and worker variables in its environment, `GET /` until anything answers, SIGTERM then
-//! SIGKILL. It dies with the emulator, even after `kill -9` (see `crate::child`).
+//! SIGKILL. It dies with the emulator, even after `kill -9` (see `hubhost_process::child`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -126,7 +126,7 @@ impl HandlerProcess {
 
     pub(super) fn spawn(&self) -> Result<tokio::process::Child, EmulateError> {
         // The host's worker does not outlive the host, even after `kill -9`.
-        let mut cmd = crate::child::command(&self.program);
+        let mut cmd = hubhost_process::child::command(&self.program);
         cmd.args(&self.arguments)
             .current_dir(&self.working_directory)
             .env_clear()
@@ -201,10 +201,11 @@ pub(super) async fn start_on_free_port(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let port = crate::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
-            command: "-".into(),
-            problem: format!("no free port: {e}"),
-        })?;
+        let port =
+            hubhost_process::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
+                command: "-".into(),
+                problem: format!("no free port: {e}"),
+            })?;
         let mut process = HandlerProcess::from_app(app, settings, port)?;
         if stdout_to_stderr {
             process.stdout_to_stderr();

@@ -17,10 +17,10 @@ mod dispatch;
 mod executable;
 pub mod faults;
 mod handler_process;
-mod identity;
 pub mod invoke;
 mod metrics;
 mod outputs;
+mod owner_id;
 mod settings;
 pub mod trace_summary;
 mod triggers;
@@ -38,8 +38,8 @@ use hubhost_processor::checkpoint::{CheckpointStore, DEFAULT_CONTAINER};
 use hubhost_storage::counting::CountingStore;
 
 pub use dispatch::{DRAIN, FunctionDispatch, retry_delay};
-pub use identity::{IdentityError, IdentitySource, InstanceIdentity};
 pub use outputs::{EventSender, OutputPlan, OutputsDone};
+pub use owner_id::{IdentityError, IdentitySource, InstanceIdentity};
 pub use settings::AppSettings;
 pub use triggers::{Delivery, InstanceTriggers, TriggerCounts};
 
@@ -223,7 +223,7 @@ pub fn claim_identity(
     store: &CheckpointStore,
 ) -> Result<InstanceIdentity, IdentityError> {
     let candidates =
-        identity::candidates(explicit, |k| std::env::var(k).ok(), identity::hostname());
+        owner_id::candidates(explicit, |k| std::env::var(k).ok(), owner_id::hostname());
     let scopes: Vec<String> = functions
         .iter()
         .map(|f| {
@@ -236,7 +236,7 @@ pub fn claim_identity(
             )
         })
         .collect();
-    identity::claim(&candidates, &scopes, &identity::lock_folder())
+    owner_id::claim(&candidates, &scopes, &owner_id::lock_folder())
 }
 
 /// Resolves when a rehearsal asks for the handler to be killed; never without one.
@@ -370,7 +370,7 @@ pub async fn run(
         }
         None => None,
     };
-    let progress = crate::progress::Progress::spawn(move || counts.progress_line());
+    let progress = hubhost_process::progress::Progress::spawn(move || counts.progress_line());
 
     tokio::pin!(shutdown);
     let mut restarts = 0;

@@ -338,9 +338,9 @@ fn start_instance(
     most_instances: u32,
 ) -> std::io::Result<Instance> {
     let log = std::fs::File::create(opts.logs.join(format!("instance-{number}.log")))?;
-    let mut command = crate::child::command(&opts.instance.program);
-    if let Some(threads) = crate::child::worker_threads_setting(most_instances as usize) {
-        command.env(crate::child::WORKER_THREADS_ENV, threads);
+    let mut command = hubhost_process::child::command(&opts.instance.program);
+    if let Some(threads) = hubhost_process::child::worker_threads_setting(most_instances as usize) {
+        command.env(hubhost_process::child::WORKER_THREADS_ENV, threads);
     }
     let child = command
         .args(&opts.instance.args)

@@ -1,6 +1,10 @@
-//! `hubhost demo`: the main job on the embedded default (see `hubhost::demo`).
+//! `hubhost demo`: the main job on the embedded default. The flags are here; the pipeline it
+//! runs in one process is `pipeline`.
 
-use crate::demo;
+mod pipeline;
+
+use pipeline as demo;
+pub use pipeline::TRACE_SPANS_KEPT;
 
 use super::shutdown_signal;
 
