@@ -8,7 +8,7 @@
 //! it did. Reading an event's context decodes the event, so none of this runs unless asked.
 
 use bytes::Bytes;
-use hubhost_telemetry::trace_context::{EVENT_PROPERTIES, Producers, TraceParent};
+use hubhost_telemetry::trace_context::{Producers, TraceParent};
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -72,18 +72,13 @@ pub fn deliver(hub: &str, consumer_group: &str, partition: &str, events: &[Store
 pub fn trace_context(payload: &[u8]) -> Option<TraceParent> {
     let message = super::links::decode_message(payload).ok()?;
     let properties = message.application_properties?;
-    EVENT_PROPERTIES.iter().find_map(|name| {
-        properties
-            .0
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .and_then(|(_, value)| match value {
-                fe2o3_amqp::types::primitives::SimpleValue::String(text) => {
-                    TraceParent::parse(text)
-                }
-                _ => None,
-            })
-    })
+    TraceParent::of_properties(properties.0.iter().map(|(key, value)| {
+        let text = match value {
+            fe2o3_amqp::types::primitives::SimpleValue::String(text) => Some(text.as_str()),
+            _ => None,
+        };
+        (key.as_str(), text)
+    }))
 }
 
 #[cfg(test)]

@@ -71,15 +71,29 @@ impl TraceParent {
     /// The producer context an event carries in its application properties, if any is valid.
     /// Takes any map of properties (a `serde_json::Map`, a `BTreeMap<String, Value>`, …):
     /// `Diagnostic-Id` first, then `traceparent`, names in any case.
-    pub fn of_event<'a>(
-        properties: impl IntoIterator<Item = (&'a String, &'a Value)> + Clone,
+    pub fn of_event<'a, P>(properties: P) -> Option<Self>
+    where
+        P: IntoIterator<Item = (&'a String, &'a Value)>,
+        P::IntoIter: Clone,
+    {
+        Self::of_properties(
+            properties
+                .into_iter()
+                .map(|(key, value)| (key.as_str(), value.as_str())),
+        )
+    }
+
+    /// The same lookup over properties in any encoding (AMQP's, say): each name with its value
+    /// when that is a string, `None` when it is not.
+    pub fn of_properties<'a>(
+        properties: impl IntoIterator<Item = (&'a str, Option<&'a str>)> + Clone,
     ) -> Option<Self> {
         EVENT_PROPERTIES.iter().find_map(|name| {
             properties
                 .clone()
                 .into_iter()
                 .find(|(key, _)| key.eq_ignore_ascii_case(name))
-                .and_then(|(_, value)| value.as_str())
+                .and_then(|(_, value)| value)
                 .and_then(Self::parse)
         })
     }
