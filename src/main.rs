@@ -94,26 +94,23 @@ fn main() -> ExitCode {
     .expect("tokio runtime");
     // Inside the runtime: OTLP over gRPC, when asked for, runs its connection on it.
     let _entered = runtime.enter();
-    // The demo keeps its own traces, for its page: spans go to a collector in this process.
-    let collector = match &cli.command {
-        Command::Demo(_) => Some(std::sync::Arc::new(
-            runtime
-                .block_on(hubhost_telemetry::collector::Collector::start(
-                    0,
-                    commands::demo::TRACE_SPANS_KEPT,
-                ))
-                .expect("a loopback port for the demo's trace collector"),
-        )),
-        Command::Emulate(args) if args.traces => Some(std::sync::Arc::new(
+    // The demo (for its page) and `emulate --traces` keep their own traces: spans go to a
+    // collector in this process.
+    let keeps_traces = match &cli.command {
+        Command::Demo(_) => true,
+        Command::Emulate(args) => args.traces,
+        _ => false,
+    };
+    let collector = keeps_traces.then(|| {
+        std::sync::Arc::new(
             runtime
                 .block_on(hubhost_telemetry::collector::Collector::start(
                     0,
                     commands::demo::TRACE_SPANS_KEPT,
                 ))
                 .expect("a loopback port for the trace collector"),
-        )),
-        _ => None,
-    };
+        )
+    });
     hubhost_telemetry::Logging {
         service_name: match &cli.command {
             Command::Demo(_) => "hubhost-demo",
