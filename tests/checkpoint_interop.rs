@@ -7,9 +7,7 @@ use hubhost_testkit::Tool;
 
 use std::collections::BTreeMap;
 
-use hubhost_processor::checkpoint::{
-    Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim,
-};
+use hubhost_checkpoints::{Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim};
 use hubhost_storage::{ETag, StorageLocation};
 use serde_json::Value;
 

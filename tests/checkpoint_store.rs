@@ -12,17 +12,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::Utc;
-use hubhost_processor::checkpoint::admin;
-use hubhost_processor::checkpoint::{
+use hubhost_checkpoints::maintenance;
+use hubhost_checkpoints::{
     Checkpoint, CheckpointAdvance, CheckpointError, CheckpointStore, ConsumerGroupKey,
     InitialPosition, OwnershipClaim, PositionSource, Start, StartPosition,
 };
 use hubhost_storage::{Condition, Metadata, SharedStore, StorageLocation};
 
 const CONTAINER: &str = "azure-webjobs-eventhub";
-const LEGACY_SAMPLE: &str = include_str!(
-    "../crates/processor/src/checkpoint/testdata/legacy_eph_checkpoint_blob_body.json"
-);
+const LEGACY_SAMPLE: &str =
+    include_str!("../crates/checkpoints/src/testdata/legacy_eph_checkpoint_blob_body.json");
 
 fn key() -> ConsumerGroupKey {
     ConsumerGroupKey::new("MyNs.servicebus.windows.net", "Sensors", "$Default").unwrap()
@@ -423,7 +422,7 @@ async fn conformance(blobs: SharedStore) {
 
     // Migration writes current checkpoints where none exist and leaves legacy blobs alone.
     let before_legacy = blobs.get(CONTAINER, p9).await.unwrap().unwrap();
-    let report = admin::migrate(&store, &key, false).await.unwrap();
+    let report = maintenance::migrate(&store, &key, false).await.unwrap();
     let actions: BTreeMap<_, _> = report
         .steps
         .iter()

@@ -9,17 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use hubhost_processor::checkpoint::{
-    Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim,
-};
+use hubhost_checkpoints::{Checkpoint, CheckpointStore, ConsumerGroupKey, OwnershipClaim};
 use hubhost_storage::{Condition, Metadata, SharedStore, StorageLocation};
 use serde_json::Value;
 
 const CONTAINER: &str = "azure-webjobs-eventhub";
 const NS: &str = "cli.servicebus.windows.net";
-const LEGACY_SAMPLE: &str = include_str!(
-    "../crates/processor/src/checkpoint/testdata/legacy_eph_checkpoint_blob_body.json"
-);
+const LEGACY_SAMPLE: &str =
+    include_str!("../crates/checkpoints/src/testdata/legacy_eph_checkpoint_blob_body.json");
 
 fn key() -> ConsumerGroupKey {
     ConsumerGroupKey::new(NS, "sensors", "$Default").unwrap()

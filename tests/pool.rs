@@ -16,8 +16,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::Hub;
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_eventhubs::EventHubTarget;
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_storage::StorageLocation;
 use hubhost_testkit::pool::{AppFolder, EmulatePool, live_owners};
 use serde_json::{Value, json};

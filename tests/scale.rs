@@ -13,9 +13,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_eventhubs::EventHubTarget;
 use hubhost_host::scale::ScalePoint;
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_storage::StorageLocation;
 use hubhost_testkit::pool::AppFolder;
 use serde_json::{Value, json};

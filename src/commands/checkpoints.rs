@@ -1,9 +1,9 @@
 //! `hubhost checkpoints`: list, reset and migrate checkpoints and ownership in the host's blob
-//! format (the work is `hubhost_processor::checkpoint::admin`; this is the flags, the questions and the
+//! format (the work is `hubhost_checkpoints::maintenance`; this is the flags, the questions and the
 //! printing).
 
 use super::EventHubConnectionArgs;
-use hubhost_processor::checkpoint;
+use hubhost_checkpoints as checkpoint;
 
 use clap::Subcommand;
 
@@ -15,7 +15,7 @@ pub struct ScopeArgs {
     #[arg(long, env = "HUBHOST_STORAGE", hide_env_values = true)]
     pub storage: Option<String>,
     /// Blob container of the checkpoint store.
-    #[arg(long, default_value = hubhost_processor::checkpoint::DEFAULT_CONTAINER)]
+    #[arg(long, default_value = hubhost_checkpoints::DEFAULT_CONTAINER)]
     pub container: String,
     /// Fully qualified Event Hubs namespace, e.g. myns.servicebus.windows.net
     /// [default: the Endpoint of the EventHubConnection setting].
@@ -115,12 +115,12 @@ fn print_json(value: &impl serde::Serialize) {
 }
 
 pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
-    use checkpoint::admin::{self, ResetTo};
+    use checkpoint::maintenance::{self, ResetTo};
     let fmt_err = |e: checkpoint::CheckpointError| e.to_string();
     match action {
         CheckpointsCommand::List { scope } => {
             let (store, key) = open_scope(&scope)?;
-            let rows = admin::status(&store, &key).await.map_err(fmt_err)?;
+            let rows = maintenance::status(&store, &key).await.map_err(fmt_err)?;
             if scope.json {
                 print_json(&rows);
             } else {
@@ -177,17 +177,17 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
             };
             let (store, key) = open_scope(&scope)?;
             let selection = if !partitions.is_empty() {
-                admin::PartitionSelection::Named(partitions)
+                maintenance::PartitionSelection::Named(partitions)
             } else if let Some(n) = partition_count {
-                admin::PartitionSelection::Count(n)
+                maintenance::PartitionSelection::Count(n)
             } else if let Some((_, ends)) = &ends {
-                admin::PartitionSelection::Named(
+                maintenance::PartitionSelection::Named(
                     ends.iter().map(|e| e.partition_id.clone()).collect(),
                 )
             } else {
-                admin::PartitionSelection::Known
+                maintenance::PartitionSelection::Known
             };
-            let ids = admin::select_partitions(&store, &key, selection)
+            let ids = maintenance::select_partitions(&store, &key, selection)
                 .await
                 .map_err(fmt_err)?;
             if ids.is_empty() {
@@ -198,11 +198,11 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
                 );
             }
             let ownerships = store.list_ownership(&key).await.map_err(fmt_err)?;
-            let active = admin::active_owners(
+            let active = maintenance::active_owners(
                 &ownerships,
                 &ids,
                 chrono::Utc::now(),
-                hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
+                hubhost_checkpoints::FOREIGN_OWNERSHIP_EXPIRY,
             );
             if !active.is_empty() {
                 eprintln!(
@@ -219,7 +219,7 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
                 ))?;
             }
             let written = match ends {
-                None => admin::reset_to_start(&store, &key, &ids)
+                None => maintenance::reset_to_start(&store, &key, &ids)
                     .await
                     .map_err(fmt_err)?,
                 Some((target, ends)) => {
@@ -230,16 +230,23 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
                         })?;
                         let last = (!end.is_empty)
                             .then_some((end.last_sequence_number, end.last_offset.as_str()));
-                        checkpoints.push(match admin::reset_step(id, last, target_position) {
-                            admin::ResetStep::Write(checkpoint) => checkpoint,
-                            admin::ResetStep::FindBefore(t) => {
-                                admin::checkpoint_before(&target, &key.consumer_group, end, t)
+                        checkpoints.push(
+                            match maintenance::reset_step(id, last, target_position) {
+                                maintenance::ResetStep::Write(checkpoint) => checkpoint,
+                                maintenance::ResetStep::FindBefore(t) => {
+                                    maintenance::checkpoint_before(
+                                        &target,
+                                        &key.consumer_group,
+                                        end,
+                                        t,
+                                    )
                                     .await
                                     .map_err(|e| e.to_string())?
-                            }
-                        });
+                                }
+                            },
+                        );
                     }
-                    admin::write_checkpoints(&store, &key, &checkpoints)
+                    maintenance::write_checkpoints(&store, &key, &checkpoints)
                         .await
                         .map_err(fmt_err)?;
                     checkpoints
@@ -262,7 +269,7 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
         CheckpointsCommand::Migrate { scope, dry_run } => {
             let (store, key) = open_scope(&scope)?;
             store.ensure_container().await.map_err(fmt_err)?;
-            let report = admin::migrate(&store, &key, dry_run)
+            let report = maintenance::migrate(&store, &key, dry_run)
                 .await
                 .map_err(fmt_err)?;
             if scope.json {

@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use hubhost_processor::checkpoint::{
+use hubhost_checkpoints::{
     Checkpoint, CheckpointAdvance, CheckpointStore, ConsumerGroupKey, OwnershipClaim,
     PartitionOwnership,
 };
 use hubhost_storage::counting::CountingStore;
 use hubhost_storage::{Condition, Metadata, SharedStore, StorageLocation};
 
-const CONTAINER: &str = hubhost_processor::checkpoint::DEFAULT_CONTAINER;
+const CONTAINER: &str = hubhost_checkpoints::DEFAULT_CONTAINER;
 
 /// The consumer group the benchmark writes to (tests read it after killing a run).
 pub fn checkpoint_bench_key() -> ConsumerGroupKey {
@@ -54,7 +54,7 @@ pub enum CheckpointBenchError {
     #[error("storage {0:?} is not usable: {1}")]
     Storage(String, String),
     #[error(transparent)]
-    Checkpoint(#[from] hubhost_processor::checkpoint::CheckpointError),
+    Checkpoint(#[from] hubhost_checkpoints::CheckpointError),
 }
 
 pub async fn run(
@@ -188,7 +188,7 @@ async fn measure_backend(
                 blobs
                     .put(CONTAINER, &name, Bytes::new(), &m, &Condition::Always)
                     .await
-                    .map_err(hubhost_processor::checkpoint::CheckpointError::from)?;
+                    .map_err(hubhost_checkpoints::CheckpointError::from)?;
             }
             Ok((n, 0))
         });

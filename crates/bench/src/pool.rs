@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use super::cpu::{self, CpuMeter};
 use super::hub::{HubBenchError, contract_floor, rust_consumer};
 use crate::local_hub::{HubProcess, LocalHubError};
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_metrics as metrics;
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_simulate::{self as simulate, Pace, SimulateOptions, StopAfter};
 use hubhost_storage::StorageLocation;
 use hubhost_testkit::pool::{AppFolder, EmulatePool, PoolError, live_owners};
@@ -85,7 +85,7 @@ pub enum PoolBenchError {
     #[error("{0}")]
     Io(String),
     #[error(transparent)]
-    Checkpoint(#[from] hubhost_processor::checkpoint::CheckpointError),
+    Checkpoint(#[from] hubhost_checkpoints::CheckpointError),
     #[error(transparent)]
     EventHub(#[from] hubhost_eventhubs::EventHubsError),
     #[error("prefilling the hub: {0}")]

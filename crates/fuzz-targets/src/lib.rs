@@ -319,7 +319,7 @@ pub fn checkpoint_metadata(data: &[u8]) {
         metadata.insert(k.to_string(), v.to_string());
     }
     let now = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
-    if let Ok(checkpoint) = hubhost_processor::checkpoint::checkpoint_from_metadata(
+    if let Ok(checkpoint) = hubhost_checkpoints::checkpoint_from_metadata(
         "ns/hub/cg/checkpoint/0",
         "0".into(),
         &metadata,
@@ -331,8 +331,7 @@ pub fn checkpoint_metadata(data: &[u8]) {
 
 /// A legacy (v3/v4) JSON lease blob.
 pub fn legacy_lease(data: &[u8]) {
-    if let Ok(Some(lease)) = hubhost_processor::checkpoint::legacy::parse("ns/hub/cg/0", "0", data)
-    {
+    if let Ok(Some(lease)) = hubhost_checkpoints::legacy::parse("ns/hub/cg/0", "0", data) {
         let _ = format!("{lease:?}");
     }
 }

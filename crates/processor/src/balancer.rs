@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::checkpoint::{OwnershipClaim, PartitionOwnership};
+use hubhost_checkpoints::{FOREIGN_OWNERSHIP_EXPIRY, OwnershipClaim, PartitionOwnership};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BalancerSettings {
@@ -51,11 +51,6 @@ pub struct BalancerSettings {
     /// SDK processors) stays active without renewal.
     pub foreign_ownership_expiry: Duration,
 }
-
-/// The default `foreign_ownership_expiry`: the longest default among the peers that may share
-/// a consumer group — the Python SDK's 180 s (6 × its 30 s interval); the Functions host, .NET
-/// and Java use 2 minutes, Go, JavaScript and Rust 60 s.
-pub const FOREIGN_OWNERSHIP_EXPIRY: Duration = Duration::from_secs(180);
 
 impl Default for BalancerSettings {
     /// Takeover after a crash within expiry + one cycle: 6 s + ≤1.95 s. The expiry spans three

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::Consumer;
 use super::balancer;
 use super::pump::{PartitionPump, PumpControl, PumpExit};
-use crate::checkpoint::PartitionOwnership;
+use hubhost_checkpoints::PartitionOwnership;
 use hubhost_eventhubs::EventHubsError;
 
 /// Jitter for the cycle's wait: splitmix64, seeded per instance, so that instances that start
@@ -223,7 +223,7 @@ impl EventProcessor {
     }
 
     /// Counts and logs a failed store call; the cycle then counts as unbalanced (retried soon).
-    fn storage_failed(&self, what: &str, error: &crate::checkpoint::CheckpointError) -> bool {
+    fn storage_failed(&self, what: &str, error: &hubhost_checkpoints::CheckpointError) -> bool {
         self.consumer
             .stats
             .storage_errors

@@ -7,18 +7,16 @@
 //!   shutdown checkpoint and relinquish;
 //! - `pump` reads one partition through `azure_messaging_eventhubs` and hands its batches to a
 //!   [`BatchHandler`] (the emulated Functions host invokes the custom handler with them);
-//! - `options` reads host.json's `extensions.eventHubs`;
-//! - `backlog` counts a consumer group's unprocessed events as the scale controller does.
+//! - `options` reads host.json's `extensions.eventHubs`.
 //!
-//! Reaching the event hub (receivers, partition ends) is `hubhost-eventhubs`'.
+//! Reaching the event hub (receivers, partition ends) is `hubhost-eventhubs`'; the ownership
+//! and checkpoint blobs, and the requests that read and write them, are `hubhost-checkpoints`'.
 //!
 //! Every instance of a pool runs the same code against the same event hub and checkpoint store;
 //! nothing else connects them, which is why hubhost instances, the Functions host and the SDKs'
 //! processors can share one consumer group.
 
-pub mod backlog;
 pub mod balancer;
-pub mod checkpoint;
 pub(crate) mod instance;
 pub(crate) mod options;
 pub(crate) mod pump;
@@ -30,7 +28,7 @@ pub use instance::{EventProcessor, ProcessorError};
 pub use options::ProcessorOptions;
 pub use pump::{BatchHandler, BatchOutcome, PartitionPump, PumpControl, PumpExit, to_record};
 
-use crate::checkpoint::{CheckpointStore, ConsumerGroupKey};
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey};
 use hubhost_eventhubs::EventHubTarget;
 use hubhost_metrics::{Exposition, Kind};
 use hubhost_trigger::batch::{EventRecord, PartitionContext};

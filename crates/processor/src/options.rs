@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::balancer::BalancerSettings;
-use crate::checkpoint::InitialPosition;
+use hubhost_checkpoints::InitialPosition;
 use hubhost_trigger::time::parse_timespan;
 
 #[derive(Debug, Clone, PartialEq)]

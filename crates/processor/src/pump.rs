@@ -3,7 +3,7 @@
 //! per pump, pumps in parallel — the ordering guarantee of an Event Hubs trigger.
 //!
 //! - **Start**: the partition's checkpoint, else its legacy checkpoint, else the configured
-//!   initial position (`checkpoint::position`).
+//!   initial position (`hubhost_checkpoints::position`).
 //! - **Fencing**: the receiver opens with owner level 0, as the Functions host's processor
 //!   does; the next owner's receiver (same level) detaches ours with `amqp:link:stolen`, so a
 //!   stale owner stops reading even before it notices its ownership is gone.
@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{Consumer, PartitionBatch};
-use crate::checkpoint::{Checkpoint, CheckpointAdvance, Start, StartPosition};
+use hubhost_checkpoints::{Checkpoint, CheckpointAdvance, Start, StartPosition};
 use hubhost_eventhubs::close_quietly;
 use hubhost_trigger::batch::{EventRecord, PartitionContext};
 

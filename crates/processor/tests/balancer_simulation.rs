@@ -24,8 +24,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
+use hubhost_checkpoints::{OwnershipClaim, PartitionOwnership};
 use hubhost_processor::balancer::{BalancerSettings, plan};
-use hubhost_processor::checkpoint::{OwnershipClaim, PartitionOwnership};
 use hubhost_storage::ETag;
 
 /// splitmix64: small, seeded, reproducible.

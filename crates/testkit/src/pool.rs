@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use hubhost_checkpoints::FOREIGN_OWNERSHIP_EXPIRY;
+use hubhost_checkpoints::{CheckpointError, CheckpointStore, ConsumerGroupKey};
 use hubhost_metrics::{self as metrics, Sample};
-use hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY;
-use hubhost_processor::checkpoint::{CheckpointError, CheckpointStore, ConsumerGroupKey};
 
 /// Variables of the environment running the pool that its instances must not see: the app's
 /// settings come from its local.settings.json only, and each instance stands for one

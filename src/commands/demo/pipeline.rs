@@ -22,13 +22,13 @@ use hubhost_app::dashboard::DashboardSources;
 use hubhost_app::handler::{self, ALARMS_HUB, HandlerConfig, builtin_functions};
 use hubhost_app::layout::DEFAULT_CONTAINER;
 use hubhost_app::{AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION};
-use hubhost_eventhubs::{EventHubTarget, on_sending_thread};
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey};
+use hubhost_eventhubs::{EventHubTarget, PartitionEnd, on_sending_thread};
 use hubhost_host::emulate::{self, AppSettings, InstanceTriggers, TriggerCounts};
 use hubhost_host::invoker::Invoker;
 use hubhost_hub::{HubConfig, HubSpec};
 use hubhost_process::progress::Progress;
 use hubhost_processor::ProcessorOptions;
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
 use hubhost_simulate::{self as simulate, Pace, SimulateOptions, StopAfter};
 use hubhost_storage::{SharedStore, StorageLocation};
 
@@ -66,7 +66,7 @@ pub enum DemoError {
     #[error(transparent)]
     Store(#[from] hubhost_storage::StoreError),
     #[error(transparent)]
-    Checkpoint(#[from] hubhost_processor::checkpoint::CheckpointError),
+    Checkpoint(#[from] hubhost_checkpoints::CheckpointError),
     #[error(transparent)]
     Emulate(#[from] emulate::EmulateError),
     #[error(transparent)]
@@ -142,10 +142,7 @@ pub async fn run(
             sources.event_hub = Some(EventHubTarget::parse(&connection, Some(DEMO_HUB))?);
             let key = ConsumerGroupKey::new("localhost", DEMO_HUB, &sources.consumer_group)?;
             sources.checkpoints = Some((
-                CheckpointStore::new(
-                    opts.storage.open()?,
-                    hubhost_processor::checkpoint::DEFAULT_CONTAINER,
-                ),
+                CheckpointStore::new(opts.storage.open()?, hubhost_checkpoints::DEFAULT_CONTAINER),
                 key,
             ));
             sources.traces =
@@ -184,10 +181,7 @@ pub async fn run(
         &settings,
         &emulate::EventSender::start(),
     )?;
-    let store = CheckpointStore::new(
-        opts.storage.open()?,
-        hubhost_processor::checkpoint::DEFAULT_CONTAINER,
-    );
+    let store = CheckpointStore::new(opts.storage.open()?, hubhost_checkpoints::DEFAULT_CONTAINER);
     store.ensure_container().await?;
     let options = ProcessorOptions::default();
     let pool: Vec<InstanceTriggers> = (1..=opts.instances)
@@ -293,11 +287,15 @@ pub async fn run(
         Some(Err(e)) => return Err(e.into()),
         None => return Err(DemoError::Panicked("the simulator")),
     };
-    // A bounded run lets the pool catch up with what was sent before stopping.
+    // A bounded run lets the pool catch up with what was sent before stopping: every function
+    // has been handed each partition's last event. (Counting processed events would not do:
+    // a partition that changed owners is partly read twice, so the count can reach what was
+    // sent while another partition still lags.)
     let expected = summary.events + POISON.len() as u64;
     if !stop.is_cancelled() {
+        let ends = target.partition_ends().await.ok();
         let deadline = Instant::now() + Duration::from_secs(60);
-        while processed(&counts, AGGREGATOR_FUNCTION) < expected && Instant::now() < deadline {
+        while !caught_up(&counts, ends.as_deref(), expected) && Instant::now() < deadline {
             tokio::select! {
                 _ = &mut interrupted => break,
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -356,6 +354,30 @@ async fn address_of<A, E: Into<DemoError>>(
             _ => DemoError::Stopped(what),
         }),
     }
+}
+
+/// Whether both functions have been handed every partition's last event; without the
+/// partitions' ends, whether the aggregator has processed as many events as were sent.
+fn caught_up(pool: &[TriggerCounts], ends: Option<&[PartitionEnd]>, expected: u64) -> bool {
+    let Some(ends) = ends else {
+        return processed(pool, AGGREGATOR_FUNCTION) >= expected;
+    };
+    [AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION]
+        .iter()
+        .all(|function| {
+            let mut positions = BTreeMap::<String, i64>::new();
+            for instance in pool {
+                for (partition, at) in instance.positions(function) {
+                    let known = positions.entry(partition).or_insert(at);
+                    *known = (*known).max(at);
+                }
+            }
+            ends.iter().filter(|end| !end.is_empty).all(|end| {
+                positions
+                    .get(&end.partition_id)
+                    .is_some_and(|&at| at >= end.last_sequence_number)
+            })
+        })
 }
 
 /// Events processed by every instance's processor of `function`.

@@ -6,7 +6,7 @@
 //!   Manager).
 //! - **Consumer groups**: the hub's own (admin endpoint), and every one that keeps
 //!   checkpoints in the store; for those, each partition's owner, checkpoint and lag (the
-//!   scale controller's count, `hubhost_processor::backlog`).
+//!   scale controller's count, `hubhost_checkpoints::backlog`).
 //! - **Peek**: a partition's events from a position, read through the admin endpoint, which
 //!   reads the partition without a receiver — no consumer group, owner level or checkpoint, so
 //!   no consumer notices. Bodies are shown as JSON (pretty), else text, else hex.
@@ -23,11 +23,9 @@ use base64::Engine;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use hubhost_checkpoints::backlog::unprocessed_events;
+use hubhost_checkpoints::{Checkpoint, CheckpointStore, ConsumerGroupKey, PartitionOwnership};
 use hubhost_eventhubs::{EventHubTarget, PartitionEnd};
-use hubhost_processor::backlog::unprocessed_events;
-use hubhost_processor::checkpoint::{
-    Checkpoint, CheckpointStore, ConsumerGroupKey, PartitionOwnership,
-};
 
 /// The most of a body the page gets (a 1 MB event is shown in part, with its size).
 pub const BODY_SHOWN_BYTES: usize = 16 * 1024;
@@ -52,7 +50,7 @@ pub enum ExplorerError {
     #[error("the hub: {0}")]
     Hub(String),
     #[error("the checkpoint store: {0}")]
-    Checkpoints(#[from] hubhost_processor::checkpoint::CheckpointError),
+    Checkpoints(#[from] hubhost_checkpoints::CheckpointError),
 }
 
 /// Where the explorer reads from.

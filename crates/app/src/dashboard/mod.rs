@@ -43,8 +43,8 @@ use serde_json::json;
 use crate::aggregate::{WindowAggregate, window_start};
 use crate::directory;
 use crate::layout;
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey};
 use hubhost_eventhubs::{EventHubTarget, PartitionEnd};
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
 use hubhost_storage::{ETag, SharedStore, StoreError};
 use views::{OperationsSample, OperationsView};
 
@@ -90,10 +90,10 @@ impl DashboardSources {
             consumer_group: "$Default".into(),
             checkpoints: None,
             event_hub: None,
-            foreign_ownership_expiry: hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
+            foreign_ownership_expiry: hubhost_checkpoints::FOREIGN_OWNERSHIP_EXPIRY,
             traces: None,
             explorer: explorer::ExplorerSources {
-                foreign_ownership_expiry: hubhost_processor::balancer::FOREIGN_OWNERSHIP_EXPIRY,
+                foreign_ownership_expiry: hubhost_checkpoints::FOREIGN_OWNERSHIP_EXPIRY,
                 ..Default::default()
             },
         }
@@ -159,8 +159,7 @@ impl DashboardSources {
                 ConsumerGroupKey::new(namespace, &hub, &sources.consumer_group),
             )
         {
-            let store =
-                CheckpointStore::new(blobs, hubhost_processor::checkpoint::DEFAULT_CONTAINER);
+            let store = CheckpointStore::new(blobs, hubhost_checkpoints::DEFAULT_CONTAINER);
             sources.checkpoints = Some((store, key));
         }
         // Sending from the page is off here: under the Functions host the page is public. The
@@ -316,7 +315,7 @@ pub enum DashboardError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("the checkpoint store: {0}")]
-    Checkpoints(#[from] hubhost_processor::checkpoint::CheckpointError),
+    Checkpoints(#[from] hubhost_checkpoints::CheckpointError),
 }
 
 impl Dashboard {

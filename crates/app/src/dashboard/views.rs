@@ -11,9 +11,9 @@ use serde::Serialize;
 
 use crate::aggregate::{Alarm, SensorState, WindowAggregate};
 use crate::sensor::{AlarmKind, SensorKind};
+use hubhost_checkpoints::Checkpoint;
+use hubhost_checkpoints::backlog::unprocessed_events;
 use hubhost_eventhubs::PartitionEnd;
-use hubhost_processor::backlog::unprocessed_events;
-use hubhost_processor::checkpoint::Checkpoint;
 
 /// How far back the views look.
 pub const HISTORY_MINUTES: i64 = 60;
@@ -403,7 +403,7 @@ pub struct PartitionRow {
     pub checkpoint: Option<i64>,
     pub last_enqueued: Option<i64>,
     /// Events enqueued but not checkpointed yet, counted as the scale controller counts them
-    /// (`hubhost_processor::backlog`): never negative, though the checkpoint is read after
+    /// (`hubhost_checkpoints::backlog`): never negative, though the checkpoint is read after
     /// the partition's end and may be ahead of it.
     pub lag: Option<i64>,
     /// Checkpoint progress since the previous sample.

@@ -26,7 +26,7 @@ use parts::{HUB, HubProcess, Producer, Store};
 
 use hubhost_app::aggregate::WindowAggregate;
 use hubhost_app::archive::ArchiveChunk;
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_storage::{SharedStore, StorageLocation};
 use hubhost_testkit::pool::{AppFolder, EmulatePool, PoolError};
 
@@ -78,7 +78,7 @@ pub enum ChaosError {
     #[error(transparent)]
     Pool(#[from] PoolError),
     #[error(transparent)]
-    Checkpoint(#[from] hubhost_processor::checkpoint::CheckpointError),
+    Checkpoint(#[from] hubhost_checkpoints::CheckpointError),
     #[error(transparent)]
     Store(#[from] hubhost_storage::StoreError),
     /// The run finished and found violations (listed in its report).

@@ -31,10 +31,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use hubhost_checkpoints::{CheckpointStore, DEFAULT_CONTAINER};
 use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::function_app::{EventHubTrigger, FunctionApp, FunctionSpec};
 use hubhost_processor::ProcessorOptions;
-use hubhost_processor::checkpoint::{CheckpointStore, DEFAULT_CONTAINER};
 use hubhost_storage::counting::CountingStore;
 
 pub use dispatch::{DRAIN, FunctionDispatch, retry_delay};
@@ -115,7 +115,7 @@ pub enum EmulateError {
     #[error(transparent)]
     Store(#[from] hubhost_storage::StoreError),
     #[error(transparent)]
-    Checkpoint(#[from] hubhost_processor::checkpoint::CheckpointError),
+    Checkpoint(#[from] hubhost_checkpoints::CheckpointError),
     #[error(transparent)]
     Processor(#[from] hubhost_processor::ProcessorError),
     #[error("metrics endpoint: {0}")]
@@ -135,7 +135,7 @@ pub struct EmulateOptions {
     /// [`claim_identity`]].
     pub instance_id: Option<String>,
     /// How long a foreign owner's ownership stays active without renewal [default: the
-    /// balancer's `FOREIGN_OWNERSHIP_EXPIRY`, or hubhost's own expiry if that is longer].
+    /// `hubhost_checkpoints::FOREIGN_OWNERSHIP_EXPIRY`, or hubhost's own expiry if that is longer].
     pub foreign_ownership_expiry: Option<Duration>,
     /// Where to serve Prometheus `/metrics` (none: no endpoint).
     pub metrics: Option<std::net::SocketAddr>,
@@ -282,8 +282,7 @@ pub async fn run(
     if let Some(faults) = &opts.faults {
         opened = faults::FaultyStore::wrap(opened, faults.clone());
     }
-    let counting =
-        CountingStore::with_kinds(opened, hubhost_processor::checkpoint::names::blob_kind);
+    let counting = CountingStore::with_kinds(opened, hubhost_checkpoints::names::blob_kind);
     let storage_operations = counting.counts.clone();
     let storage_requests = counting.requests.clone();
     let store = CheckpointStore::new(Arc::new(counting), DEFAULT_CONTAINER);

@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey};
 use hubhost_functions::function_app::Cardinality;
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey};
 use hubhost_processor::{
     Consumer, EventProcessor, ProcessorError, ProcessorOptions, ProcessorStats,
 };
@@ -126,6 +126,22 @@ impl TriggerCounts {
         self.of(function)
             .map(|c| c.stats.events.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// Per partition, the last sequence number `function`'s processor handed to the function
+    /// (the partitions this instance has read since it started, owned now or not).
+    pub fn positions(&self, function: &str) -> std::collections::BTreeMap<String, i64> {
+        let mut positions = std::collections::BTreeMap::new();
+        for consumer in self.of(function) {
+            let progress = consumer.stats.progress.lock().expect("progress lock");
+            for (partition, &sequence_number) in progress.iter() {
+                let at = positions
+                    .entry(partition.clone())
+                    .or_insert(sequence_number);
+                *at = (*at).max(sequence_number);
+            }
+        }
+        positions
     }
 
     /// Partitions `function`'s processor is pumping now.

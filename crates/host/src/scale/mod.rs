@@ -5,7 +5,7 @@
 //! instances that needs, and adds or removes instances of the app. This supervisor does the
 //! same with real processes: every `interval` it reads the partition ends from the event hub
 //! and the checkpoints from the store, counts the backlog as the extension does
-//! (`hubhost_processor::backlog`), decides with the pure rules of `decide`, and starts or
+//! (`hubhost_checkpoints::backlog`), decides with the pure rules of `decide`, and starts or
 //! stops `hubhost emulate` instances (SIGTERM, so they checkpoint and hand their partitions
 //! over). Each decision is printed with its inputs and recorded in the checkpoint store
 //! (`scale_history`), where the operations view draws it.
@@ -23,11 +23,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hubhost_checkpoints::backlog::total_unprocessed;
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER, names};
 use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::function_app::FunctionApp;
 use hubhost_processor::ProcessorOptions;
-use hubhost_processor::backlog::total_unprocessed;
-use hubhost_processor::checkpoint::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER, names};
 use hubhost_storage::counting::{CountingStore, RequestCounts};
 
 use crate::emulate::{AppSettings, EmulateError, resolve_trigger};

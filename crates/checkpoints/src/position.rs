@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{Checkpoint, LegacyCheckpoint};
+use crate::{Checkpoint, LegacyCheckpoint};
 
 /// Where to start when a partition has no checkpoint at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -10,7 +10,7 @@
 //! earlier (the two are read separately, and a busy partition moves in between) counts as
 //! nothing left, never as a negative number. docs/scaling.md has the whole story.
 
-use crate::checkpoint::Checkpoint;
+use crate::Checkpoint;
 use hubhost_eventhubs::PartitionEnd;
 
 /// Events of one partition not processed yet, given its end as the hub reported it and the

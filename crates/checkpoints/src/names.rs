@@ -11,7 +11,7 @@
 //! Every part is checked before it becomes a name: a hub or partition such as `..` or `a/b`
 //! would otherwise address blobs (or, on the local backend, files) outside the store.
 
-use super::CheckpointError;
+use crate::CheckpointError;
 
 /// Which event hub and consumer group a set of ownerships and checkpoints belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -1,34 +1,15 @@
-//! The checkpoint store: who owns which partition, and where each partition's reading stopped.
-//!
-//! This is the shared state that lets several instances split an event hub's partitions and
-//! lets a new owner resume where the old one stopped. It lives in blobs, in the exact layout the
-//! Functions host and the Azure SDKs use (see `names`), so a real deployment, the Python SDK and
-//! hubhost read each other's state:
-//!
-//! - an **ownership** is a zero-byte blob whose metadata `ownerid` names the owner; its ETag is
-//!   the version a claim must present, its last-modified time is the owner's heartbeat (an
-//!   ownership not renewed within the expiry interval counts as abandoned);
-//! - a **checkpoint** is a zero-byte blob with metadata `offset` and `sequencenumber`;
-//! - a **legacy checkpoint** is the JSON lease blob of extension v3/v4 (`legacy`), read only.
-//!
-//! Claims are optimistic: an existing ownership is replaced only if its ETag is the one the
-//! claimant saw (`If-Match`), a new one only if nobody created it first (`If-None-Match: *`), so
-//! of several racing claimants exactly one wins. All of it goes through [`BlobStore`], so it
-//! runs on every backend: Azure Blob Storage (or Azurite), a local directory, memory.
-
-pub mod admin;
-pub mod legacy;
-pub mod names;
-pub mod position;
+//! `CheckpointStore`: ownership claims under ETags, checkpoints written forward only, legacy
+//! checkpoints read, and the scale controller's records — every request the processor, the
+//! scale controller and `hubhost checkpoints` make to the blobs, on any `BlobStore` backend.
 
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
 
 use hubhost_storage::{BlobStore, Condition, ETag, Metadata, SharedStore, StoreError};
 
-pub use legacy::LegacyCheckpoint;
-pub use names::ConsumerGroupKey;
-pub use position::{InitialPosition, PositionSource, Start, StartPosition};
+use crate::legacy::{self, LegacyCheckpoint};
+use crate::names::{self, ConsumerGroupKey};
+use crate::position::{self, InitialPosition, Start};
 
 /// The Functions host's default container (`EventHubOptions.LeaseContainerName`).
 pub const DEFAULT_CONTAINER: &str = "azure-webjobs-eventhub";
@@ -79,6 +60,13 @@ pub struct PartitionOwnership {
     /// that do not (the Functions host, the SDK processors) or an unreadable value.
     pub vouched_expiry: Option<std::time::Duration>,
 }
+
+/// How long an ownership whose owner vouched for no expiry stays active without renewal, by
+/// default: the longest default among the peers that may share a consumer group — the Python
+/// SDK's 180 s (6 × its 30 s interval); the Functions host, .NET and Java use 2 minutes, Go,
+/// JavaScript and Rust 60 s. The balancer waits this long before taking such a partition, and
+/// the page and `hubhost checkpoints` show such an owner as active for as long.
+pub const FOREIGN_OWNERSHIP_EXPIRY: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// A vouched expiry below this is read as this: a record claiming to expire at once would let
 /// every instance take it every cycle.

@@ -5,9 +5,9 @@ use chrono::{DateTime, Utc};
 use hubhost_eventhubs::{EventHubTarget, EventHubsError, PartitionEnd};
 use serde::Serialize;
 
-use super::{
+use crate::{
     Checkpoint, CheckpointError, CheckpointStore, ConsumerGroupKey, LegacyCheckpoint,
-    PartitionOwnership,
+    PartitionOwnership, names,
 };
 
 /// One partition as `checkpoints list` shows it. The first five fields are the documented
@@ -87,7 +87,7 @@ pub async fn status(
         else {
             continue;
         };
-        let id = super::names::partition_of(blob).to_string();
+        let id = names::partition_of(blob).to_string();
         let r = row(&mut rows, &id);
         // A bad current checkpoint blocks its partition even if a legacy one exists.
         if matches!(problem, CheckpointError::BadCheckpoint { .. }) || r.source.is_none() {
@@ -131,7 +131,7 @@ pub async fn select_partitions(
             .collect(),
     };
     for id in &ids {
-        super::names::validate_part("partition id", id)?;
+        names::validate_part("partition id", id)?;
     }
     ids.sort_by(|a, b| partition_order(a, b));
     ids.dedup();
@@ -196,7 +196,7 @@ pub async fn migrate(
     let has_current = |id: &str| {
         current.items.iter().any(|c| c.partition_id == id)
             || current.problems.iter().any(|p| {
-                matches!(p, CheckpointError::BadCheckpoint { blob, .. } if super::names::partition_of(blob) == id)
+                matches!(p, CheckpointError::BadCheckpoint { blob, .. } if names::partition_of(blob) == id)
             })
     };
     let mut report = MigrationReport {

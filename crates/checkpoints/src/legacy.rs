@@ -9,7 +9,7 @@
 
 use serde::Deserialize;
 
-use super::CheckpointError;
+use crate::CheckpointError;
 
 /// What a legacy lease blob says about where its partition stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
