@@ -165,10 +165,10 @@ impl BindingSpec {
             .is_some_and(|d| d.eq_ignore_ascii_case("binary"))
     }
 
-    pub(crate) fn from_json(json: &Value) -> Result<Self, String> {
+    pub(crate) fn from_json(json: &Value) -> Result<Self, DeclarationError> {
         let settings = json
             .as_object()
-            .ok_or("a binding is not a JSON object")?
+            .ok_or(DeclarationError::BindingNotAnObject)?
             .clone();
         let text = |key: &str| {
             settings
@@ -176,16 +176,21 @@ impl BindingSpec {
                 .and_then(Value::as_str)
                 .map(str::to_string)
         };
-        let kind = text("type").ok_or("a binding has no \"type\"")?;
-        let name = text("name").ok_or(format!("the {kind} binding has no \"name\""))?;
+        let kind = text("type").ok_or(DeclarationError::BindingWithoutType)?;
+        let Some(name) = text("name") else {
+            return Err(DeclarationError::BindingWithoutName { kind });
+        };
         let direction = match text("direction").map(|d| d.to_ascii_lowercase()).as_deref() {
             Some("in") => Direction::In,
             Some("out") => Direction::Out,
             Some("inout") => Direction::InOut,
             other => {
-                return Err(format!(
-                    "the {kind} binding '{name}' has direction {other:?} (in, out or inout)"
-                ));
+                let direction = other.map(str::to_string);
+                return Err(DeclarationError::BadDirection {
+                    kind,
+                    name,
+                    direction,
+                });
             }
         };
         Ok(BindingSpec {
@@ -224,6 +229,86 @@ pub struct FunctionApp {
     pub functions: Vec<FunctionSpec>,
 }
 
+/// What is wrong with a function's declaration (its function.json, or the functions a handler
+/// registers), each with the words a user needs to mend it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeclarationError {
+    /// function.json has no `bindings` array.
+    #[error("function.json has no \"bindings\" array")]
+    NoBindings,
+    /// No binding's type ends in `Trigger`.
+    #[error("function.json has no trigger binding")]
+    NoTrigger,
+    /// The trigger binding has no `name`.
+    #[error("the trigger binding has no \"name\"")]
+    TriggerWithoutName,
+    /// An `eventHubTrigger`'s `cardinality` is neither `one` nor `many`.
+    #[error("unknown cardinality \"{0}\"")]
+    UnknownCardinality(String),
+    /// An `eventHubTrigger`'s `dataType` is neither `string` nor `binary`.
+    #[error("dataType \"{0}\" is not supported for eventHubTrigger (use string or binary)")]
+    UnsupportedDataType(String),
+    /// An `eventHubTrigger` names no event hub (`eventHubName`, or `path`).
+    #[error("the eventHubTrigger binding has no \"eventHubName\"")]
+    NoEventHubName,
+    /// A binding is not a JSON object.
+    #[error("a binding is not a JSON object")]
+    BindingNotAnObject,
+    /// A binding has no `type`.
+    #[error("a binding has no \"type\"")]
+    BindingWithoutType,
+    /// A binding has no `name`.
+    #[error("the {kind} binding has no \"name\"")]
+    BindingWithoutName {
+        /// The binding's type.
+        kind: String,
+    },
+    /// A binding's `direction` is missing or not `in`, `out` or `inout`.
+    #[error("the {kind} binding '{name}' has direction {direction:?} (in, out or inout)")]
+    BadDirection {
+        /// The binding's type.
+        kind: String,
+        /// The binding's name.
+        name: String,
+        /// The direction given, if any.
+        direction: Option<String>,
+    },
+    /// The `retry` section lacks a setting its strategy needs.
+    #[error("retry policy needs \"{0}\"")]
+    RetrySettingMissing(&'static str),
+    /// A `retry` interval is not a time span.
+    #[error("retry \"{key}\" is not a time span like 00:00:05: {value}")]
+    BadTimeSpan {
+        /// The setting.
+        key: &'static str,
+        /// Its text.
+        value: String,
+    },
+    /// The `retry` section has no integer `maxRetryCount`.
+    #[error("retry policy needs an integer \"maxRetryCount\"")]
+    NoMaxRetryCount,
+    /// The `retry` strategy is neither `fixedDelay` nor `exponentialBackoff`.
+    #[error("unknown retry strategy {0:?}")]
+    UnknownRetryStrategy(Option<String>),
+    /// A function the handler registered by its function.json only, with no app folder to
+    /// read it from.
+    #[error(
+        "function {function} is declared only by its function.json, and there is no app folder (run the handler in the script root, or register it with event_hub_function)"
+    )]
+    NoAppFolder {
+        /// The function.
+        function: String,
+    },
+    /// A blob output that would store base64 text instead of the bytes.
+    #[error(
+        "the blob output '{binding}' declares dataType binary: the host would then store the base64 text FunctionOutput::write_blob sends; leave dataType out"
+    )]
+    BinaryBlobOutput {
+        /// The output binding's name.
+        binding: String,
+    },
+}
+
 /// Why an app folder cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum FunctionAppError {
@@ -251,8 +336,8 @@ pub enum FunctionAppError {
     Invalid {
         /// The file.
         path: PathBuf,
-        /// What is wrong, in words.
-        problem: String,
+        /// What is wrong.
+        problem: DeclarationError,
     },
 }
 
@@ -338,11 +423,11 @@ fn read_json(path: &Path) -> Result<Value, FunctionAppError> {
 
 impl FunctionSpec {
     /// A function's declaration from its function.json; the error names the problem.
-    pub fn from_json(name: &str, json: &Value) -> Result<Self, String> {
+    pub fn from_json(name: &str, json: &Value) -> Result<Self, DeclarationError> {
         let bindings = json
             .get("bindings")
             .and_then(Value::as_array)
-            .ok_or("function.json has no \"bindings\" array")?;
+            .ok_or(DeclarationError::NoBindings)?;
         let trigger_binding = bindings
             .iter()
             .find(|b| {
@@ -350,7 +435,7 @@ impl FunctionSpec {
                     .and_then(Value::as_str)
                     .is_some_and(|t| t.to_ascii_lowercase().ends_with("trigger"))
             })
-            .ok_or("function.json has no trigger binding")?;
+            .ok_or(DeclarationError::NoTrigger)?;
         let text = |key: &str| {
             trigger_binding
                 .get(key)
@@ -358,29 +443,29 @@ impl FunctionSpec {
                 .map(str::to_string)
         };
         let kind = text("type").unwrap_or_default();
-        let binding_name = text("name").ok_or("the trigger binding has no \"name\"")?;
+        let binding_name = text("name").ok_or(DeclarationError::TriggerWithoutName)?;
         let trigger = match kind.to_ascii_lowercase().as_str() {
             "eventhubtrigger" => {
                 let cardinality = match text("cardinality").as_deref() {
                     None | Some("one") => Cardinality::One,
                     Some("many") => Cardinality::Many,
-                    Some(other) => return Err(format!("unknown cardinality \"{other}\"")),
+                    Some(other) => {
+                        return Err(DeclarationError::UnknownCardinality(other.to_string()));
+                    }
                 };
                 let data_type = match text("dataType").as_deref() {
                     None => DataType::Unset,
                     Some("string") => DataType::String,
                     Some("binary") => DataType::Binary,
                     Some(other) => {
-                        return Err(format!(
-                            "dataType \"{other}\" is not supported for eventHubTrigger (use string or binary)"
-                        ));
+                        return Err(DeclarationError::UnsupportedDataType(other.to_string()));
                     }
                 };
                 Trigger::EventHub(EventHubTrigger {
                     binding_name,
                     event_hub_name: text("eventHubName")
                         .or_else(|| text("path"))
-                        .ok_or("the eventHubTrigger binding has no \"eventHubName\"")?,
+                        .ok_or(DeclarationError::NoEventHubName)?,
                     consumer_group: text("consumerGroup").unwrap_or_else(|| "$Default".into()),
                     cardinality,
                     data_type,
@@ -420,18 +505,19 @@ impl FunctionSpec {
     }
 }
 
-fn parse_retry(json: &Value) -> Result<RetryPolicy, String> {
+fn parse_retry(json: &Value) -> Result<RetryPolicy, DeclarationError> {
     let text = |key: &str| json.get(key).and_then(Value::as_str);
-    let span = |key: &str| -> Result<Duration, String> {
-        let v = text(key).ok_or(format!("retry policy needs \"{key}\""))?;
-        hubhost_trigger::time::parse_timespan(v).ok_or(format!(
-            "retry \"{key}\" is not a time span like 00:00:05: {v}"
-        ))
+    let span = |key: &'static str| -> Result<Duration, DeclarationError> {
+        let v = text(key).ok_or(DeclarationError::RetrySettingMissing(key))?;
+        hubhost_trigger::time::parse_timespan(v).ok_or_else(|| DeclarationError::BadTimeSpan {
+            key,
+            value: v.to_string(),
+        })
     };
     let max_retry_count = json
         .get("maxRetryCount")
         .and_then(Value::as_i64)
-        .ok_or("retry policy needs an integer \"maxRetryCount\"")?;
+        .ok_or(DeclarationError::NoMaxRetryCount)?;
     let strategy = match text("strategy") {
         Some(s) if s.eq_ignore_ascii_case("fixedDelay") => RetryStrategy::FixedDelay {
             delay: span("delayInterval")?,
@@ -442,7 +528,11 @@ fn parse_retry(json: &Value) -> Result<RetryPolicy, String> {
                 maximum: span("maximumInterval")?,
             }
         }
-        other => return Err(format!("unknown retry strategy {other:?}")),
+        other => {
+            return Err(DeclarationError::UnknownRetryStrategy(
+                other.map(str::to_string),
+            ));
+        }
     };
     Ok(RetryPolicy {
         strategy,
@@ -524,6 +614,15 @@ mod tests {
             "F",
             &json!({"bindings":[{"type":"eventHubTrigger","name":"ev","eventHubName":"h"},{"type":"blob","name":"b","path":"c/n"}]}),
         );
-        assert!(no_direction.unwrap_err().contains("blob binding 'b'"));
+        let error = no_direction.unwrap_err();
+        assert_eq!(
+            error,
+            DeclarationError::BadDirection {
+                kind: "blob".into(),
+                name: "b".into(),
+                direction: None
+            }
+        );
+        assert!(error.to_string().contains("blob binding 'b'"), "{error}");
     }
 }

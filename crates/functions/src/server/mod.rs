@@ -41,7 +41,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::json;
 
-use crate::function_app::{FunctionApp, FunctionAppError, FunctionSpec, Trigger};
+use crate::function_app::{DeclarationError, FunctionApp, FunctionAppError, FunctionSpec, Trigger};
 use crate::http::HttpFunction;
 use hubhost_metrics::Exposition;
 
@@ -251,10 +251,9 @@ impl ServerBuilder {
             {
                 return Err(FunctionAppError::Invalid {
                     path: format!("{}/function.json", spec.name).into(),
-                    problem: format!(
-                        "function {} is declared only by its function.json, and there is no app folder (run the handler in the script root, or register it with event_hub_function)",
-                        spec.name
-                    ),
+                    problem: DeclarationError::NoAppFolder {
+                        function: spec.name.clone(),
+                    },
                 });
             }
             None => self
@@ -304,10 +303,9 @@ impl ServerBuilder {
                     path: app_root
                         .map(|r| r.join(&spec.name).join("function.json"))
                         .unwrap_or_else(|| spec.name.clone().into()),
-                    problem: format!(
-                        "the blob output '{}' declares dataType binary: the host would then store the base64 text FunctionOutput::write_blob sends; leave dataType out",
-                        blob.name
-                    ),
+                    problem: DeclarationError::BinaryBlobOutput {
+                        binding: blob.name.clone(),
+                    },
                 });
             }
             functions.push(Registered {

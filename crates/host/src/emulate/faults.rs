@@ -133,7 +133,7 @@ impl FaultSwitch {
     }
 
     /// Why output `name` fails this time, if it is failing.
-    pub fn output_failure(&self, name: &str) -> Option<String> {
+    pub fn output_failure(&self, name: &str) -> Option<super::outputs::OutputError> {
         let failing = self.failing_outputs.lock().expect("faults lock");
         if failing
             .get(name)
@@ -141,9 +141,9 @@ impl FaultSwitch {
         {
             return None;
         }
-        Some(format!(
-            "output '{name}': injected failure (the service answered 503 Server Busy)"
-        ))
+        Some(super::outputs::OutputError::Injected {
+            output: name.to_string(),
+        })
     }
 
     fn store_down(&self) -> bool {

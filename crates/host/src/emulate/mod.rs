@@ -38,7 +38,9 @@ use hubhost_processor::ProcessorOptions;
 use hubhost_storage::counting::CountingStore;
 
 pub use dispatch::{DRAIN, FunctionDispatch, retry_delay};
-pub use outputs::{EventSender, OutputPlan, OutputsDone};
+pub use outputs::{
+    BlobPathError, BlobStoreError, EventSender, OutputError, OutputPlan, OutputsDone, SendError,
+};
 pub use owner_id::{IdentityError, IdentitySource, InstanceIdentity};
 pub use settings::AppSettings;
 pub use triggers::{Delivery, InstanceTriggers, TriggerCounts};

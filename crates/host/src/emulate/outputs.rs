@@ -30,8 +30,8 @@ use super::settings::AppSettings;
 use super::{DEFAULT_CONNECTION_SETTING, EmulateError};
 use hubhost_eventhubs::{EventHubTarget, close_quietly};
 use hubhost_functions::function_app::{BindingSpec, Direction, FunctionSpec};
-use hubhost_storage::settings::{STORAGE_SETTING_VAR, resolve_storage};
-use hubhost_storage::{Condition, Metadata, SharedStore};
+use hubhost_storage::settings::{STORAGE_SETTING_VAR, SettingsError, resolve_storage};
+use hubhost_storage::{Condition, Metadata, SharedStore, StoreError};
 
 /// The binding types this emulation carries out.
 pub const SUPPORTED: &str = "eventHub and blob outputs";
@@ -42,6 +42,78 @@ const OUTPUT_TIMEOUT: Duration = Duration::from_secs(30);
 /// SDK's producer can wait for an answer that never comes (seen in `bench chaos`), and a
 /// fresh producer then sends at once; every invocation of the partition waits meanwhile.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why one of an answer's outputs was not carried out. The invocation then fails, as in the
+/// host, and the function's retry policy delivers the batch again.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// An `eventHub` output's events were not sent.
+    #[error("output '{output}': {source}")]
+    Send { output: String, source: SendError },
+    /// A `blob` output's write got no answer within its time limit.
+    #[error("output '{output}': no answer from storage")]
+    StorageTimeout { output: String },
+    /// A `blob` output's write failed.
+    #[error("output '{output}': writing {blob}: {source}")]
+    Write {
+        output: String,
+        /// `container/name`.
+        blob: String,
+        source: StoreError,
+    },
+    /// A failure a fault plan injected (`hubhost rehearse`, `emulate --faults`).
+    #[error("output '{output}': injected failure (the service answered 503 Server Busy)")]
+    Injected { output: String },
+}
+
+/// Why events for an `eventHub` output were not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The sending thread is gone (the emulated host is stopping).
+    #[error("the output sender stopped")]
+    SenderStopped,
+    /// The event hub gave no answer in time; the next send starts on a new connection.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// One event is larger than a message may be.
+    #[error("an event of {bytes} bytes does not fit one message")]
+    TooLarge { bytes: usize },
+    /// The producer could not be opened.
+    #[error(transparent)]
+    Open(#[from] hubhost_eventhubs::EventHubsError),
+    /// The event hub refused or failed a batch.
+    #[error(transparent)]
+    Service(#[from] azure_messaging_eventhubs::EventHubsError),
+}
+
+/// Why a `blob` output's `path` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobPathError {
+    #[error("path \"{path}\" is not container/name")]
+    NotContainerAndName { path: String },
+    #[error("path \"{path}\": the container cannot hold binding expressions")]
+    ExpressionInContainer { path: String },
+    #[error("path \"{path}\" has an unclosed '{{'")]
+    UnclosedExpression { path: String },
+    #[error(
+        "path \"{path}\" uses {{{expression}}}, which hubhost emulate does not resolve (it resolves {{rand-guid}}, {{sys.randguid}}, {{DateTime}}, {{sys.utcnow}} and %Setting%)"
+    )]
+    UnresolvedExpression { path: String, expression: String },
+    /// The container, or a name the path renders, is not a valid blob storage name.
+    #[error("path \"{path}\": {source}")]
+    InvalidName { path: String, source: StoreError },
+}
+
+/// Why a `blob` output's storage cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobStoreError {
+    /// The `connection` setting names no usable storage.
+    #[error(transparent)]
+    Setting(#[from] SettingsError),
+    /// The storage it names cannot be opened.
+    #[error(transparent)]
+    Open(#[from] StoreError),
+}
 
 /// What one function's answer is turned into.
 #[derive(Default)]
@@ -126,8 +198,9 @@ impl OutputPlan {
                 let path = binding
                     .setting("path")
                     .ok_or_else(|| bad("no \"path\"".into()))?;
-                let path = BlobPath::parse(&settings.expand(path).map_err(&bad)?).map_err(&bad)?;
-                let store = blob_store(binding, settings).map_err(&bad)?;
+                let path = BlobPath::parse(&settings.expand(path).map_err(&bad)?)
+                    .map_err(|e| bad(e.to_string()))?;
+                let store = blob_store(binding, settings).map_err(|e| bad(e.to_string()))?;
                 OutputAction::Blob { store, path }
             } else {
                 return Err(bad(format!(
@@ -186,7 +259,7 @@ impl OutputPlan {
         answer: &Value,
         trace_context: Option<&str>,
         faults: Option<&super::faults::FaultSwitch>,
-    ) -> Result<OutputsDone, String> {
+    ) -> Result<OutputsDone, OutputError> {
         let mut done = OutputsDone::default();
         for output in &self.outputs {
             let Some(value) = output.value_in(answer) else {
@@ -204,7 +277,10 @@ impl OutputPlan {
                         .send(target.clone(), bodies, stamp.as_deref())
                         .instrument(span)
                         .await
-                        .map_err(|e| format!("output '{}': {e}", output.name))?;
+                        .map_err(|source| OutputError::Send {
+                            output: output.name.clone(),
+                            source,
+                        })?;
                     done.events_sent += count;
                 }
                 OutputAction::Blob { store, path } => {
@@ -224,9 +300,13 @@ impl OutputPlan {
                     };
                     tokio::time::timeout(OUTPUT_TIMEOUT, write)
                         .await
-                        .map_err(|_| format!("output '{}': no answer from storage", output.name))?
-                        .map_err(|e| {
-                            format!("output '{}': writing {container}/{name}: {e}", output.name)
+                        .map_err(|_| OutputError::StorageTimeout {
+                            output: output.name.clone(),
+                        })?
+                        .map_err(|source| OutputError::Write {
+                            output: output.name.clone(),
+                            blob: format!("{container}/{name}"),
+                            source,
                         })?;
                     done.blobs_written += 1;
                 }
@@ -263,7 +343,10 @@ fn send_span(hub: &str, count: usize, handler: Option<&str>) -> (tracing::Span, 
 
 /// The storage a `blob` binding's `connection` names (default `AzureWebJobsStorage`, as in the
 /// host), read the same way as the app's own storage setting.
-fn blob_store(binding: &BindingSpec, settings: &AppSettings) -> Result<SharedStore, String> {
+fn blob_store(
+    binding: &BindingSpec,
+    settings: &AppSettings,
+) -> Result<SharedStore, BlobStoreError> {
     let setting = binding
         .setting("connection")
         .unwrap_or(hubhost_storage::settings::DEFAULT_STORAGE_SETTING)
@@ -274,9 +357,8 @@ fn blob_store(binding: &BindingSpec, settings: &AppSettings) -> Result<SharedSto
         } else {
             settings.get(key)
         }
-    })
-    .map_err(|e| e.to_string())?;
-    location.open().map_err(|e| e.to_string())
+    })?;
+    Ok(location.open()?)
 }
 
 /// An output value once the host has read it: bytes, or JSON.
@@ -379,17 +461,20 @@ enum PathPart {
 }
 
 impl BlobPath {
-    pub fn parse(path: &str) -> Result<Self, String> {
+    pub fn parse(path: &str) -> Result<Self, BlobPathError> {
+        let path_text = || path.to_string();
         let (container, name) = path
             .split_once('/')
             .filter(|(c, n)| !c.is_empty() && !n.is_empty())
-            .ok_or_else(|| format!("path \"{path}\" is not container/name"))?;
+            .ok_or_else(|| BlobPathError::NotContainerAndName { path: path_text() })?;
         if container.contains('{') {
-            return Err(format!(
-                "path \"{path}\": the container cannot hold binding expressions"
-            ));
+            return Err(BlobPathError::ExpressionInContainer { path: path_text() });
         }
-        hubhost_storage::validate_container_name(container).map_err(|e| e.to_string())?;
+        let invalid = |source| BlobPathError::InvalidName {
+            path: path_text(),
+            source,
+        };
+        hubhost_storage::validate_container_name(container).map_err(invalid)?;
         let mut parts = Vec::new();
         let mut rest = name;
         while let Some(open) = rest.find('{') {
@@ -398,16 +483,17 @@ impl BlobPath {
             }
             let close = rest[open..]
                 .find('}')
-                .ok_or_else(|| format!("path \"{path}\" has an unclosed '{{'"))?;
+                .ok_or_else(|| BlobPathError::UnclosedExpression { path: path_text() })?;
             let expression = &rest[open + 1..open + close];
             parts.push(match expression.to_ascii_lowercase().as_str() {
                 "rand-guid" | "sys.randguid" => PathPart::Guid,
                 "datetime" => PathPart::DateTime,
                 "sys.utcnow" => PathPart::UtcNow,
                 _ => {
-                    return Err(format!(
-                        "path \"{path}\" uses {{{expression}}}, which hubhost emulate does not resolve (it resolves {{rand-guid}}, {{sys.randguid}}, {{DateTime}}, {{sys.utcnow}} and %Setting%)"
-                    ));
+                    return Err(BlobPathError::UnresolvedExpression {
+                        path: path_text(),
+                        expression: expression.to_string(),
+                    });
                 }
             });
             rest = &rest[open + close + 1..];
@@ -420,8 +506,7 @@ impl BlobPath {
             parts,
         };
         let (_, sample) = parsed.render(Utc::now(), uuid::Uuid::nil());
-        hubhost_storage::validate_blob_name(&sample)
-            .map_err(|e| format!("path \"{path}\": {e}"))?;
+        hubhost_storage::validate_blob_name(&sample).map_err(invalid)?;
         Ok(parsed)
     }
 
@@ -454,7 +539,7 @@ struct SendRequest {
     target: EventHubTarget,
     bodies: Vec<Vec<u8>>,
     trace_context: Option<String>,
-    done: oneshot::Sender<Result<(), String>>,
+    done: oneshot::Sender<Result<(), SendError>>,
 }
 
 impl EventSender {
@@ -483,7 +568,7 @@ impl EventSender {
                             ),
                         )
                         .await
-                        .unwrap_or_else(|_| Err(format!("no answer within {SEND_TIMEOUT:?}")));
+                        .unwrap_or(Err(SendError::Timeout(SEND_TIMEOUT)));
                         if outcome.is_err() {
                             // Start over on a new connection next time.
                             if let Some(stale) = producers.remove(&key)
@@ -512,7 +597,7 @@ impl EventSender {
         target: EventHubTarget,
         bodies: Vec<Vec<u8>>,
         trace_context: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), SendError> {
         if bodies.is_empty() {
             return Ok(());
         }
@@ -524,10 +609,8 @@ impl EventSender {
                 trace_context: trace_context.map(str::to_string),
                 done,
             })
-            .map_err(|_| "the output sender stopped".to_string())?;
-        outcome
-            .await
-            .map_err(|_| "the output sender stopped".to_string())?
+            .map_err(|_| SendError::SenderStopped)?;
+        outcome.await.map_err(|_| SendError::SenderStopped)?
     }
 }
 
@@ -537,17 +620,16 @@ async fn send_all(
     target: &EventHubTarget,
     bodies: &[Vec<u8>],
     trace_context: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), SendError> {
     let producer = match producers.get(key) {
         Some(p) => p.clone(),
         None => {
-            let p = Arc::new(target.producer().await.map_err(|e| e.to_string())?);
+            let p = Arc::new(target.producer().await?);
             producers.insert(key.to_string(), p.clone());
             p
         }
     };
-    let to_string = |e: azure_messaging_eventhubs::EventHubsError| e.to_string();
-    let mut batch = producer.create_batch(None).await.map_err(to_string)?;
+    let mut batch = producer.create_batch(None).await?;
     for body in bodies {
         let event = || {
             let mut event = EventData::builder().with_body(body.clone());
@@ -558,26 +640,20 @@ async fn send_all(
             }
             event.build()
         };
-        if batch.try_add_event_data(event(), None).map_err(to_string)? {
+        if batch.try_add_event_data(event(), None)? {
             continue;
         }
         if batch.is_empty() {
-            return Err(format!(
-                "an event of {} bytes does not fit one message",
-                body.len()
-            ));
+            return Err(SendError::TooLarge { bytes: body.len() });
         }
-        producer.send_batch(batch, None).await.map_err(to_string)?;
-        batch = producer.create_batch(None).await.map_err(to_string)?;
-        if !batch.try_add_event_data(event(), None).map_err(to_string)? {
-            return Err(format!(
-                "an event of {} bytes does not fit one message",
-                body.len()
-            ));
+        producer.send_batch(batch, None).await?;
+        batch = producer.create_batch(None).await?;
+        if !batch.try_add_event_data(event(), None)? {
+            return Err(SendError::TooLarge { bytes: body.len() });
         }
     }
     if !batch.is_empty() {
-        producer.send_batch(batch, None).await.map_err(to_string)?;
+        producer.send_batch(batch, None).await?;
     }
     Ok(())
 }
@@ -666,9 +742,29 @@ mod tests {
             )
         );
         let e = BlobPath::parse("reports/{PartitionContext.PartitionId}.json").unwrap_err();
-        assert!(e.contains("{PartitionContext.PartitionId}"), "{e}");
-        assert!(BlobPath::parse("noslash").is_err());
-        assert!(BlobPath::parse("{x}/name").is_err());
-        assert!(BlobPath::parse("reports/../up").is_err());
+        assert!(
+            matches!(&e, BlobPathError::UnresolvedExpression { expression, .. } if expression == "PartitionContext.PartitionId"),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("{PartitionContext.PartitionId}"),
+            "{e}"
+        );
+        assert!(matches!(
+            BlobPath::parse("noslash"),
+            Err(BlobPathError::NotContainerAndName { .. })
+        ));
+        assert!(matches!(
+            BlobPath::parse("{x}/name"),
+            Err(BlobPathError::ExpressionInContainer { .. })
+        ));
+        assert!(matches!(
+            BlobPath::parse("reports/{unclosed"),
+            Err(BlobPathError::UnclosedExpression { .. })
+        ));
+        assert!(matches!(
+            BlobPath::parse("reports/../up"),
+            Err(BlobPathError::InvalidName { .. })
+        ));
     }
 }
