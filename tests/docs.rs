@@ -28,7 +28,7 @@
 //! shells' environment, the commands unchanged): the installs and `cargo run --release` then
 //! build in half the time, and nothing they check depends on optimization (the rest of the suite
 //! runs unoptimized builds too; the benchmarks build the real profile). `hubhost package` keeps
-//! the full profile, so the reference app's package is the one tests/package.rs checks.
+//! the full profile, so the reference app's package is the one tests/cli/package.rs checks.
 
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
@@ -100,8 +100,8 @@ const EXAMPLES: &[&str] = &[
 /// Documented commands no scenario runs, and why.
 const NOT_RUN: &[(&str, &str)] = &[
     (
-        "HUBHOST_REHEARSAL_FAULTS=120 cargo test --test rehearsal the_reference_app",
-        "the long rehearsal (about two minutes); tests/rehearsal.rs runs the same test with 24 faults in the suite",
+        "HUBHOST_REHEARSAL_FAULTS=120 cargo test --test pipeline rehearsal::the_reference_app",
+        "the long rehearsal (about two minutes); tests/pipeline/rehearsal.rs runs the same test with 24 faults in the suite",
     ),
     (
         "scripts/test.sh",
@@ -113,11 +113,11 @@ const NOT_RUN: &[(&str, &str)] = &[
     ),
     (
         "az deployment group create -g RG --template-file azuredeploy.json --parameters appName=NAME",
-        "needs an Azure subscription; tests/deploy_template.rs checks the template",
+        "needs an Azure subscription; tests/cli/deploy_template.rs checks the template",
     ),
     (
         "az deployment group create -g RG --template-file deploy/azuredeploy.json --parameters appName=NAME",
-        "needs an Azure subscription; tests/deploy_template.rs checks the template",
+        "needs an Azure subscription; tests/cli/deploy_template.rs checks the template",
     ),
     (
         "az functionapp deployment source config-zip -g RG -n NAME --src app.zip",

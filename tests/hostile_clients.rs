@@ -9,7 +9,7 @@
 //! - A hub out of file descriptors (its limit set low with `prlimit`) keeps accepting: it
 //!   closes its oldest unauthenticated connections to free descriptors, and never exits.
 //!
-//! (tests/amqp_abuse.rs drives the AMQP side frame by frame.)
+//! (tests/hub/amqp_abuse.rs drives the AMQP side frame by frame.)
 
 use std::io::Write;
 use std::net::TcpStream;

@@ -612,7 +612,7 @@ async fn identity_based_event_hubs_connections_reach_the_local_hub() {
         handler: (&exe, &["serve"]),
         functions: &[(
             "SensorAggregator",
-            include_str!("../function_app/SensorAggregator/function.json"),
+            include_str!("../../function_app/SensorAggregator/function.json"),
         )],
         max_batch: 100,
         prefetch: 300,

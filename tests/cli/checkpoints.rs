@@ -16,7 +16,7 @@ use serde_json::Value;
 const CONTAINER: &str = "azure-webjobs-eventhub";
 const NS: &str = "cli.servicebus.windows.net";
 const LEGACY_SAMPLE: &str =
-    include_str!("../crates/checkpoints/src/testdata/legacy_eph_checkpoint_blob_body.json");
+    include_str!("../../crates/checkpoints/src/testdata/legacy_eph_checkpoint_blob_body.json");
 
 fn key() -> ConsumerGroupKey {
     ConsumerGroupKey::new(NS, "sensors", "$Default").unwrap()
@@ -147,7 +147,7 @@ async fn list_reset_and_migrate_on_a_local_directory() {
     assert!(err.contains("owned by a running consumer"), "{err}");
     assert_eq!(list_json(&storage), rows);
 
-    // The end and a time need the event hub (tests/hub.rs resets against one); without a
+    // The end and a time need the event hub (tests/hub/sdk_peers.rs resets against one); without a
     // connection, or with a target that is none of the three, the error says what to give.
     let (code, _, err) = checkpoints(&storage, &["reset", "--to", "end", "--yes"]);
     assert_eq!(code, 1);

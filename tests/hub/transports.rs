@@ -319,7 +319,7 @@ fn the_js_sdk_reaches_the_hub_over_amqp_tls_and_websockets_tracking_the_last_eve
 
 /// A producer that sends, sits idle for 250 s and sends again keeps working, sync and async (as
 /// against Event Hubs, where the SDKs reconnect). Four minutes of waiting: run on demand with
-/// `cargo test --test hub_transports -- --ignored`.
+/// `cargo test --test hub transports:: -- --ignored`.
 #[test]
 #[ignore = "250 s idle; run on demand"]
 fn a_producer_idle_for_250_seconds_sends_again() {

@@ -327,7 +327,7 @@ fn a_kafka_producer_feeds_the_reference_app_under_emulate() {
         handler: (&exe, &["serve"]),
         functions: &[(
             "SensorAggregator",
-            include_str!("../function_app/SensorAggregator/function.json"),
+            include_str!("../../function_app/SensorAggregator/function.json"),
         )],
         max_batch: 100,
         prefetch: 300,
