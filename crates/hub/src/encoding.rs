@@ -2,6 +2,9 @@
 //! hub handles encoded bytes without decoding them: `received` (annotations spliced into a stored
 //! message) and `wire` (outgoing performatives padded, pre-encoded transfers unwrapped). Every
 //! reader returns `None` on bytes that do not hold what it reads, never panics.
+//!
+//! It also holds [`decode_message`], the one way the hub decodes a client's message: behind
+//! [`sizes_fit`], the check that makes decoding safe.
 
 /// How deep descriptors may nest before a value counts as malformed (real ones nest once).
 const MAX_DESCRIPTOR_DEPTH: usize = 8;
@@ -251,6 +254,27 @@ pub fn write_compound_header(
         out.extend_from_slice(&u32::try_from(count).ok()?.to_be_bytes());
     }
     Some(())
+}
+
+/// Decodes bytes a client sent as a message, guarded against the decoder's own faults, which
+/// the fuzz targets found in serde_amqp: it allocates whatever size a string or binary
+/// declares before checking the bytes are there (13 bytes can ask for 4 GB), and some
+/// malformed inputs make its arithmetic overflow (a panic in debug builds). Declared sizes are
+/// checked first ([`sizes_fit`]) and a panic becomes a decode error, so one bad event
+/// costs its sender an error, never the hub its memory or a task.
+pub(crate) fn decode_message(bytes: &[u8]) -> Result<crate::AmqpMessage, String> {
+    if !sizes_fit(bytes) {
+        return Err("a value declares more bytes than the message holds".into());
+    }
+    match std::panic::catch_unwind(|| {
+        serde_amqp::from_slice::<
+            fe2o3_amqp::types::messaging::message::__private::Deserializable<crate::AmqpMessage>,
+        >(bytes)
+    }) {
+        Ok(Ok(decoded)) => Ok(decoded.0),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the message could not be decoded".into()),
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use fe2o3_amqp::link::delivery::Sendable;
 use fe2o3_amqp::link::{Receiver, Sender};
 use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
 use fe2o3_amqp::types::messaging::annotations::OwnedKey;
-use fe2o3_amqp::types::messaging::message::__private::{Deserializable, Serializable};
+use fe2o3_amqp::types::messaging::message::__private::Serializable;
 use fe2o3_amqp::types::messaging::{Body, DeliveryAnnotations, Message, MessageAnnotations};
 use fe2o3_amqp::types::primitives::{Binary, Timestamp, Value};
 
@@ -182,7 +182,7 @@ fn unpack(
             ));
         };
         for section in sections.iter() {
-            let mut inner = decode_message(&section.0).map_err(|e| {
+            let mut inner = super::encoding::decode_message(&section.0).map_err(|e| {
                 definitions::Error::new(
                     AmqpError::DecodeError,
                     format!("an event in the batch is not an AMQP message: {e}"),
@@ -255,30 +255,12 @@ fn received_bytes(event: &StoredEvent, last: Option<&LastEnqueued>) -> Option<Ve
     .or_else(|| serde_amqp::to_vec(&Serializable(to_received(event, last)?)).ok())
 }
 
-/// Decodes bytes a client sent as a message, guarded against the decoder's own faults, which
-/// the fuzz targets found in serde_amqp: it allocates whatever size a string or binary
-/// declares before checking the bytes are there (13 bytes can ask for 4 GB), and some
-/// malformed inputs make its arithmetic overflow (a panic in debug builds). Declared sizes are
-/// checked first (`encoding::sizes_fit`) and a panic becomes a decode error, so one bad event
-/// costs its sender an error, never the hub its memory or a task.
-pub(crate) fn decode_message(bytes: &[u8]) -> Result<AmqpMessage, String> {
-    if !super::encoding::sizes_fit(bytes) {
-        return Err("a value declares more bytes than the message holds".into());
-    }
-    match std::panic::catch_unwind(|| serde_amqp::from_slice::<Deserializable<AmqpMessage>>(bytes))
-    {
-        Ok(Ok(decoded)) => Ok(decoded.0),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("the message could not be decoded".into()),
-    }
-}
-
 /// The stored event as the message a consumer receives: as sent, plus the annotations the
 /// service stamps (sequence number, offset as a string, enqueued time), and `last` added to its
 /// delivery annotations when the receiver asked for it. The producer's own delivery annotations
 /// are kept beside `last`'s keys, as Event Hubs keeps them (a key of both takes `last`'s value).
 pub fn to_received(event: &StoredEvent, last: Option<&LastEnqueued>) -> Option<AmqpMessage> {
-    let mut message = decode_message(&event.payload).ok()?;
+    let mut message = super::encoding::decode_message(&event.payload).ok()?;
     if let Some(last) = last {
         let entries = &mut message
             .delivery_annotations

@@ -70,7 +70,7 @@ pub fn deliver(hub: &str, consumer_group: &str, partition: &str, events: &[Store
 
 /// The producer context an encoded event carries in its application properties, if any.
 pub fn trace_context(payload: &[u8]) -> Option<TraceParent> {
-    let message = super::links::decode_message(payload).ok()?;
+    let message = super::encoding::decode_message(payload).ok()?;
     let properties = message.application_properties?;
     TraceParent::of_properties(properties.0.iter().map(|(key, value)| {
         let text = match value {

@@ -265,8 +265,10 @@ impl OutputPlan {
             let Some(value) = output.value_in(answer) else {
                 continue;
             };
-            if let Some(failure) = faults.and_then(|f| f.output_failure(&output.name)) {
-                return Err(failure);
+            if faults.is_some_and(|f| f.output_failing(&output.name)) {
+                return Err(OutputError::Injected {
+                    output: output.name.clone(),
+                });
             }
             match &output.action {
                 OutputAction::EventHub { target, sender } => {
