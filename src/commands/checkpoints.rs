@@ -159,7 +159,7 @@ pub async fn run(action: CheckpointsCommand) -> Result<(), String> {
             partition_count,
             yes,
         } => {
-            let target_position = ResetTo::parse(&to)?;
+            let target_position = ResetTo::parse(&to).map_err(|e| e.to_string())?;
             // The end of each partition, for `end` and a time, from the event hub itself.
             let ends = match target_position.needs_partition_ends() {
                 false => None,

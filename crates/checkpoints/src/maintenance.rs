@@ -254,16 +254,25 @@ pub enum ResetTo {
     Time(DateTime<Utc>),
 }
 
+/// A reset target that is neither `start`, `end` nor an RFC 3339 time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--to {text:?}: expected start, end or an RFC 3339 time ({source})")]
+pub struct BadResetTarget {
+    pub text: String,
+    pub source: chrono::ParseError,
+}
+
 impl ResetTo {
     /// `start`, `end`, or an RFC 3339 time.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, BadResetTarget> {
         match text {
             "start" => Ok(ResetTo::Start),
             "end" => Ok(ResetTo::End),
             time => DateTime::parse_from_rfc3339(time)
                 .map(|t| ResetTo::Time(t.with_timezone(&Utc)))
-                .map_err(|e| {
-                    format!("--to {time:?}: expected start, end or an RFC 3339 time ({e})")
+                .map_err(|source| BadResetTarget {
+                    text: time.to_string(),
+                    source,
                 }),
         }
     }
@@ -366,11 +375,9 @@ mod tests {
         assert_eq!(ResetTo::parse("end"), Ok(ResetTo::End));
         let t = ResetTo::parse("2026-11-23T10:00:00+01:00").unwrap();
         assert_eq!(t, ResetTo::Time("2026-11-23T09:00:00Z".parse().unwrap()));
-        assert!(
-            ResetTo::parse("yesterday")
-                .unwrap_err()
-                .contains("RFC 3339")
-        );
+        let bad = ResetTo::parse("yesterday").unwrap_err();
+        assert_eq!(bad.text, "yesterday");
+        assert!(bad.to_string().contains("RFC 3339"), "{bad}");
         assert!(!ResetTo::Start.needs_partition_ends() && ResetTo::End.needs_partition_ends());
 
         // The end of a partition with events: after its last one.
