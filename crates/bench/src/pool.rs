@@ -570,6 +570,31 @@ impl PipelineMeters {
 /// Phase 1 for `count` instances: how fast they read the prefilled hub end to end.
 /// One pool of `count` instances reading the prefilled hub to its end; with `traced`, the
 /// instances and their handlers export spans and metrics to that OTLP/HTTP endpoint.
+/// With `--tracing`, one throughput run of `count` instances exporting to the benchmark's
+/// collector; `None` without.
+async fn traced_throughput(
+    hub: &HubProcess,
+    opts: &PoolBenchOptions,
+    count: usize,
+    total: u64,
+) -> Result<Option<TracedRun>, PoolBenchError> {
+    let Some(collector) = &opts.tracing else {
+        return Ok(None);
+    };
+    let spans_before = collector.spans_received();
+    let run = throughput(hub, opts, count, total, Some(collector.endpoint())).await?;
+    let spans = collector.spans_received() - spans_before;
+    note(format!(
+        "{count} instance(s), tracing on: {:.0} events/s end to end, {spans} spans",
+        run.events_per_s
+    ));
+    Ok(Some(TracedRun {
+        events_per_s: run.events_per_s,
+        cpu: run.cpu,
+        spans,
+    }))
+}
+
 async fn throughput(
     hub: &HubProcess,
     opts: &PoolBenchOptions,
@@ -1035,21 +1060,15 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
         note(format!(
             "contract floor: the SDK consumer with the host's encode and the handler's decode reads {floor:.0} events/s"
         ));
+        // With tracing, the traced run goes first in odd repetitions and second in even ones,
+        // so neither side always gets the warmer machine.
+        let traced_first = repetition % 2 == 1;
         for entry in &mut figures.throughput {
             let count = entry.instances;
-            if let Some(collector) = &opts.tracing {
-                let spans_before = collector.spans_received();
-                let run = throughput(&hub, &opts, count, total, Some(collector.endpoint())).await?;
-                let spans = collector.spans_received() - spans_before;
-                note(format!(
-                    "{count} instance(s), tracing on: {:.0} events/s end to end, {spans} spans",
-                    run.events_per_s
-                ));
-                entry.traced_runs.push(TracedRun {
-                    events_per_s: run.events_per_s,
-                    cpu: run.cpu,
-                    spans,
-                });
+            if traced_first
+                && let Some(traced) = traced_throughput(&hub, &opts, count, total).await?
+            {
+                entry.traced_runs.push(traced);
             }
             let run = throughput(&hub, &opts, count, total, None).await?;
             let (rate, startup, duplicates) =
@@ -1068,6 +1087,11 @@ pub async fn run(opts: PoolBenchOptions) -> Result<PoolFigures, PoolBenchError> 
                 floor_events_per_s: floor,
                 floor_cpu,
             });
+            if !traced_first
+                && let Some(traced) = traced_throughput(&hub, &opts, count, total).await?
+            {
+                entry.traced_runs.push(traced);
+            }
             if repetition == 1 && count != 4 {
                 figures.drain.push(Drain {
                     pool: format!("{count} instance{}", if count == 1 { "" } else { "s" }),
