@@ -226,7 +226,6 @@ impl CheckpointStore {
         Ok(())
     }
 
-    /// Every ownership record of the consumer group, relinquished and expired ones included.
     /// The consumer groups of `hub` that keep ownership or checkpoints in this store, as
     /// their blob names spell them (lowercased).
     pub async fn consumer_groups(
@@ -245,6 +244,7 @@ impl CheckpointStore {
         Ok(groups.into_iter().collect())
     }
 
+    /// Every ownership record of the consumer group, relinquished and expired ones included.
     pub async fn list_ownership(
         &self,
         key: &ConsumerGroupKey,

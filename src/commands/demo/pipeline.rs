@@ -365,17 +365,13 @@ fn caught_up(pool: &[TriggerCounts], ends: Option<&[PartitionEnd]>, expected: u6
     [AGGREGATOR_FUNCTION, ARCHIVE_FUNCTION]
         .iter()
         .all(|function| {
-            let mut positions = BTreeMap::<String, i64>::new();
-            for instance in pool {
-                for (partition, at) in instance.positions(function) {
-                    let known = positions.entry(partition).or_insert(at);
-                    *known = (*known).max(at);
-                }
-            }
+            let positions: Vec<_> = pool.iter().map(|i| i.positions(function)).collect();
             ends.iter().filter(|end| !end.is_empty).all(|end| {
-                positions
-                    .get(&end.partition_id)
-                    .is_some_and(|&at| at >= end.last_sequence_number)
+                positions.iter().any(|instance| {
+                    instance
+                        .get(&end.partition_id)
+                        .is_some_and(|&at| at >= end.last_sequence_number)
+                })
             })
         })
 }
