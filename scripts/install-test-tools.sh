@@ -32,8 +32,9 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 # openssl makes the tests' certificates and signing keys; unshare and ip give the IMDS test a
-# network namespace of its own (Debian's util-linux and iproute2).
-for tool in openssl:openssl unshare:util-linux ip:iproute2; do
+# network namespace of its own (Debian's util-linux and iproute2); jq reads the workspace's test
+# targets for scripts/test.sh's lanes.
+for tool in openssl:openssl unshare:util-linux ip:iproute2 jq:jq; do
   if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
     echo "== installing ${tool#*:} (Debian package)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool#*:}" >/dev/null

@@ -3,15 +3,87 @@
 # (scripts/install-test-tools.sh), then runs every test of the workspace with
 # HUBHOST_REQUIRE_TOOLS=1, so a test whose tool is missing fails instead of being skipped. The
 # tests start their own services (Azurite, hubhost processes) on free loopback ports and stop them.
-# Arguments go to `cargo test` (e.g. a test name filter).
+# Arguments go to `cargo test` (e.g. a test name filter), which then runs in one lane.
+#
+# Without arguments the tests are built once, then run in three lanes at once, each one binary
+# at a time as `cargo test` runs them:
+# - "timed": the binaries that time themselves and mostly wait (a soak in real time, pools at
+#   the SDKs' 30 s cycles, the chaos rig, the hub beside the SDKs, attacks under latency
+#   bounds), at normal priority, so their processes get the CPU when they ask for it;
+# - "builds": the binaries that build (new projects from scratch, installs, packages for the
+#   Functions images: both cores for minutes), under `nice`, taking what the others leave;
+# - "rest": everything else (the pipeline, the peers, the page, each crate's tests, the short
+#   benchmarks, the examples in the documentation), at normal priority.
+# Tests that need a fixed port take turns on it across the lanes (the test kit's
+# `hold_fixed_ports`). The timings behind the split are in docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-test-tools.sh
 export HUBHOST_REQUIRE_TOOLS=1
 
-echo "== cargo test"
-cargo test --workspace --all-targets "$@"
+if [ $# -gt 0 ]; then
+  echo "== cargo test $*"
+  cargo test --workspace --all-targets "$@"
+  exit 0
+fi
+
+timed=(bench_soak chaos pool hub scale hostile_clients)
+builds=(docs cli)
+
+echo "== cargo test --no-run (every test, built once for the three lanes)"
+cargo test --workspace --all-targets --no-run
+
+# Every integration test target of the workspace in neither list above: a new test file joins
+# the rest lane without being named here.
+mapfile -t rest < <(
+  cargo metadata --format-version 1 --no-deps --offline |
+    jq -r '.packages[].targets[] | select(.kind == ["test"]) | .name' | sort -u
+)
+for name in "${timed[@]}" "${builds[@]}"; do
+  found=0
+  for i in "${!rest[@]}"; do
+    if [ "${rest[$i]}" = "$name" ]; then
+      unset 'rest[i]'
+      found=1
+    fi
+  done
+  if [ "$found" = 0 ]; then
+    echo "scripts/test.sh: a lane names a test target '$name' the workspace lacks" >&2
+    exit 1
+  fi
+done
+
+as_tests() { for name in "$@"; do printf -- '--test\n%s\n' "$name"; done; }
+mapfile -t timed_args < <(as_tests "${timed[@]}")
+mapfile -t builds_args < <(as_tests "${builds[@]}")
+mapfile -t rest_args < <(as_tests "${rest[@]}")
+
+# One lane: its label before every line it prints, its status in a file named for it.
+lanes=$(mktemp -d)
+lane() {
+  local name=$1 niceness=$2
+  shift 2
+  local started=$SECONDS status=0
+  nice -n "$niceness" "$@" 2>&1 | sed -u "s/^/$(printf '%-6s' "$name") | /" || status=$?
+  echo "$status" > "$lanes/$name"
+  echo "== lane $name finished after $((SECONDS - started)) s (status $status)"
+}
+
+echo "== three lanes: timed (${timed[*]}) | builds (${builds[*]}) | rest (unit tests, ${rest[*]}, doc tests)"
+lane timed 0 cargo test --workspace "${timed_args[@]}" &
+lane builds 10 cargo test --workspace "${builds_args[@]}" &
 # --all-targets leaves out the examples in the documentation; they run here.
-echo "== cargo test --doc"
-cargo test --workspace --doc
+lane rest 0 bash -c 'cargo test --workspace --lib --bins "$@" && cargo test --workspace --doc' \
+  rest "${rest_args[@]}" &
+wait
+
+failed=0
+for name in timed builds rest; do
+  if [ "$(cat "$lanes/$name")" != 0 ]; then
+    echo "== lane $name failed: search this log for '$name' with 'FAILED' or 'panicked'" >&2
+    failed=1
+  fi
+done
+rm -r "$lanes"
+exit "$failed"

@@ -21,7 +21,8 @@
 //!   (`hubhost-data/`, `app.zip`, a copied executable) stays out of the checkout's own files.
 //!
 //! The commands use the fixed ports the docs name (5672, 5671, 5443, 9092, 5380, 7071, 6671), so
-//! the scenarios take turns on them, each first waiting until they are free; what needs no port
+//! the scenarios take turns on them with every other test of the machine that wants one (the
+//! test kit's `hold_fixed_ports`), each first waiting until they are free; what needs no port
 //! (a new project's first `cargo test`, packaging) runs meanwhile.
 //!
 //! The release profile is built at opt-level 0 here (`CARGO_PROFILE_RELEASE_OPT_LEVEL=0` in the
@@ -34,7 +35,7 @@ use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use hubhost_testkit::{self as kit, Tool};
@@ -372,20 +373,14 @@ const QUICK_RELEASE: (&str, &str) = ("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0");
 /// The fixed ports the documented commands use.
 const DEFAULT_PORTS: &[u16] = &[5672, 5671, 5443, 9092, 5380, 7071, 6671];
 
-static PORTS: Mutex<()> = Mutex::new(());
-
-/// The documented ports, for one scenario at a time; free, or the scenario cannot run.
-fn default_ports() -> MutexGuard<'static, ()> {
-    let guard = PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    for port in DEFAULT_PORTS {
-        wait_until(
-            &format!("127.0.0.1:{port} free (the documented commands use it)"),
-            Duration::from_secs(30),
-            || std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok(),
-        );
-    }
-    guard
+/// The documented ports, for one scenario at a time (of this binary or of another test binary
+/// running beside it); free, or the scenario cannot run.
+fn default_ports() -> kit::FixedPorts {
+    kit::hold_fixed_ports(DEFAULT_PORTS, FIXED_PORTS_TURN)
 }
+
+/// How long a scenario waits for another test to finish with the fixed ports.
+const FIXED_PORTS_TURN: Duration = Duration::from_secs(15 * 60);
 
 /// The workspace's target folder: where this test's own build is.
 fn workspace_target() -> PathBuf {

@@ -128,21 +128,23 @@ fn a_hub_out_of_file_descriptors_keeps_serving() {
     let (port, kafka) = (kit::free_port(), kit::free_port());
     let log = tempfile::NamedTempFile::new().unwrap();
     // A low limit, as a shared machine or a container may set; the hub cannot raise it.
-    let mut hub = Command::new("prlimit")
-        .arg("--nofile=256:256")
-        .arg("--")
-        .arg(kit::binary("hubhost"))
-        .args(["hub", "--in-memory", "--hub", "sensors:2"])
-        .args([
-            "--port",
-            &port.to_string(),
-            "--kafka-port",
-            &kafka.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(log.reopen().unwrap())
-        .spawn()
-        .unwrap();
+    let mut hub = kit::KilledOnDrop(
+        Command::new("prlimit")
+            .arg("--nofile=256:256")
+            .arg("--")
+            .arg(kit::binary("hubhost"))
+            .args(["hub", "--in-memory", "--hub", "sensors:2"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--kafka-port",
+                &kafka.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap(),
+    );
     kit::wait_for_port(port, "the hub");
     kit::wait_for_port(kafka, "the Kafka endpoint");
 
@@ -156,8 +158,7 @@ fn a_hub_out_of_file_descriptors_keeps_serving() {
     both_well_behaved(port, kafka, "a hub out of descriptors");
     drop(stalled);
     assert!(alive(&mut hub));
-    let _ = hub.kill();
-    let _ = hub.wait();
+    hub.stop();
     let log = std::fs::read_to_string(log.path()).unwrap();
     assert!(
         log.contains("out of file descriptors") || log.contains("accepting a connection failed"),

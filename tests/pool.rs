@@ -343,7 +343,7 @@ impl Pool {
 
     /// The official Python processor as a pool member named `name`, at the SDK's default
     /// load-balancing timings or at `(interval, expiry)` seconds.
-    fn python_member(&self, name: &str, timings: Option<(u32, u32)>) -> Child {
+    fn python_member(&self, name: &str, timings: Option<(u32, u32)>) -> common::KilledOnDrop {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pool_member.py");
         let mut cmd = Command::new(common::python());
         cmd.arg(script)
@@ -356,10 +356,12 @@ impl Pool {
         if let Some((interval, expiry)) = timings {
             cmd.arg(interval.to_string()).arg(expiry.to_string());
         }
-        cmd.stdout(Stdio::null())
+        let child = cmd
+            .stdout(Stdio::null())
             .stderr(std::fs::File::create(self.path(&format!("{name}.log"))).unwrap())
             .spawn()
-            .unwrap()
+            .unwrap();
+        common::KilledOnDrop(child)
     }
 
     /// Waits (up to `limit`) until all partitions are owned by exactly `members`, ±1.
@@ -810,6 +812,8 @@ fn a_handler_that_keeps_dying_loses_no_event() {
 fn hubhost_shares_a_consumer_group_with_sdk_processors_at_their_default_timings() {
     common::require!(Tool::Azurite, Tool::PythonSdk);
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // 5672 is a documented port too: the docs' scenarios (another test binary) take turns on it.
+    let _port = common::hold_fixed_ports(&[5672], Duration::from_secs(15 * 60));
     let azurite = common::Azurite::start();
     let dir = tempfile::tempdir().unwrap();
     // The Python SDK names the checkpoint blobs after `host:port` when the endpoint has a port,
@@ -906,8 +910,7 @@ fn hubhost_shares_a_consumer_group_with_sdk_processors_at_their_default_timings(
         .map(|(p, _)| p.clone())
         .collect();
     assert!(!held.is_empty());
-    python.kill().unwrap();
-    python.wait().unwrap();
+    python.stop();
     std::thread::sleep(Duration::from_secs(30));
     let owners = pool.owners();
     for p in &held {
@@ -917,6 +920,5 @@ fn hubhost_shares_a_consumer_group_with_sdk_processors_at_their_default_timings(
             "{p} moved: {owners:?}"
         );
     }
-    let _ = host_like.kill();
-    let _ = host_like.wait();
+    host_like.stop();
 }

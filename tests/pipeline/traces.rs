@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hubhost_testkit::{self as kit, Hub, KEY, Tool};
+use hubhost_testkit::{self as kit, Hub, KEY, KilledOnDrop, Tool};
 use serde_json::{Value, json};
 
 /// `tests/python/otlp_receiver.py`: what it received, one JSON value per span or data point.
@@ -251,22 +251,6 @@ fn with_the_emulated_host_tracing_too_every_hop_is_one_trace() {
     assert_eq!(alarm_enqueued["trace_id"], chain.trace_id.as_str());
     // And the downstream consumer's read of the alarm.
     hub_span("deliver alarms", send["span_id"].clone());
-}
-
-/// A process of the test's, killed when the test ends, failed or not.
-struct KilledOnDrop(std::process::Child);
-
-impl KilledOnDrop {
-    fn stop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// One run of the chain, and what the receiver got.

@@ -58,6 +58,9 @@ pub enum LocalAppError {
     /// The local hub could not start.
     #[error(transparent)]
     Hub(#[from] hubhost_hub::HubError),
+    /// A `%Setting%` the app's bindings or host.json use is not set.
+    #[error(transparent)]
+    Setting(#[from] hubhost_host::emulate::ExpandError),
     /// Reading or writing the app's temporary copy, or its storage.
     #[error("{0}")]
     Io(String),
@@ -127,7 +130,7 @@ impl LocalApp {
     ) -> Result<Self, LocalAppError> {
         let app = FunctionApp::load(function_app)?;
         let settings = AppSettings::load(function_app)?;
-        let expand = |s: &str| settings.expand(s).map_err(LocalAppError::Io);
+        let expand = |s: &str| settings.expand(s).map_err(LocalAppError::Setting);
 
         let mut hubs: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut connections = vec![emulate::DEFAULT_CONNECTION_SETTING.to_string()];

@@ -480,11 +480,9 @@ fn resolve_outputs(
     for binding in spec.outputs() {
         let kind = if binding.is("eventHub") {
             let hub = binding.event_hub_name().unwrap_or_default();
-            OutputKind::EventHub(settings.expand(hub).map_err(LocalAppError::Io)?)
+            OutputKind::EventHub(settings.expand(hub)?)
         } else if binding.is("blob") {
-            let path = settings
-                .expand(binding.setting("path").unwrap_or_default())
-                .map_err(LocalAppError::Io)?;
+            let path = settings.expand(binding.setting("path").unwrap_or_default())?;
             OutputKind::Blob(path.split('/').next().unwrap_or_default().to_string())
         } else {
             continue;

@@ -1,8 +1,8 @@
 //! The test kit: what hubhost's own tests, benchmarks and chaos rig use to run the real parts
 //! on one machine, and what a team testing *its* functions can use the same way.
 //!
-//! - [`process`]: run a command within a time limit, free loopback ports, wait for a port, find
-//!   the hubhost executables;
+//! - [`process`]: run a command within a time limit, free loopback ports (and turns at the fixed
+//!   ones the docs name), wait for a port, find the hubhost executables;
 //! - [`LocalApp`]: *your* function app as Azure runs it, from an integration test — the local
 //!   hub and the emulated host inside the test, your handler executable as the custom handler;
 //!   send events, wait until they are processed, read what the outputs wrote;
@@ -39,9 +39,10 @@ pub use hubhost_rehearse as rehearse;
 pub use hubhost_rehearse::{FaultKind, InProcessHub, LocalApp, LocalAppError, Rehearsal};
 pub use kafka::{KafkaCallError, KafkaConnection, record_batch};
 pub use process::{
-    COMMAND_LIMIT, binary, build_examples, copy_dir, free_port, http_get, http_get_bearer, hubhost,
-    output_within, process_status_number, resident_kib, status_number, transparent_huge_pages,
-    try_free_port, try_wait_within, wait_for_port, wait_within,
+    COMMAND_LIMIT, FixedPorts, KilledOnDrop, binary, build_examples, copy_dir, free_port,
+    hold_fixed_ports, http_get, http_get_bearer, hubhost, output_within, process_status_number,
+    resident_kib, status_number, transparent_huge_pages, try_free_port, try_wait_within,
+    wait_for_port, wait_within,
 };
 pub use python::{json_output, python_json, python_output};
 pub use requests::{host_request, partition_context};

@@ -55,6 +55,37 @@ pub fn output_within(command: &mut Command, limit: Duration) -> Output {
     }
 }
 
+/// A child process of a test's, killed and reaped when the test ends, failed or not: a test that
+/// panics leaves nothing running beside the tests after it. Derefs to the [`Child`].
+pub struct KilledOnDrop(pub Child);
+
+impl KilledOnDrop {
+    /// Kills the process now (it may have exited already) and reaps it.
+    pub fn stop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for KilledOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KilledOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// Waits for `child` to exit within `limit`; one still running then is killed and the test
 /// fails, naming `what`.
 pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
@@ -77,6 +108,55 @@ pub fn try_wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus>
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The fixed loopback ports a test holds while it runs: released on drop.
+///
+/// Most tests listen on free ports ([`free_port`]), but the documentation's commands use the
+/// ports the docs name (the hub's 5672, the page's 7071, …) and one pool test needs the
+/// emulator's default 5672. `scripts/test.sh` runs two test binaries at once, so two tests of
+/// different processes may want the same port: they take turns on a lock file every process
+/// of this machine sees, then wait for the ports to be free of anything else.
+#[must_use = "the ports are held until this is dropped"]
+pub struct FixedPorts {
+    _lock: std::fs::File,
+}
+
+/// Takes the machine-wide turn for fixed ports (waiting up to `within` for another test to
+/// finish with them), then waits up to 30 s for each of `ports` to be free; the test fails,
+/// naming what it waited for, if either wait runs out.
+pub fn hold_fixed_ports(ports: &[u16], within: Duration) -> FixedPorts {
+    let path = std::env::temp_dir().join("hubhost-tests-fixed-ports.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{} cannot be opened: {e}", path.display()));
+    let deadline = Instant::now() + within;
+    loop {
+        match lock.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!(
+                "another test held the fixed ports {ports:?} ({}) for over {within:?}: {e}",
+                path.display()
+            ),
+        }
+    }
+    for &port in ports {
+        let free_by = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < free_by,
+                "127.0.0.1:{port} is still taken after 30 s; this test needs it"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    FixedPorts { _lock: lock }
 }
 
 /// A loopback port nobody listens on now, for a process a test starts: chosen below the

@@ -39,7 +39,9 @@ impl HandlerProcess {
             .ok_or(EmulateError::HostJson(
                 "WorkerDescription DefaultExecutablePath cannot be empty".into(),
             ))?;
-        settings.expand(executable).map_err(EmulateError::HostJson)
+        settings
+            .expand(executable)
+            .map_err(|e| EmulateError::HostJson(e.to_string()))
     }
 
     fn description(app: &FunctionApp) -> Result<&Value, EmulateError> {
@@ -63,7 +65,11 @@ impl HandlerProcess {
     ) -> Result<Self, EmulateError> {
         let description = Self::description(app)?;
         let text = |key: &str| description.get(key).and_then(Value::as_str);
-        let expand = |s: &str| settings.expand(s).map_err(EmulateError::HostJson);
+        let expand = |s: &str| {
+            settings
+                .expand(s)
+                .map_err(|e| EmulateError::HostJson(e.to_string()))
+        };
         let declared = Self::declared_executable(app, settings)?;
         // `hubhost` in host.json finds this very build first.
         let mut path = settings.get("PATH").unwrap_or_default();

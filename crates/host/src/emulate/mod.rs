@@ -39,10 +39,11 @@ use hubhost_storage::counting::CountingStore;
 
 pub use dispatch::{DRAIN, FunctionDispatch, retry_delay};
 pub use outputs::{
-    BlobPathError, BlobStoreError, EventSender, OutputError, OutputPlan, OutputsDone, SendError,
+    BindingProblem, BlobPathError, BlobStoreError, EventSender, OutputError, OutputPlan,
+    OutputsDone, SendError,
 };
 pub use owner_id::{IdentityError, IdentitySource, InstanceIdentity};
-pub use settings::AppSettings;
+pub use settings::{AppSettings, ExpandError};
 pub use triggers::{Delivery, InstanceTriggers, TriggerCounts};
 
 use handler_process::{HandlerProcess, start_handler, start_on_free_port, stop_child};
@@ -62,13 +63,16 @@ pub enum EmulateError {
     #[error("host.json: {0}")]
     HostJson(String),
     #[error("function {function}: {problem}")]
-    Function { function: String, problem: String },
+    Function {
+        function: String,
+        problem: Box<TriggerProblem>,
+    },
     #[error("function {function}: binding '{binding}' ({kind}): {problem}")]
     Binding {
         function: String,
         binding: String,
         kind: String,
-        problem: String,
+        problem: Box<BindingProblem>,
     },
     #[error("the app has no function with an eventHubTrigger; nothing to run")]
     NoEventHubFunctions,
@@ -170,13 +174,18 @@ pub fn resolve_trigger(
     let Some(trigger) = spec.event_hub_trigger() else {
         return Ok(None);
     };
-    let bad = |problem: String| EmulateError::Function {
+    let bad = |problem: TriggerProblem| EmulateError::Function {
         function: spec.name.clone(),
-        problem,
+        problem: Box::new(problem),
+    };
+    let expand = |text: &str| {
+        settings
+            .expand(text)
+            .map_err(|e| bad(TriggerProblem::Expand(e)))
     };
     let mut trigger = trigger.clone();
-    trigger.event_hub_name = settings.expand(&trigger.event_hub_name).map_err(bad)?;
-    trigger.consumer_group = settings.expand(&trigger.consumer_group).map_err(bad)?;
+    trigger.event_hub_name = expand(&trigger.event_hub_name)?;
+    trigger.consumer_group = expand(&trigger.consumer_group)?;
     let setting = trigger
         .connection
         .clone()
@@ -185,8 +194,22 @@ pub fn resolve_trigger(
     // both read from local.settings.json Values or the environment.
     let target =
         EventHubTarget::from_settings(&setting, &trigger.event_hub_name, |k| settings.get(k))
-            .map_err(|e| bad(format!("{setting}: {e}")))?;
+            .map_err(|source| bad(TriggerProblem::Connection { setting, source }))?;
     Ok(Some((trigger, target)))
+}
+
+/// Why a function's `eventHubTrigger` cannot be resolved against the app's settings.
+#[derive(Debug, thiserror::Error)]
+pub enum TriggerProblem {
+    /// `eventHubName` or `consumerGroup` names a `%Setting%` that is not set.
+    #[error(transparent)]
+    Expand(#[from] ExpandError),
+    /// The `connection` setting does not say how to reach the event hub.
+    #[error("{setting}: {source}")]
+    Connection {
+        setting: String,
+        source: hubhost_eventhubs::EventHubsError,
+    },
 }
 
 /// Every `eventHubTrigger` function of the app with its event hub and its outputs resolved;

@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
-use super::settings::AppSettings;
+use super::settings::{AppSettings, ExpandError};
 use super::{DEFAULT_CONNECTION_SETTING, EmulateError};
 use hubhost_eventhubs::{EventHubTarget, close_quietly};
 use hubhost_functions::function_app::{BindingSpec, Direction, FunctionSpec};
@@ -104,6 +104,36 @@ pub enum BlobPathError {
     InvalidName { path: String, source: StoreError },
 }
 
+/// Why an output binding of a function.json cannot be carried out by `hubhost emulate`.
+#[derive(Debug, thiserror::Error)]
+pub enum BindingProblem {
+    /// Input bindings (a blob read before the call, …) are the host's, not carried out here.
+    #[error("input bindings are not carried out by hubhost emulate (it carries out {SUPPORTED})")]
+    Input,
+    /// A type other than `eventHub` and `blob`.
+    #[error(
+        "hubhost emulate does not implement this binding type (it carries out {SUPPORTED}); remove it or run the app under the Functions host"
+    )]
+    Unsupported,
+    #[error("no \"eventHubName\"")]
+    NoEventHubName,
+    #[error("no \"path\"")]
+    NoPath,
+    /// A `%Setting%` in the binding names no app setting.
+    #[error(transparent)]
+    Expand(#[from] ExpandError),
+    /// The `connection` setting does not say how to reach an event hub.
+    #[error("{setting}: {source}")]
+    Connection {
+        setting: String,
+        source: hubhost_eventhubs::EventHubsError,
+    },
+    #[error(transparent)]
+    Path(#[from] BlobPathError),
+    #[error(transparent)]
+    Store(#[from] BlobStoreError),
+}
+
 /// Why a `blob` output's storage cannot be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum BlobStoreError {
@@ -169,27 +199,35 @@ impl OutputPlan {
     ) -> Result<Self, EmulateError> {
         let mut outputs = Vec::new();
         for binding in &spec.bindings {
-            let bad = |problem: String| EmulateError::Binding {
+            let bad = |problem: BindingProblem| EmulateError::Binding {
                 function: spec.name.clone(),
                 binding: binding.name.clone(),
                 kind: binding.kind.clone(),
-                problem,
+                problem: Box::new(problem),
             };
             if binding.direction == Direction::In {
-                return Err(bad(format!(
-                    "input bindings are not carried out by hubhost emulate (it carries out {SUPPORTED})"
-                )));
+                return Err(bad(BindingProblem::Input));
             }
+            let expand = |text: &str| {
+                settings
+                    .expand(text)
+                    .map_err(|e| bad(BindingProblem::Expand(e)))
+            };
             let action = if binding.is("eventHub") {
                 let hub = binding
                     .event_hub_name()
-                    .ok_or_else(|| bad("no \"eventHubName\"".into()))?;
-                let hub = settings.expand(hub).map_err(&bad)?;
+                    .ok_or_else(|| bad(BindingProblem::NoEventHubName))?;
+                let hub = expand(hub)?;
                 let setting = binding
                     .setting("connection")
                     .unwrap_or(DEFAULT_CONNECTION_SETTING);
                 let target = EventHubTarget::from_settings(setting, &hub, |k| settings.get(k))
-                    .map_err(|e| bad(format!("{setting}: {e}")))?;
+                    .map_err(|source| {
+                        bad(BindingProblem::Connection {
+                            setting: setting.to_string(),
+                            source,
+                        })
+                    })?;
                 OutputAction::EventHub {
                     target,
                     sender: sender.clone(),
@@ -197,15 +235,14 @@ impl OutputPlan {
             } else if binding.is("blob") {
                 let path = binding
                     .setting("path")
-                    .ok_or_else(|| bad("no \"path\"".into()))?;
-                let path = BlobPath::parse(&settings.expand(path).map_err(&bad)?)
-                    .map_err(|e| bad(e.to_string()))?;
-                let store = blob_store(binding, settings).map_err(|e| bad(e.to_string()))?;
+                    .ok_or_else(|| bad(BindingProblem::NoPath))?;
+                let path =
+                    BlobPath::parse(&expand(path)?).map_err(|e| bad(BindingProblem::Path(e)))?;
+                let store =
+                    blob_store(binding, settings).map_err(|e| bad(BindingProblem::Store(e)))?;
                 OutputAction::Blob { store, path }
             } else {
-                return Err(bad(format!(
-                    "hubhost emulate does not implement this binding type (it carries out {SUPPORTED}); remove it or run the app under the Functions host"
-                )));
+                return Err(bad(BindingProblem::Unsupported));
             };
             outputs.push(PlannedOutput {
                 name: binding.name.clone(),
@@ -727,6 +764,49 @@ mod tests {
             blob_content(binding_value(false, output.outputs["b"].clone())),
             [0u8, 255, 10]
         );
+    }
+
+    #[test]
+    fn bindings_emulation_cannot_carry_out_are_refused_saying_why() {
+        let settings = AppSettings::from_pairs([("Container", "out")]);
+        let sender = EventSender::start();
+        let problem = |binding: Value| {
+            let trigger = json!({"type": "eventHubTrigger", "name": "ev", "eventHubName": "h"});
+            let spec =
+                FunctionSpec::from_json("f", &json!({ "bindings": [trigger, binding] })).unwrap();
+            match OutputPlan::resolve(&spec, &settings, &sender) {
+                Err(EmulateError::Binding {
+                    function, problem, ..
+                }) if function == "f" => *problem,
+                other => panic!("not a binding error: {:?}", other.map(|_| ())),
+            }
+        };
+        let blob =
+            |path: &str| json!({"type": "blob", "direction": "out", "name": "b", "path": path});
+        assert!(matches!(
+            problem(json!({"type": "blob", "direction": "in", "name": "b", "path": "c/n"})),
+            BindingProblem::Input
+        ));
+        assert!(matches!(
+            problem(json!({"type": "queue", "direction": "out", "name": "q"})),
+            BindingProblem::Unsupported
+        ));
+        assert!(matches!(
+            problem(json!({"type": "blob", "direction": "out", "name": "b"})),
+            BindingProblem::NoPath
+        ));
+        assert!(matches!(
+            problem(blob("%Missing%/x")),
+            BindingProblem::Expand(ExpandError::Unset { name }) if name == "Missing"
+        ));
+        assert!(matches!(
+            problem(blob("%Container%")),
+            BindingProblem::Path(BlobPathError::NotContainerAndName { path }) if path == "out"
+        ));
+        assert!(matches!(
+            problem(json!({"type": "eventHub", "direction": "out", "name": "e"})),
+            BindingProblem::NoEventHubName
+        ));
     }
 
     #[test]

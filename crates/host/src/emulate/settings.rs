@@ -65,25 +65,34 @@ impl AppSettings {
     }
 
     /// `%Name%` → the setting's value, as the host resolves binding expressions.
-    pub fn expand(&self, text: &str) -> Result<String, String> {
+    pub fn expand(&self, text: &str) -> Result<String, ExpandError> {
         let mut out = String::new();
         let mut rest = text;
         while let Some(start) = rest.find('%') {
             out.push_str(&rest[..start]);
             let after = &rest[start + 1..];
-            let end = after
-                .find('%')
-                .ok_or(format!("unclosed %…% in \"{text}\""))?;
+            let end = after.find('%').ok_or_else(|| ExpandError::Unclosed {
+                text: text.to_string(),
+            })?;
             let name = &after[..end];
-            let value = self.get(name).ok_or(format!(
-                "the app setting {name} (used as %{name}%) is not set"
-            ))?;
+            let value = self.get(name).ok_or_else(|| ExpandError::Unset {
+                name: name.to_string(),
+            })?;
             out.push_str(&value);
             rest = &after[end + 1..];
         }
         out.push_str(rest);
         Ok(out)
     }
+}
+
+/// Why a `%Setting%` expression cannot be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpandError {
+    #[error("unclosed %…% in \"{text}\"")]
+    Unclosed { text: String },
+    #[error("the app setting {name} (used as %{name}%) is not set")]
+    Unset { name: String },
 }
 
 #[cfg(test)]
@@ -96,7 +105,15 @@ mod tests {
         assert_eq!(s.expand("%EventHubName%").unwrap(), "sensors");
         assert_eq!(s.expand("a-%X%-%X%").unwrap(), "a-y-y");
         assert_eq!(s.expand("plain").unwrap(), "plain");
-        assert!(s.expand("%Missing%").unwrap_err().contains("Missing"));
-        assert!(s.expand("%open").unwrap_err().contains("unclosed"));
+        assert_eq!(
+            s.expand("%Missing%").unwrap_err(),
+            ExpandError::Unset {
+                name: "Missing".into()
+            }
+        );
+        assert!(matches!(
+            s.expand("%open").unwrap_err(),
+            ExpandError::Unclosed { .. }
+        ));
     }
 }
