@@ -5,7 +5,9 @@
 //! (`amqp_abuse`). Every hub is a `hubhost hub` process of its own on free ports.
 //!
 //! `hostile_clients` stays a test binary of its own: it bounds well-behaved clients' latency
-//! and the hub's memory while attacks run, which other tests beside it would disturb.
+//! and the hub's memory while attacks run, which tests of the same binary beside it would
+//! disturb (`scripts/test.sh` runs it in the "timed" lane, at a higher priority than the tests
+//! that build).
 
 mod amqp_abuse;
 mod kafka;

@@ -5,7 +5,8 @@
 //! to outputs (`traces`).
 //!
 //! The pools (`pool`) and the scale controller (`scale`) stay test binaries of their own: they
-//! time balancing, takeovers and drains with many processes, one pool at a time.
+//! time balancing, takeovers and drains with many processes, one pool at a time (in
+//! `scripts/test.sh`'s "timed" lane).
 
 mod examples;
 mod handler;
