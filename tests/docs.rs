@@ -376,11 +376,8 @@ const DEFAULT_PORTS: &[u16] = &[5672, 5671, 5443, 9092, 5380, 7071, 6671];
 /// The documented ports, for one scenario at a time (of this binary or of another test binary
 /// running beside it); free, or the scenario cannot run.
 fn default_ports() -> kit::FixedPorts {
-    kit::hold_fixed_ports(DEFAULT_PORTS, FIXED_PORTS_TURN)
+    kit::hold_fixed_ports(DEFAULT_PORTS)
 }
-
-/// How long a scenario waits for another test to finish with the fixed ports.
-const FIXED_PORTS_TURN: Duration = Duration::from_secs(15 * 60);
 
 /// The workspace's target folder: where this test's own build is.
 fn workspace_target() -> PathBuf {

@@ -813,7 +813,7 @@ fn hubhost_shares_a_consumer_group_with_sdk_processors_at_their_default_timings(
     common::require!(Tool::Azurite, Tool::PythonSdk);
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // 5672 is a documented port too: the docs' scenarios (another test binary) take turns on it.
-    let _port = common::hold_fixed_ports(&[5672], Duration::from_secs(15 * 60));
+    let _port = common::hold_fixed_ports(&[5672]);
     let azurite = common::Azurite::start();
     let dir = tempfile::tempdir().unwrap();
     // The Python SDK names the checkpoint blobs after `host:port` when the endpoint has a port,

@@ -122,10 +122,15 @@ pub struct FixedPorts {
     _lock: std::fs::File,
 }
 
-/// Takes the machine-wide turn for fixed ports (waiting up to `within` for another test to
-/// finish with them), then waits up to 30 s for each of `ports` to be free; the test fails,
-/// naming what it waited for, if either wait runs out.
-pub fn hold_fixed_ports(ports: &[u16], within: Duration) -> FixedPorts {
+/// How long [`hold_fixed_ports`] waits for another test to finish with the fixed ports: the
+/// longest holder, the pool test beside the SDK processors at their 30 s cycles, takes minutes.
+pub const FIXED_PORTS_TURN: Duration = Duration::from_secs(15 * 60);
+
+/// Takes the machine-wide turn for fixed ports (waiting up to [`FIXED_PORTS_TURN`] for another
+/// test to finish with them), then waits up to 30 s for each of `ports` to be free; the test
+/// fails, naming what it waited for, if either wait runs out.
+pub fn hold_fixed_ports(ports: &[u16]) -> FixedPorts {
+    let within = FIXED_PORTS_TURN;
     let path = std::env::temp_dir().join("hubhost-tests-fixed-ports.lock");
     let lock = std::fs::OpenOptions::new()
         .create(true)

@@ -65,7 +65,7 @@ pub enum EmulateError {
     #[error("function {function}: {problem}")]
     Function {
         function: String,
-        problem: Box<TriggerProblem>,
+        problem: Box<SettingProblem>,
     },
     #[error("function {function}: binding '{binding}' ({kind}): {problem}")]
     Binding {
@@ -174,14 +174,14 @@ pub fn resolve_trigger(
     let Some(trigger) = spec.event_hub_trigger() else {
         return Ok(None);
     };
-    let bad = |problem: TriggerProblem| EmulateError::Function {
+    let bad = |problem: SettingProblem| EmulateError::Function {
         function: spec.name.clone(),
         problem: Box::new(problem),
     };
     let expand = |text: &str| {
         settings
             .expand(text)
-            .map_err(|e| bad(TriggerProblem::Expand(e)))
+            .map_err(|e| bad(SettingProblem::Expand(e)))
     };
     let mut trigger = trigger.clone();
     trigger.event_hub_name = expand(&trigger.event_hub_name)?;
@@ -194,14 +194,15 @@ pub fn resolve_trigger(
     // both read from local.settings.json Values or the environment.
     let target =
         EventHubTarget::from_settings(&setting, &trigger.event_hub_name, |k| settings.get(k))
-            .map_err(|source| bad(TriggerProblem::Connection { setting, source }))?;
+            .map_err(|source| bad(SettingProblem::Connection { setting, source }))?;
     Ok(Some((trigger, target)))
 }
 
-/// Why a function's `eventHubTrigger` cannot be resolved against the app's settings.
+/// Why a binding's settings (a trigger's or an output's) do not resolve against the app's.
 #[derive(Debug, thiserror::Error)]
-pub enum TriggerProblem {
-    /// `eventHubName` or `consumerGroup` names a `%Setting%` that is not set.
+pub enum SettingProblem {
+    /// A name in the binding (`eventHubName`, `consumerGroup`, `path`) uses a `%Setting%` that
+    /// is not set.
     #[error(transparent)]
     Expand(#[from] ExpandError),
     /// The `connection` setting does not say how to reach the event hub.

@@ -26,8 +26,8 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
-use super::settings::{AppSettings, ExpandError};
-use super::{DEFAULT_CONNECTION_SETTING, EmulateError};
+use super::settings::AppSettings;
+use super::{DEFAULT_CONNECTION_SETTING, EmulateError, SettingProblem};
 use hubhost_eventhubs::{EventHubTarget, close_quietly};
 use hubhost_functions::function_app::{BindingSpec, Direction, FunctionSpec};
 use hubhost_storage::settings::{STORAGE_SETTING_VAR, SettingsError, resolve_storage};
@@ -119,15 +119,9 @@ pub enum BindingProblem {
     NoEventHubName,
     #[error("no \"path\"")]
     NoPath,
-    /// A `%Setting%` in the binding names no app setting.
+    /// An unset `%Setting%`, or a `connection` setting that says no way to an event hub.
     #[error(transparent)]
-    Expand(#[from] ExpandError),
-    /// The `connection` setting does not say how to reach an event hub.
-    #[error("{setting}: {source}")]
-    Connection {
-        setting: String,
-        source: hubhost_eventhubs::EventHubsError,
-    },
+    Setting(#[from] SettingProblem),
     #[error(transparent)]
     Path(#[from] BlobPathError),
     #[error(transparent)]
@@ -211,7 +205,7 @@ impl OutputPlan {
             let expand = |text: &str| {
                 settings
                     .expand(text)
-                    .map_err(|e| bad(BindingProblem::Expand(e)))
+                    .map_err(|e| bad(SettingProblem::Expand(e).into()))
             };
             let action = if binding.is("eventHub") {
                 let hub = binding
@@ -223,10 +217,11 @@ impl OutputPlan {
                     .unwrap_or(DEFAULT_CONNECTION_SETTING);
                 let target = EventHubTarget::from_settings(setting, &hub, |k| settings.get(k))
                     .map_err(|source| {
-                        bad(BindingProblem::Connection {
+                        bad(SettingProblem::Connection {
                             setting: setting.to_string(),
                             source,
-                        })
+                        }
+                        .into())
                     })?;
                 OutputAction::EventHub {
                     target,
@@ -700,6 +695,7 @@ async fn send_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::emulate::ExpandError;
     use serde_json::json;
 
     #[test]
@@ -797,7 +793,8 @@ mod tests {
         ));
         assert!(matches!(
             problem(blob("%Missing%/x")),
-            BindingProblem::Expand(ExpandError::Unset { name }) if name == "Missing"
+            BindingProblem::Setting(SettingProblem::Expand(ExpandError::Unset { name }))
+                if name == "Missing"
         ));
         assert!(matches!(
             problem(blob("%Container%")),
