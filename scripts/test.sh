@@ -61,6 +61,7 @@ mapfile -t rest_args < <(as_tests "${rest[@]}")
 
 # One lane: its label before every line it prints, its status in a file named for it.
 lanes=$(mktemp -d)
+trap 'rm -rf "$lanes"' EXIT
 lane() {
   local name=$1 niceness=$2
   shift 2
@@ -85,5 +86,4 @@ for name in timed builds rest; do
     failed=1
   fi
 done
-rm -r "$lanes"
 exit "$failed"
