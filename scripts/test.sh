@@ -59,30 +59,37 @@ mapfile -t timed_args < <(as_tests "${timed[@]}")
 mapfile -t builds_args < <(as_tests "${builds[@]}")
 mapfile -t rest_args < <(as_tests "${rest[@]}")
 
-# One lane: its label before every line it prints, its status in a file named for it.
+# One lane: its label before every line it prints, its status and its own log in files named
+# for it.
 lanes=$(mktemp -d)
 trap 'rm -rf "$lanes"' EXIT
 lane() {
   local name=$1 niceness=$2
   shift 2
   local started=$SECONDS status=0
-  nice -n "$niceness" "$@" 2>&1 | sed -u "s/^/$(printf '%-6s' "$name") | /" || status=$?
+  nice -n "$niceness" "$@" 2>&1 | tee "$lanes/$name.log" |
+    sed -u "s/^/$(printf '%-6s' "$name") | /" || status=$?
   echo "$status" > "$lanes/$name"
   echo "== lane $name finished after $((SECONDS - started)) s (status $status)"
 }
 
 echo "== three lanes: timed (${timed[*]}) | builds (${builds[*]}) | rest (unit tests, ${rest[*]}, doc tests)"
-lane timed 0 cargo test --workspace "${timed_args[@]}" &
-lane builds 10 cargo test --workspace "${builds_args[@]}" &
+lane timed 0 cargo test --workspace --no-fail-fast "${timed_args[@]}" &
+lane builds 10 cargo test --workspace --no-fail-fast "${builds_args[@]}" &
 # --all-targets leaves out the examples in the documentation; they run here.
-lane rest 0 bash -c 'cargo test --workspace --lib --bins "$@" && cargo test --workspace --doc' \
+lane rest 0 bash -c 'cargo test --workspace --no-fail-fast --lib --bins "$@" && cargo test --workspace --doc' \
   rest "${rest_args[@]}" &
 wait
 
+# A failed lane's failures again, last, where a reader of the log's tail finds them: from each
+# "failures:" that cargo test prints to its "test result", at most 400 lines a lane.
 failed=0
 for name in timed builds rest; do
   if [ "$(cat "$lanes/$name")" != 0 ]; then
-    echo "== lane $name failed: search this log for '$name' with 'FAILED' or 'panicked'" >&2
+    echo "== lane $name failed; its failures:" >&2
+    awk '/^failures:$/ {show = 1} show {print} /^test result: FAILED/ {show = 0}' \
+      "$lanes/$name.log" | head -n 400 >&2
+    grep -E '^error(\[|:)' "$lanes/$name.log" | head -n 40 >&2 || true
     failed=1
   fi
 done
