@@ -9,11 +9,13 @@
 # at a time as `cargo test` runs them:
 # - "timed": the binaries that time themselves and mostly wait (a soak in real time, pools at
 #   the SDKs' 30 s cycles, the chaos rig, the hub beside the SDKs, attacks under latency
-#   bounds), at normal priority, so their processes get the CPU when they ask for it;
+#   bounds, the short benchmarks with their handoff and latency bounds), at normal priority,
+#   so their processes get the CPU when they ask for it;
+# - "rest": everything else (the pipeline, the peers, the page, each crate's tests, the
+#   examples in the documentation), under `nice -n 5`: busy, but with no bound on time that
+#   the CPU it yields could break;
 # - "builds": the binaries that build (new projects from scratch, installs, packages for the
-#   Functions images: both cores for minutes), under `nice`, taking what the others leave;
-# - "rest": everything else (the pipeline, the peers, the page, each crate's tests, the short
-#   benchmarks, the examples in the documentation), at normal priority.
+#   Functions images: both cores for minutes), under `nice -n 10`, taking what the others leave.
 # Tests that need a fixed port take turns on it across the lanes (the test kit's
 # `hold_fixed_ports`). The timings behind the split are in docs/testing.md.
 set -euo pipefail
@@ -28,7 +30,7 @@ if [ $# -gt 0 ]; then
   exit 0
 fi
 
-timed=(bench_soak chaos pool hub scale hostile_clients)
+timed=(hostile_clients hub pool scale bench_soak chaos bench_pool bench_latency_cost)
 builds=(docs cli)
 
 echo "== cargo test --no-run (every test, built once for the three lanes)"
@@ -77,7 +79,7 @@ echo "== three lanes: timed (${timed[*]}) | builds (${builds[*]}) | rest (unit t
 lane timed 0 cargo test --workspace --no-fail-fast "${timed_args[@]}" &
 lane builds 10 cargo test --workspace --no-fail-fast "${builds_args[@]}" &
 # --all-targets leaves out the examples in the documentation; they run here.
-lane rest 0 bash -c 'cargo test --workspace --no-fail-fast --lib --bins "$@" && cargo test --workspace --doc' \
+lane rest 5 bash -c 'cargo test --workspace --no-fail-fast --lib --bins "$@" && cargo test --workspace --doc' \
   rest "${rest_args[@]}" &
 wait
 
