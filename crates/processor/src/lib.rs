@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use instance::{EventProcessor, ProcessorError};
-pub use options::ProcessorOptions;
+pub use options::{OptionsError, ProcessorOptions};
 pub use pump::{BatchHandler, BatchOutcome, PartitionPump, PumpControl, PumpExit, to_record};
 
 use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey};

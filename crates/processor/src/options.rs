@@ -1,12 +1,12 @@
 //! How a processor reads: the `extensions.eventHubs` section of host.json, with the Functions
 //! extension's defaults (docs/host-contract.md §5), plus hubhost's load-balancing
-//! timings. Pure: host.json in, settings or a message naming the bad key out.
+//! timings. Pure: host.json in, settings or an [`OptionsError`] naming the bad key out.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::balancer::BalancerSettings;
+use super::balancer::{BalancerSettings, SettingsError};
 use hubhost_checkpoints::InitialPosition;
 use hubhost_trigger::time::parse_timespan;
 
@@ -49,36 +49,75 @@ impl Default for ProcessorOptions {
     }
 }
 
+/// What is wrong with host.json's `extensions.eventHubs`: the key, and what it holds instead.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum OptionsError {
+    #[error(
+        "host.json extensions.eventHubs.{key} must be a whole number of at least 1, not {value}"
+    )]
+    NotACount { key: String, value: Value },
+    #[error("host.json extensions.eventHubs.{key} is not a time span like 00:00:05: {text}")]
+    BadTimeSpan { key: String, text: String },
+    #[error(
+        "host.json extensions.eventHubs.{key} must be a time span string like \"00:00:05\", not {value}"
+    )]
+    NotATimeSpan { key: String, value: Value },
+    #[error("host.json: {0}")]
+    Balancer(#[from] SettingsError),
+    #[error(
+        "host.json extensions.eventHubs.minEventBatchSize ({min}) is larger than maxEventBatchSize ({max})"
+    )]
+    MinAboveMax { min: usize, max: usize },
+    #[error("host.json initialOffsetOptions.type fromEnqueuedTime needs enqueuedTimeUtc")]
+    NoEnqueuedTime,
+    #[error(
+        "host.json initialOffsetOptions.enqueuedTimeUtc is not a time like 2026-11-22T13:00:00Z: {0}"
+    )]
+    BadEnqueuedTime(String),
+    /// The extension's own words for an unknown type.
+    #[error(
+        "An unsupported value was supplied for initialOffsetOptions.type: {0} (use fromStart, fromEnd or fromEnqueuedTime)"
+    )]
+    UnknownInitialOffset(String),
+}
+
 impl ProcessorOptions {
     /// Reads `extensions.eventHubs` of a host.json document; keys it does not have keep their
     /// defaults. `partitionOwnershipExpirationInterval` and `loadBalancingUpdateInterval` are
     /// honoured when given (the SDK defaults of 2 min and 30 s are what make takeover slow, so
     /// hubhost's own defaults apply otherwise).
-    pub fn from_host_json(host: &Value) -> Result<Self, String> {
+    pub fn from_host_json(host: &Value) -> Result<Self, OptionsError> {
         let mut options = ProcessorOptions::default();
         let Some(section) = host.pointer("/extensions/eventHubs") else {
             return Ok(options);
         };
-        let count = |key: &str| -> Result<Option<u64>, String> {
+        let count = |key: &str| -> Result<Option<u64>, OptionsError> {
             match section.get(key) {
                 None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .filter(|n| *n >= 1)
-                    .map(Some)
-                    .ok_or(format!("host.json extensions.eventHubs.{key} must be a whole number of at least 1, not {v}")),
+                Some(v) => v.as_u64().filter(|n| *n >= 1).map(Some).ok_or_else(|| {
+                    OptionsError::NotACount {
+                        key: key.into(),
+                        value: v.clone(),
+                    }
+                }),
             }
         };
-        let span = |key: &str| -> Result<Option<Duration>, String> {
+        let span = |key: &str| -> Result<Option<Duration>, OptionsError> {
             match section.get(key) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) if s.is_empty() => Ok(None),
-                Some(Value::String(s)) => parse_timespan(s).map(Some).ok_or(format!(
-                    "host.json extensions.eventHubs.{key} is not a time span like 00:00:05: {s}"
-                )),
-                Some(v) => Err(format!(
-                    "host.json extensions.eventHubs.{key} must be a time span string like \"00:00:05\", not {v}"
-                )),
+                Some(Value::String(s)) => {
+                    parse_timespan(s)
+                        .map(Some)
+                        .ok_or_else(|| OptionsError::BadTimeSpan {
+                            key: key.into(),
+                            text: s.clone(),
+                        })
+                }
+                Some(v) => Err(OptionsError::NotATimeSpan {
+                    key: key.into(),
+                    value: v.clone(),
+                }),
             }
         };
         if let Some(n) = count("maxEventBatchSize")? {
@@ -108,15 +147,12 @@ impl ProcessorOptions {
             options.balancer.foreign_ownership_expiry =
                 options.balancer.foreign_ownership_expiry.max(d);
         }
-        options
-            .balancer
-            .validate()
-            .map_err(|e| format!("host.json: {e}"))?;
+        options.balancer.validate()?;
         if options.min_batch_size > options.max_batch_size {
-            return Err(format!(
-                "host.json extensions.eventHubs.minEventBatchSize ({}) is larger than maxEventBatchSize ({})",
-                options.min_batch_size, options.max_batch_size
-            ));
+            return Err(OptionsError::MinAboveMax {
+                min: options.min_batch_size,
+                max: options.max_batch_size,
+            });
         }
         if let Some(initial) = section.get("initialOffsetOptions") {
             options.initial_position = initial_position(initial)?;
@@ -126,7 +162,7 @@ impl ProcessorOptions {
 }
 
 /// `initialOffsetOptions`, with the extension's own error for an unknown type.
-fn initial_position(section: &Value) -> Result<InitialPosition, String> {
+fn initial_position(section: &Value) -> Result<InitialPosition, OptionsError> {
     let kind = section
         .get("type")
         .and_then(Value::as_str)
@@ -139,16 +175,12 @@ fn initial_position(section: &Value) -> Result<InitialPosition, String> {
                 .get("enqueuedTimeUtc")
                 .and_then(Value::as_str)
                 .filter(|t| !t.is_empty())
-                .ok_or(
-                    "host.json initialOffsetOptions.type fromEnqueuedTime needs enqueuedTimeUtc",
-                )?;
-            hubhost_trigger::time::parse_host_time(text).map(InitialPosition::EnqueuedTime).ok_or(format!(
-                "host.json initialOffsetOptions.enqueuedTimeUtc is not a time like 2026-11-22T13:00:00Z: {text}"
-            ))
+                .ok_or(OptionsError::NoEnqueuedTime)?;
+            hubhost_trigger::time::parse_host_time(text)
+                .map(InitialPosition::EnqueuedTime)
+                .ok_or_else(|| OptionsError::BadEnqueuedTime(text.into()))
         }
-        _ => Err(format!(
-            "An unsupported value was supplied for initialOffsetOptions.type: {kind} (use fromStart, fromEnd or fromEnqueuedTime)"
-        )),
+        _ => Err(OptionsError::UnknownInitialOffset(kind.into())),
     }
 }
 
@@ -217,7 +249,8 @@ mod tests {
             ),
         ] {
             let e = ProcessorOptions::from_host_json(&json!({"extensions": {"eventHubs": host}}))
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(key), "{e}");
         }
     }

@@ -185,8 +185,9 @@ impl LocalApp {
         // The app's own values (not the environment's, which the host reads anyway).
         let settings_file = function_app.join("local.settings.json");
         let own = match std::fs::read_to_string(&settings_file) {
-            Ok(text) => AppSettings::parse_values(&text)
-                .map_err(|e| LocalAppError::Io(format!("{}: {e}", settings_file.display())))?,
+            Ok(text) => AppSettings::parse_values(&text).map_err(|e| {
+                LocalAppError::Io(format!("{}: not valid JSON: {e}", settings_file.display()))
+            })?,
             Err(_) => BTreeMap::new(),
         };
         let mut values: serde_json::Map<String, Value> =

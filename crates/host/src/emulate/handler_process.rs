@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{AppSettings, EmulateError};
+use super::{AppSettings, EmulateError, HandlerStartProblem, HostJsonProblem};
 use crate::invoker::Invoker;
 use hubhost_functions::function_app::FunctionApp;
 
@@ -36,12 +36,10 @@ impl HandlerProcess {
             .get("defaultExecutablePath")
             .and_then(Value::as_str)
             .filter(|p| !p.is_empty())
-            .ok_or(EmulateError::HostJson(
-                "WorkerDescription DefaultExecutablePath cannot be empty".into(),
-            ))?;
+            .ok_or(EmulateError::HostJson(HostJsonProblem::NoExecutablePath))?;
         settings
             .expand(executable)
-            .map_err(|e| EmulateError::HostJson(e.to_string()))
+            .map_err(|e| EmulateError::HostJson(e.into()))
     }
 
     fn description(app: &FunctionApp) -> Result<&Value, EmulateError> {
@@ -49,12 +47,10 @@ impl HandlerProcess {
             .host_json
             .get("customHandler")
             .or_else(|| app.host_json.get("httpWorker"))
-            .ok_or(EmulateError::HostJson(
-                "no customHandler section: hubhost emulate runs custom-handler apps".into(),
-            ))?;
+            .ok_or(EmulateError::HostJson(HostJsonProblem::NoCustomHandler))?;
         section
             .get("description")
-            .ok_or(EmulateError::HostJson("Missing worker Description.".into()))
+            .ok_or(EmulateError::HostJson(HostJsonProblem::NoDescription))
     }
 
     /// From host.json `customHandler.description` (or the older `httpWorker`).
@@ -68,7 +64,7 @@ impl HandlerProcess {
         let expand = |s: &str| {
             settings
                 .expand(s)
-                .map_err(|e| EmulateError::HostJson(e.to_string()))
+                .map_err(|e| EmulateError::HostJson(e.into()))
         };
         let declared = Self::declared_executable(app, settings)?;
         // `hubhost` in host.json finds this very build first.
@@ -143,7 +139,7 @@ impl HandlerProcess {
         }
         cmd.spawn().map_err(|e| EmulateError::HandlerStart {
             command: self.describe(),
-            problem: e.to_string(),
+            problem: HandlerStartProblem::Spawn(e),
         })
     }
 }
@@ -175,7 +171,7 @@ async fn start_or_exit(
         ready = invoker.wait_ready(HANDLER_START_TIMEOUT) => {
             ready.map_err(|e| NotStarted {
                 exited: false,
-                error: EmulateError::HandlerStart { command: process.describe(), problem: e.to_string() },
+                error: EmulateError::HandlerStart { command: process.describe(), problem: HandlerStartProblem::NotReady(e) },
             })?;
         }
         status = child.wait() => {
@@ -183,7 +179,7 @@ async fn start_or_exit(
                 exited: true,
                 error: EmulateError::HandlerStart {
                     command: process.describe(),
-                    problem: format!("it exited ({}) before answering GET /", status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())),
+                    problem: HandlerStartProblem::Exited(status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())),
                 },
             });
         }
@@ -210,7 +206,7 @@ pub(super) async fn start_on_free_port(
         let port =
             hubhost_process::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
                 command: "-".into(),
-                problem: format!("no free port: {e}"),
+                problem: HandlerStartProblem::NoFreePort(e),
             })?;
         let mut process = HandlerProcess::from_app(app, settings, port)?;
         if stdout_to_stderr {
@@ -303,8 +299,52 @@ mod tests {
         let Err(error) = start_on_free_port(&app, &settings, true).await else {
             panic!("a handler that exits cannot start");
         };
-        assert!(error.to_string().contains("exit status: 7"), "{error}");
+        assert!(
+            matches!(&error, EmulateError::HandlerStart { problem: HandlerStartProblem::Exited(status), .. } if status.contains("exit status: 7")),
+            "{error}"
+        );
         let starts = std::fs::read_to_string(app_dir.path().join("starts")).unwrap();
         assert_eq!(starts.lines().count(), HANDLER_PORT_ATTEMPTS);
+    }
+
+    /// What host.json lacks is named by variant, with the host's own words where it has them.
+    #[test]
+    fn a_host_json_without_what_the_handler_needs_is_refused_saying_what() {
+        let app_with = |host: serde_json::Value| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("host.json"), host.to_string()).unwrap();
+            let app = FunctionApp::load(dir.path()).unwrap();
+            (dir, app)
+        };
+        let settings = AppSettings::from_pairs([]);
+        let cases = [
+            (serde_json::json!({"version": "2.0"}), "no customHandler"),
+            (serde_json::json!({"customHandler": {}}), "no description"),
+            (
+                serde_json::json!({"customHandler": {"description": {"defaultExecutablePath": ""}}}),
+                "empty path",
+            ),
+            (
+                serde_json::json!({"customHandler": {"description": {"defaultExecutablePath": "%Handler%"}}}),
+                "unset setting",
+            ),
+        ];
+        for (host, case) in cases {
+            let (_dir, app) = app_with(host);
+            let error = HandlerProcess::declared_executable(&app, &settings).unwrap_err();
+            let EmulateError::HostJson(problem) = &error else {
+                panic!("{case}: {error}");
+            };
+            match case {
+                "no customHandler" => assert!(matches!(problem, HostJsonProblem::NoCustomHandler)),
+                "no description" => assert!(matches!(problem, HostJsonProblem::NoDescription)),
+                "empty path" => assert!(matches!(problem, HostJsonProblem::NoExecutablePath)),
+                _ => assert!(matches!(
+                    problem,
+                    HostJsonProblem::Expand(crate::emulate::ExpandError::Unset { name }) if name == "Handler"
+                )),
+            }
+            assert!(error.to_string().starts_with("host.json: "), "{error}");
+        }
     }
 }

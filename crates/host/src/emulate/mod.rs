@@ -58,10 +58,23 @@ const HANDLER_RESTARTS: u32 = 3;
 pub enum EmulateError {
     #[error(transparent)]
     App(#[from] hubhost_functions::function_app::FunctionAppError),
-    #[error("{path}: {problem}")]
-    Settings { path: PathBuf, problem: String },
+    #[error("{}: {problem}", path.display())]
+    Settings {
+        path: PathBuf,
+        problem: LocalSettingsProblem,
+    },
+    #[error("{}: cannot create the instance log folder: {source}", path.display())]
+    LogFolder {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("host.json: {0}")]
-    HostJson(String),
+    HostJson(HostJsonProblem),
+    /// `extensions.eventHubs`, whose messages name host.json themselves.
+    #[error(transparent)]
+    Options(#[from] hubhost_processor::OptionsError),
+    #[error("--foreign-ownership-expiry: {0}")]
+    ForeignExpiry(hubhost_processor::balancer::SettingsError),
     #[error("function {function}: {problem}")]
     Function {
         function: String,
@@ -77,7 +90,10 @@ pub enum EmulateError {
     #[error("the app has no function with an eventHubTrigger; nothing to run")]
     NoEventHubFunctions,
     #[error("the custom handler ({command}) could not start: {problem}")]
-    HandlerStart { command: String, problem: String },
+    HandlerStart {
+        command: String,
+        problem: HandlerStartProblem,
+    },
     #[error(
         "host.json's defaultExecutablePath `{declared}` is not built: {} does not exist{}",
         path.display(),
@@ -124,10 +140,53 @@ pub enum EmulateError {
     Checkpoint(#[from] hubhost_checkpoints::CheckpointError),
     #[error(transparent)]
     Processor(#[from] hubhost_processor::ProcessorError),
-    #[error("metrics endpoint: {0}")]
-    Metrics(String),
+    #[error("metrics endpoint: cannot listen on {addr}: {source}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Identity(#[from] IdentityError),
+}
+
+/// What host.json lacks for `hubhost emulate` to start the app's custom handler or scale it.
+#[derive(Debug, thiserror::Error)]
+pub enum HostJsonProblem {
+    #[error("no customHandler section: hubhost emulate runs custom-handler apps")]
+    NoCustomHandler,
+    /// The host's own words.
+    #[error("Missing worker Description.")]
+    NoDescription,
+    /// The host's own words.
+    #[error("WorkerDescription DefaultExecutablePath cannot be empty")]
+    NoExecutablePath,
+    /// A `%Setting%` in the handler's description that the settings do not resolve.
+    #[error(transparent)]
+    Expand(#[from] ExpandError),
+    #[error("extensions.eventHubs: the concurrency for scaling must be at least 1")]
+    NoScalingConcurrency,
+}
+
+/// Why local.settings.json cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalSettingsProblem {
+    #[error("{0}")]
+    Read(std::io::Error),
+    #[error("not valid JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+}
+
+/// Why the custom handler did not come up.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerStartProblem {
+    #[error("{0}")]
+    Spawn(std::io::Error),
+    #[error("{0}")]
+    NotReady(crate::invoker::InvokeError),
+    #[error("it exited ({0}) before answering GET /")]
+    Exited(String),
+    #[error("no free port: {0}")]
+    NoFreePort(std::io::Error),
 }
 
 #[derive(Debug, Clone)]
@@ -290,15 +349,14 @@ pub async fn run(
     for (name, value) in &opts.handler_settings {
         settings.values.insert(name.clone(), value.clone());
     }
-    let mut options =
-        ProcessorOptions::from_host_json(&app.host_json).map_err(EmulateError::HostJson)?;
+    let mut options = ProcessorOptions::from_host_json(&app.host_json)?;
     options.checkpoint_on_success = opts.checkpoint_on_success;
     if let Some(foreign) = opts.foreign_ownership_expiry {
         options.balancer.foreign_ownership_expiry = foreign;
         options
             .balancer
             .validate()
-            .map_err(|e| EmulateError::HostJson(format!("--foreign-ownership-expiry: {e}")))?;
+            .map_err(EmulateError::ForeignExpiry)?;
     }
     let functions = event_hub_functions(&app.functions, &settings, &EventSender::start())?;
 
@@ -375,10 +433,10 @@ pub async fn run(
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
-                .map_err(|e| EmulateError::Metrics(format!("cannot listen on {addr}: {e}")))?;
+                .map_err(|source| EmulateError::Metrics { addr, source })?;
             let local = listener
                 .local_addr()
-                .map_err(|e| EmulateError::Metrics(e.to_string()))?;
+                .map_err(|source| EmulateError::Metrics { addr, source })?;
             println!("  metrics: http://{local}/metrics");
             let last_enqueued = Arc::new(LastEnqueued::default());
             tokio::spawn(last_enqueued.clone().refresh(

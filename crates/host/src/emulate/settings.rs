@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::EmulateError;
+use super::{EmulateError, LocalSettingsProblem};
 
 /// App settings: local.settings.json `Values`, the process environment winning.
 #[derive(Debug, Clone, Default)]
@@ -20,12 +20,13 @@ impl AppSettings {
         let path = app_root.join("local.settings.json");
         let mut values = BTreeMap::new();
         if path.is_file() {
-            let problem = |problem: String| EmulateError::Settings {
+            let problem = |problem: LocalSettingsProblem| EmulateError::Settings {
                 path: path.clone(),
                 problem,
             };
-            let text = std::fs::read_to_string(&path).map_err(|e| problem(e.to_string()))?;
-            values = Self::parse_values(&text).map_err(problem)?;
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| problem(LocalSettingsProblem::Read(e)))?;
+            values = Self::parse_values(&text).map_err(|e| problem(e.into()))?;
         }
         for (k, v) in std::env::vars() {
             values.insert(k, v);
@@ -35,8 +36,8 @@ impl AppSettings {
 
     /// The `Values` of a local.settings.json text (numbers and booleans as their JSON text,
     /// nulls left out), or what is wrong with it.
-    pub fn parse_values(text: &str) -> Result<BTreeMap<String, String>, String> {
-        let json: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    pub fn parse_values(text: &str) -> Result<BTreeMap<String, String>, serde_json::Error> {
+        let json: Value = serde_json::from_str(text)?;
         let mut values = BTreeMap::new();
         if let Some(map) = json.get("Values").and_then(Value::as_object) {
             for (k, v) in map {

@@ -30,7 +30,7 @@ use hubhost_functions::function_app::FunctionApp;
 use hubhost_processor::ProcessorOptions;
 use hubhost_storage::counting::{CountingStore, RequestCounts};
 
-use crate::emulate::{AppSettings, EmulateError, resolve_trigger};
+use crate::emulate::{AppSettings, EmulateError, HostJsonProblem, resolve_trigger};
 use decide::{MonitorSample, TargetScaler, Vote};
 
 /// How many decisions the scale history keeps (at one per 10 s: the last 20 minutes).
@@ -108,15 +108,14 @@ type Loaded = (Vec<ScaledFunction>, CheckpointStore, Arc<RequestCounts>);
 fn load(opts: &ScaleOptions) -> Result<Loaded, EmulateError> {
     let app = FunctionApp::load(&opts.app)?;
     let settings = AppSettings::load(&opts.app)?;
-    let options =
-        ProcessorOptions::from_host_json(&app.host_json).map_err(EmulateError::HostJson)?;
+    let options = ProcessorOptions::from_host_json(&app.host_json)?;
     let concurrency = decide::desired_concurrency(
         None,
         options.target_unprocessed_event_threshold,
         options.max_batch_size as u32,
     )
     .ok_or(EmulateError::HostJson(
-        "extensions.eventHubs: the concurrency for scaling must be at least 1".into(),
+        HostJsonProblem::NoScalingConcurrency,
     ))?;
     let mut functions = Vec::new();
     for spec in &app.functions {
@@ -166,9 +165,9 @@ pub async fn run(
 ) -> Result<(), EmulateError> {
     let (mut functions, store, requests) = load(&opts)?;
     store.ensure_container().await?;
-    std::fs::create_dir_all(&opts.logs).map_err(|e| EmulateError::Settings {
+    std::fs::create_dir_all(&opts.logs).map_err(|source| EmulateError::LogFolder {
         path: opts.logs.clone(),
-        problem: format!("cannot create the instance log folder: {e}"),
+        source,
     })?;
     println!(
         "hubhost emulate --scale: {} model, a decision every {:?}, scale-in hold {:?}, at most {} instances; instance logs in {}",
