@@ -93,17 +93,22 @@ fn five_minutes_of_load_grow_nothing() {
         9,
         "{verdicts}"
     );
-    // Judged on each window's median RSS. The hub and the instances hold the soak's bound from the second window on. A handler's
-    // cache of window blocks (up to 256, then cleared) takes about 20 minutes to fill at this
-    // load, one partition per handler, so through five minutes it rises by design; here it is
-    // held to a looser bound that a leak per event would still break, and to the soak's own
-    // bound in the hour at the reference load, where the cache cycles every minute or two.
+    // Judged on each window's median RSS. The hub and the instances hold the soak's bound from
+    // the second window on. A handler's cache of window blocks (up to 256, then cleared) takes
+    // about 20 minutes to fill at this load, one partition per handler, so through five minutes
+    // it rises by design (1.18× in a run of 2026-11-28); here it is held to a looser bound that
+    // a leak per event would still break, and to the soak's own bound in the hour at the
+    // reference load, where the cache cycles every minute or two. i1's handler serves the page
+    // too, whose fleet view keeps an hour of windows and whose chart keeps five minutes of
+    // polls: with one-minute windows both fill through the whole run (1.26× in that run, about
+    // 5 MiB more than the other handlers), so it has a bound of its own; in the hour the page's
+    // handler holds the soak's bound like every other process.
     for pair in verdicts["rss_growth"].as_array().unwrap() {
         let (name, growth) = (pair[0].as_str().unwrap(), pair[1].as_f64().unwrap());
-        let bound = if name.ends_with("handler") {
-            1.25
-        } else {
-            1.10
+        let bound = match name {
+            "i1 handler" => 1.40,
+            handler if handler.ends_with("handler") => 1.25,
+            _ => 1.10,
         };
         assert!(
             growth <= bound,
