@@ -83,15 +83,17 @@ lane rest 5 bash -c 'cargo test --workspace --no-fail-fast --lib --bins "$@" && 
   rest "${rest_args[@]}" &
 wait
 
-# A failed lane's failures again, last, where a reader of the log's tail finds them: from each
-# "failures:" that cargo test prints to its "test result", at most 400 lines a lane.
+# A failed lane's failures again, last, where a reader of the log's tail finds them: the tests
+# that failed, each panic with the lines after it (the message; a test's own output, which can
+# be long, stays above), and cargo's closing errors.
 failed=0
 for name in timed builds rest; do
   if [ "$(cat "$lanes/$name")" != 0 ]; then
     echo "== lane $name failed; its failures:" >&2
-    awk '/^failures:$/ {show = 1} show {print} /^test result: FAILED/ {show = 0}' \
-      "$lanes/$name.log" | head -n 400 >&2
-    grep -E '^error(\[|:)' "$lanes/$name.log" | head -n 40 >&2 || true
+    log=$lanes/$name.log
+    grep -E '^test .* FAILED$' "$log" >&2 || true
+    grep -E -A 4 'panicked at' "$log" | head -n 200 >&2 || true
+    grep -E '^error(\[|:)' "$log" | head -n 40 >&2 || true
     failed=1
   fi
 done
