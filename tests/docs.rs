@@ -454,19 +454,9 @@ impl Shell {
     fn ok_fully_optimized(&mut self, text: &str, limit: Duration) -> (String, String) {
         let quick = self.env.iter().position(|(k, _)| k == QUICK_RELEASE.0);
         let removed = quick.map(|at| self.env.remove(at));
-        let out = self.run(text, limit);
+        let out = self.ok_with_stderr(text, limit);
         self.env.extend(removed);
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        );
-        assert!(
-            out.status.success(),
-            "`{text}` in {} failed ({}):\n{stdout}\n{stderr}",
-            self.dir.display(),
-            out.status,
-        );
-        (stdout, stderr)
+        out
     }
 
     fn set(&mut self, key: &str, value: &Path) {
@@ -524,16 +514,23 @@ impl Shell {
 
     /// Runs `text`, which must succeed; its stdout.
     fn ok(&mut self, text: &str, limit: Duration) -> String {
+        self.ok_with_stderr(text, limit).0
+    }
+
+    /// Runs `text`, which must succeed; its stdout and stderr.
+    fn ok_with_stderr(&mut self, text: &str, limit: Duration) -> (String, String) {
         let out = self.run(text, limit);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
         assert!(
             out.status.success(),
-            "`{text}` in {} failed ({}):\n{stdout}\n{}",
+            "`{text}` in {} failed ({}):\n{stdout}\n{stderr}",
             self.dir.display(),
             out.status,
-            String::from_utf8_lossy(&out.stderr)
         );
-        stdout
+        (stdout, stderr)
     }
 
     /// Starts `text` in the background, in a process group of its own (so Ctrl-C reaches every
