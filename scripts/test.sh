@@ -92,7 +92,11 @@ for name in timed builds rest; do
     echo "== lane $name failed; its failures:" >&2
     log=$lanes/$name.log
     grep -E '^test .* FAILED$' "$log" >&2 || true
-    grep -E -A 4 'panicked at' "$log" | head -n 200 >&2 || true
+    # Each panic's message, to its end (a blank line or the backtrace): a peer's traceback
+    # ends with the exception that matters.
+    awk '/panicked at/ { n = 40 }
+         n > 0 && (/^$/ || /^(stack backtrace:|note: )/) { n = 0 }
+         n > 0 { print; n-- }' "$log" | head -n 200 >&2 || true
     grep -E '^error(\[|:)' "$log" | head -n 40 >&2 || true
     failed=1
   fi

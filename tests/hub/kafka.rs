@@ -211,7 +211,10 @@ fn kafka_and_amqp_share_one_log_and_groups_resume_from_commits_after_kill_9() {
         .iter()
         .find(|g| g["name"] == "pair")
         .expect("the group");
-    assert_eq!(pair["lag"], 0, "{pair}");
+    // A commit that failed (during the rebalance) was tried again while its member held the
+    // partition, or the partition read again by its next owner: the group still ends at the end.
+    let failed = (&first["commit_errors"], &second["commit_errors"]);
+    assert_eq!(pair["lag"], 0, "{pair}; commits that failed: {failed:?}");
     assert_eq!(pair["partitions"].as_array().unwrap().len(), 16, "{pair}");
     assert_eq!(pair["state"], "Empty", "both members left: {pair}");
 

@@ -10,7 +10,8 @@ Usage: kafka_peer.py <operation> <bootstrap> <connection string> [args...]; prin
                      sensor readings of the reference app (JSON values keyed by home) with librdkafka
   consume <client> <topic> <group> <expect> <seconds>
                      a group member reading from the committed offsets (or the start), committing
-                     after each record; stops at <expect> records or after <seconds>
+                     after each record (a failed commit is tried again, and listed in
+                     commit_errors); stops at <expect> records or after <seconds>
   eh-receive <hub> <expect> <seconds>
                      the Event Hubs SDK (azure-eventhub) reading every partition from the start, with
                      each event's Kafka key (x-opt-kafka-key) and properties; <bootstrap> unused
@@ -123,12 +124,35 @@ def produce_readings(bootstrap, password, topic, count):
 def consume(client, bootstrap, password, topic, group, expect, seconds):
     records = []
     assignments = []
+    commit_errors = []
     deadline = time.time() + seconds
     if client == "confluent":
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer, KafkaException
+
+        # A commit that fails (the coordinator refuses it while the group rebalances, or its
+        # answer is late on a loaded machine) is tried again after the next poll while the member
+        # holds the partition, as Kafka's documentation tells consumers to do; a partition that
+        # moved meanwhile is read again by its next owner from its last commit. Only a fatal
+        # error ends the member. The test judges the end: every record read, every commit there.
+        pending = {}
 
         def on_assign(consumer, partitions):
             assignments.append(sorted(p.partition for p in partitions))
+
+        def on_revoke(consumer, partitions):
+            for p in partitions:
+                pending.pop(p.partition, None)
+
+        def commit(message):
+            try:
+                consumer.commit(message=message, asynchronous=False)
+                pending.pop(message.partition(), None)
+            except KafkaException as e:
+                error = e.args[0]
+                if error.fatal():
+                    raise
+                commit_errors.append(error.name())
+                pending[message.partition()] = message
 
         consumer = Consumer(
             confluent_config(
@@ -143,9 +167,11 @@ def consume(client, bootstrap, password, topic, group, expect, seconds):
                 },
             )
         )
-        consumer.subscribe([topic], on_assign=on_assign)
+        consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
         while len(records) < expect and time.time() < deadline:
             message = consumer.poll(0.5)
+            for retried in list(pending.values()):
+                commit(retried)
             if message is None:
                 continue
             if message.error():
@@ -160,7 +186,7 @@ def consume(client, bootstrap, password, topic, group, expect, seconds):
                     "headers": {k: (v.decode("latin-1") if v is not None else None) for k, v in (message.headers() or [])},
                 }
             )
-            consumer.commit(message=message, asynchronous=False)
+            commit(message)
         consumer.close()
     else:
         from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
@@ -188,7 +214,7 @@ def consume(client, bootstrap, password, topic, group, expect, seconds):
                 consumer.commit()
         assignments.append(sorted(tp.partition for tp in consumer.assignment()))
         consumer.close()
-    return {"records": records, "assignments": assignments}
+    return {"records": records, "assignments": assignments, "commit_errors": commit_errors}
 
 
 def oauth_produce(bootstrap, token_url, header, ca, topic):

@@ -46,6 +46,11 @@ use hubhost_storage::StorageLocation;
 /// Partitions of each hub a [`LocalApp`] serves.
 pub const PARTITIONS: u32 = 4;
 
+/// How long one send of [`LocalApp::send_paced`] may take before it starts over on a new
+/// producer, and how many times it tries.
+const SEND_LIMIT: Duration = Duration::from_secs(10);
+const SEND_ATTEMPTS: u32 = 3;
+
 /// Why a [`LocalApp`] could not start, or a step of the test failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LocalAppError {
@@ -409,6 +414,12 @@ impl LocalApp {
     /// Sends `bodies` to `hub` `per_tick` at a time (spread over the partitions: body `i` to
     /// partition `i % PARTITIONS`), one group every `tick`, with one producer; the future does
     /// not borrow the app.
+    ///
+    /// Each send is bounded by [`SEND_LIMIT`]. The SDK's producer can wait forever for an
+    /// answer a loaded machine lost (a link's attach or its authorization); a rehearsal that
+    /// waited out its time would then report inputs its handler was never given as missing.
+    /// A stalled send starts over on a new producer, unless the partition shows the event
+    /// arrived (it then only lacked its acknowledgement).
     pub fn send_paced(
         &self,
         hub: &str,
@@ -420,23 +431,58 @@ impl LocalApp {
         use azure_messaging_eventhubs::models::EventData;
         let target =
             hubhost_eventhubs::EventHubTarget::parse(&self.hub.connection_string(), Some(hub));
+        let partitions = self.hub.namespace.hub(hub);
+        let hub = hub.to_string();
         async move {
             let target = target.map_err(|e| LocalAppError::EventHub(e.to_string()))?;
+            let partitions =
+                partitions.ok_or_else(|| LocalAppError::EventHub(format!("no event hub {hub}")))?;
             let sent = hubhost_eventhubs::on_sending_thread(move || async move {
-                let producer = target.producer().await.map_err(|e| e.to_string())?;
+                let open = || async {
+                    match tokio::time::timeout(SEND_LIMIT, target.producer()).await {
+                        Ok(producer) => producer.map_err(|e| e.to_string()),
+                        Err(_) => Err(format!("no producer for {hub} within {SEND_LIMIT:?}")),
+                    }
+                };
+                let mut producer = open().await?;
                 let mut ticks = tokio::time::interval(tick);
                 for (group, chunk) in bodies.chunks(per_tick.max(1)).enumerate() {
                     ticks.tick().await;
                     for (j, body) in chunk.iter().enumerate() {
                         let i = group * per_tick.max(1) + j;
-                        let event = EventData::builder().with_body(body.clone()).build();
-                        let options = SendEventOptions {
-                            partition_id: Some((i as u32 % PARTITIONS).to_string()),
-                        };
-                        producer
-                            .send_event(event, Some(options))
-                            .await
-                            .map_err(|e| e.to_string())?;
+                        let id = (i as u32 % PARTITIONS).to_string();
+                        let partition = partitions
+                            .partition(&id)
+                            .ok_or_else(|| format!("{hub} has no partition {id}"))?;
+                        let before = partition.summary().next_sequence;
+                        let mut attempt = 1;
+                        loop {
+                            let event = EventData::builder().with_body(body.clone()).build();
+                            let options = SendEventOptions {
+                                partition_id: Some(id.clone()),
+                            };
+                            let send = producer.send_event(event, Some(options));
+                            match tokio::time::timeout(SEND_LIMIT, send).await {
+                                Ok(sent) => {
+                                    sent.map_err(|e| e.to_string())?;
+                                    break;
+                                }
+                                Err(_) if attempt < SEND_ATTEMPTS => {
+                                    tracing::warn!(target: "hubhost::rehearse", input = i, partition = %id, attempt, "a send stalled; starting over on a new producer");
+                                    // Abandoned, not closed: its close could stall as well.
+                                    producer = open().await?;
+                                    if partition.summary().next_sequence > before {
+                                        break;
+                                    }
+                                    attempt += 1;
+                                }
+                                Err(_) => {
+                                    return Err(format!(
+                                        "input {i} was not sent to partition {id} of {hub} in {SEND_ATTEMPTS} attempts of {SEND_LIMIT:?}"
+                                    ));
+                                }
+                            }
+                        }
                     }
                 }
                 hubhost_eventhubs::close_quietly("producer", producer.close()).await;

@@ -149,10 +149,11 @@ impl Coordinator {
     }
 
     pub fn may_commit(&self, group: &str, member_id: &str, generation: i32) -> i16 {
-        let state = self.state.lock().expect("groups lock");
-        match state.groups.get(group) {
-            Some(g) => g.may_commit(member_id, generation),
-            None => Group::default().may_commit(member_id, generation),
+        let mut state = self.state.lock().expect("groups lock");
+        let now = self.now();
+        match state.groups.get_mut(group) {
+            Some(g) => g.may_commit(member_id, generation, now),
+            None => Group::default().may_commit(member_id, generation, now),
         }
     }
 

@@ -383,8 +383,11 @@ impl Group {
 
     /// Whether a commit from this member at this generation may land: a member of the current
     /// generation, or (generation -1, no member id) a consumer that assigns itself partitions
-    /// while no group uses the id.
-    pub fn may_commit(&self, member_id: &str, generation: i32) -> Code {
+    /// while no group uses the id. As in Kafka's coordinator, a member may still commit while
+    /// the group prepares a rebalance (it holds its partitions until it rejoins, and hears of
+    /// the rebalance from its next heartbeat), but not between the joins and the assignment;
+    /// and a commit counts as a sign of life.
+    pub fn may_commit(&mut self, member_id: &str, generation: i32, now: u64) -> Code {
         if generation < 0 && member_id.is_empty() {
             return if self.members.is_empty() {
                 NONE
@@ -392,13 +395,14 @@ impl Group {
                 code(ResponseError::UnknownMemberId)
             };
         }
-        if !self.members.contains_key(member_id) {
+        let Some(member) = self.members.get_mut(member_id) else {
             return code(ResponseError::UnknownMemberId);
-        }
+        };
         if generation != self.generation {
             return code(ResponseError::IllegalGeneration);
         }
-        if self.state == State::PreparingRebalance {
+        member.last_heard_ms = now;
+        if self.state == State::CompletingRebalance {
             return code(ResponseError::RebalanceInProgress);
         }
         NONE
@@ -689,11 +693,43 @@ mod tests {
         assert!(
             matches!(&effects[..], [Effect::Sync { member_id, outcome: SyncOutcome::Assigned { assignment, .. } }] if member_id == "b" && assignment == "8-15")
         );
-        assert_eq!(group.may_commit("b", 2), NONE);
+        assert_eq!(group.may_commit("b", 2, 600), NONE);
         assert_eq!(
-            group.may_commit("b", 1),
+            group.may_commit("b", 1, 600),
             ResponseError::IllegalGeneration.code()
         );
+    }
+
+    /// As in Kafka's coordinator: a member commits while the group prepares a rebalance (it
+    /// still holds its partitions), is told to wait between the joins and the assignment, and
+    /// commits at the new generation once assigned. A member that only commits stays alive.
+    #[test]
+    fn a_member_commits_while_a_rebalance_is_prepared_but_not_before_its_assignment() {
+        let mut group = Group::default();
+        joined(group.join(request(""), "a".into(), 0).0);
+        group.sync("a", 1, vec![], 5);
+        assert_eq!(group.state(), State::Stable);
+        for t in (1_000..=30_000).step_by(1_000) {
+            assert_eq!(group.may_commit("a", 1, t), NONE);
+            assert!(group.tick(t).is_empty(), "commits keep a alive at {t}");
+        }
+        group.join(request(""), "b".into(), 30_010);
+        assert_eq!(group.state(), State::PreparingRebalance);
+        assert_eq!(group.may_commit("a", 1, 30_020), NONE);
+        group.join(request("a"), "-".into(), 30_030);
+        assert_eq!(group.state(), State::CompletingRebalance);
+        assert_eq!(
+            group.may_commit("a", 1, 30_040),
+            ResponseError::IllegalGeneration.code()
+        );
+        assert_eq!(
+            group.may_commit("a", 2, 30_040),
+            ResponseError::RebalanceInProgress.code()
+        );
+        group.sync("b", 2, vec![], 30_050);
+        group.sync("a", 2, vec![], 30_050);
+        assert_eq!(group.state(), State::Stable);
+        assert_eq!(group.may_commit("b", 2, 30_060), NONE);
     }
 
     /// A member that stops heartbeating is removed after its session timeout; the survivor is
@@ -769,7 +805,7 @@ mod tests {
         assert_eq!(j.generation, 3);
         assert_eq!(group.leave("b", 6).0, NONE);
         assert_eq!(group.state(), State::Empty);
-        assert_eq!(group.may_commit("", -1), NONE);
+        assert_eq!(group.may_commit("", -1, 6), NONE);
         assert_eq!(group.leave("b", 7).0, ResponseError::UnknownMemberId.code());
     }
 
