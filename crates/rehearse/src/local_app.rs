@@ -415,7 +415,7 @@ impl LocalApp {
     /// partition `i % PARTITIONS`), one group every `tick`, with one producer; the future does
     /// not borrow the app.
     ///
-    /// Each send is bounded by [`SEND_LIMIT`]. The SDK's producer can wait forever for an
+    /// Each send is bounded (10 s, three tries). The SDK's producer can wait forever for an
     /// answer a loaded machine lost (a link's attach or its authorization); a rehearsal that
     /// waited out its time would then report inputs its handler was never given as missing.
     /// A stalled send starts over on a new producer, unless the partition shows the event
