@@ -427,8 +427,8 @@ impl LocalApp {
         per_tick: usize,
         tick: Duration,
     ) -> impl std::future::Future<Output = Result<(), LocalAppError>> + Send + 'static {
-        use azure_messaging_eventhubs::SendEventOptions;
         use azure_messaging_eventhubs::models::EventData;
+        use azure_messaging_eventhubs::{ProducerClient, SendEventOptions};
         let target =
             hubhost_eventhubs::EventHubTarget::parse(&self.hub.connection_string(), Some(hub));
         let partitions = self.hub.namespace.hub(hub);
@@ -438,11 +438,10 @@ impl LocalApp {
             let partitions =
                 partitions.ok_or_else(|| LocalAppError::EventHub(format!("no event hub {hub}")))?;
             let sent = hubhost_eventhubs::on_sending_thread(move || async move {
-                let open = || async {
-                    match tokio::time::timeout(SEND_LIMIT, target.producer()).await {
-                        Ok(producer) => producer.map_err(|e| e.to_string()),
-                        Err(_) => Err(format!("no producer for {hub} within {SEND_LIMIT:?}")),
-                    }
+                let open = async || match tokio::time::timeout(SEND_LIMIT, target.producer()).await
+                {
+                    Ok(producer) => producer.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no producer for {hub} within {SEND_LIMIT:?}")),
                 };
                 let mut producer = open().await?;
                 let mut ticks = tokio::time::interval(tick);
@@ -455,34 +454,20 @@ impl LocalApp {
                             .partition(&id)
                             .ok_or_else(|| format!("{hub} has no partition {id}"))?;
                         let before = partition.summary().next_sequence;
-                        let mut attempt = 1;
-                        loop {
+                        let send = async |producer: &ProducerClient| {
                             let event = EventData::builder().with_body(body.clone()).build();
                             let options = SendEventOptions {
                                 partition_id: Some(id.clone()),
                             };
-                            let send = producer.send_event(event, Some(options));
-                            match tokio::time::timeout(SEND_LIMIT, send).await {
-                                Ok(sent) => {
-                                    sent.map_err(|e| e.to_string())?;
-                                    break;
-                                }
-                                Err(_) if attempt < SEND_ATTEMPTS => {
-                                    tracing::warn!(target: "hubhost::rehearse", input = i, partition = %id, attempt, "a send stalled; starting over on a new producer");
-                                    // Abandoned, not closed: its close could stall as well.
-                                    producer = open().await?;
-                                    if partition.summary().next_sequence > before {
-                                        break;
-                                    }
-                                    attempt += 1;
-                                }
-                                Err(_) => {
-                                    return Err(format!(
-                                        "input {i} was not sent to partition {id} of {hub} in {SEND_ATTEMPTS} attempts of {SEND_LIMIT:?}"
-                                    ));
-                                }
-                            }
-                        }
+                            producer
+                                .send_event(event, Some(options))
+                                .await
+                                .map_err(|e| e.to_string())
+                        };
+                        let arrived = || partition.summary().next_sequence > before;
+                        send_through(&mut producer, send, &open, arrived, SEND_LIMIT)
+                            .await
+                            .map_err(|e| format!("input {i} to partition {id} of {hub}: {e}"))?;
                     }
                 }
                 hubhost_eventhubs::close_quietly("producer", producer.close()).await;
@@ -619,6 +604,33 @@ impl LocalApp {
     }
 }
 
+/// Sends one event with `send` on `producer`, each try bounded by `limit`. A try that stalls
+/// leaves its producer (abandoned: closing it could stall too) for a new one from `open`, and
+/// the event is sent again unless `arrived` says the stalled try got through (it then lacked
+/// only its acknowledgement). Gives up after [`SEND_ATTEMPTS`] stalls; a send that fails
+/// outright fails at once. Returns how many tries it took.
+async fn send_through<P>(
+    producer: &mut P,
+    send: impl AsyncFn(&P) -> Result<(), String>,
+    open: impl AsyncFn() -> Result<P, String>,
+    arrived: impl Fn() -> bool,
+    limit: Duration,
+) -> Result<u32, String> {
+    for attempt in 1..=SEND_ATTEMPTS {
+        if let Ok(sent) = tokio::time::timeout(limit, send(producer)).await {
+            return sent.map(|()| attempt);
+        }
+        tracing::warn!(target: "hubhost::rehearse", attempt, "a send stalled; starting over on a new producer");
+        *producer = open().await?;
+        if arrived() {
+            return Ok(attempt);
+        }
+    }
+    Err(format!(
+        "not sent in {SEND_ATTEMPTS} tries of {limit:?} each"
+    ))
+}
+
 impl Instance {
     /// Stops the instance as Azure stops one, and waits until it has.
     async fn stop(mut self) -> Result<(), LocalAppError> {
@@ -670,4 +682,60 @@ pub(crate) fn copy_tree(
 fn write_json(path: &Path, value: &Value) -> Result<(), LocalAppError> {
     let text = serde_json::to_string_pretty(value).expect("JSON");
     std::fs::write(path, text).map_err(|e| LocalAppError::Io(format!("{}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A producer of the fakes below: the `number`th opened.
+    struct Producer {
+        number: u32,
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_send_starts_over_on_a_new_producer_without_sending_twice() {
+        let (opened, sends) = (Cell::new(1), Cell::new(0));
+        let open = async || {
+            opened.set(opened.get() + 1);
+            Ok(Producer {
+                number: opened.get(),
+            })
+        };
+        // The first producer's send never ends; the next one's goes through.
+        let first_stalls = async |p: &Producer| {
+            sends.set(sends.get() + 1);
+            if p.number == 1 {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        };
+        let mut producer = Producer { number: 1 };
+        let tries = send_through(&mut producer, &first_stalls, &open, || false, SEND_LIMIT).await;
+        assert_eq!(tries, Ok(2));
+        assert_eq!((producer.number, sends.get()), (2, 2));
+
+        // The stalled try got through (the partition holds the event): it is not sent again.
+        let mut producer = Producer { number: 1 };
+        sends.set(0);
+        let tries = send_through(&mut producer, &first_stalls, &open, || true, SEND_LIMIT).await;
+        assert_eq!((tries, sends.get()), (Ok(1), 1));
+
+        // Every producer stalls: it gives up after its tries, saying so.
+        let stalls = async |_: &Producer| std::future::pending::<Result<(), String>>().await;
+        let given_up = send_through(&mut producer, stalls, &open, || false, SEND_LIMIT).await;
+        assert_eq!(
+            given_up,
+            Err(format!(
+                "not sent in {SEND_ATTEMPTS} tries of {SEND_LIMIT:?} each"
+            ))
+        );
+
+        // A send the hub refuses fails at once, on the same producer.
+        let before = opened.get();
+        let refused = async |_: &Producer| Err::<(), _>("refused".to_string());
+        let failed = send_through(&mut producer, refused, &open, || false, SEND_LIMIT).await;
+        assert_eq!((failed, opened.get()), (Err("refused".to_string()), before));
+    }
 }
