@@ -82,15 +82,19 @@ mod tests {
         assert_eq!(cpu_of_stat("garbage", 100), None);
     }
 
+    /// Busy until the meter sees 50 ms spent, not for a span of wall time: on a loaded machine
+    /// 200 ms of wall time once got this thread 10 ms of CPU. A meter that saw nothing would
+    /// spin to the minute's deadline and fail.
     #[test]
     fn a_busy_process_is_seen_spending_cpu() {
         let meter = CpuMeter::start([std::process::id()]);
-        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let mut x = 0u64;
-        while std::time::Instant::now() < deadline {
-            x = x.wrapping_mul(31).wrapping_add(7);
+        while meter.spent() < Duration::from_millis(50) && std::time::Instant::now() < deadline {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
         }
-        std::hint::black_box(x);
         assert!(
             meter.spent() >= Duration::from_millis(50),
             "{:?}",
