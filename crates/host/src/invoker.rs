@@ -39,10 +39,12 @@ impl Invocation {
     }
 }
 
+/// Clones share one handler address: [`Invoker::retarget`] moves every clone to a handler
+/// restarted on another port.
 #[derive(Clone)]
 pub struct Invoker {
     http: reqwest::Client,
-    base: String,
+    base: std::sync::Arc<std::sync::RwLock<String>>,
 }
 
 impl Invoker {
@@ -53,12 +55,20 @@ impl Invoker {
                 .pool_max_idle_per_host(64)
                 .build()
                 .expect("HTTP client builds"),
-            base: base.trim_end_matches('/').to_string(),
+            base: std::sync::Arc::new(std::sync::RwLock::new(
+                base.trim_end_matches('/').to_string(),
+            )),
         }
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
+    /// The handler's address, like `http://127.0.0.1:7071`.
+    pub fn base(&self) -> String {
+        self.base.read().expect("invoker base lock").clone()
+    }
+
+    /// Sends this invoker and all its clones to `base` from now on.
+    pub fn retarget(&self, base: &str) {
+        *self.base.write().expect("invoker base lock") = base.trim_end_matches('/').to_string();
     }
 
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), InvokeError> {
@@ -67,7 +77,7 @@ impl Invoker {
             // Any HTTP answer means ready; only a refused connection means "keep waiting".
             if self
                 .http
-                .get(format!("{}/", self.base))
+                .get(format!("{}/", self.base()))
                 .send()
                 .await
                 .is_ok()
@@ -75,7 +85,7 @@ impl Invoker {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(InvokeError::NotReady(self.base.clone(), timeout));
+                return Err(InvokeError::NotReady(self.base(), timeout));
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
@@ -94,7 +104,7 @@ impl Invoker {
         body: Vec<u8>,
         parent: Option<hubhost_telemetry::TraceParent>,
     ) -> Result<Invocation, InvokeError> {
-        let mut request = self.http.post(format!("{}/{function}", self.base));
+        let mut request = self.http.post(format!("{}/{function}", self.base()));
         if let Some(parent) = parent {
             request = request.header("traceparent", parent.to_string());
         }

@@ -21,6 +21,8 @@ pub(super) struct HandlerProcess {
     arguments: Vec<String>,
     working_directory: PathBuf,
     env: Vec<(String, String)>,
+    /// The port the handler is told to listen on.
+    port: u16,
     /// The handler's stdout goes to this process's stderr (when stdout carries a result).
     stdout_to_stderr: bool,
 }
@@ -110,6 +112,7 @@ impl HandlerProcess {
             arguments,
             working_directory,
             env,
+            port,
             stdout_to_stderr: false,
         })
     }
@@ -226,6 +229,37 @@ pub(super) async fn start_on_free_port(
     }
 }
 
+/// Starts the handler again after it exited: on its port while that is free, as the host
+/// does; on a new free port when another process took it meanwhile (that process would answer
+/// the readiness probe for a handler that cannot listen, and every restart would fail alike),
+/// with `invoker` and its clones sent there from now on.
+pub(super) async fn restart_handler(
+    app: &FunctionApp,
+    settings: &AppSettings,
+    process: &mut HandlerProcess,
+    invoker: &Invoker,
+) -> Result<tokio::process::Child, EmulateError> {
+    if std::net::TcpListener::bind(("127.0.0.1", process.port)).is_err() {
+        let port =
+            hubhost_process::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
+                command: process.describe(),
+                problem: HandlerStartProblem::NoFreePort(e),
+            })?;
+        tracing::warn!(
+            taken = process.port,
+            port,
+            "the custom handler's port was taken while it was down; restarting it on another"
+        );
+        let stdout_to_stderr = process.stdout_to_stderr;
+        *process = HandlerProcess::from_app(app, settings, port)?;
+        if stdout_to_stderr {
+            process.stdout_to_stderr();
+        }
+        invoker.retarget(&format!("http://127.0.0.1:{port}"));
+    }
+    start_handler(process, invoker).await
+}
+
 /// SIGTERM, a moment to finish, then SIGKILL.
 pub(super) async fn stop_child(child: &mut tokio::process::Child) {
     #[cfg(unix)]
@@ -265,6 +299,12 @@ mod tests {
         (app_dir, app, settings)
     }
 
+    /// The ports a script handler was started on, in order (it writes each to `ports`).
+    fn ports_started_on(app_dir: &std::path::Path) -> Vec<u16> {
+        let ports = std::fs::read_to_string(app_dir.join("ports")).unwrap();
+        ports.lines().map(|p| p.parse().unwrap()).collect()
+    }
+
     /// A handler whose first start exits before answering, as one whose port was taken does;
     /// the second start serves. `start_on_free_port` must come up on its second port.
     #[tokio::test]
@@ -279,14 +319,54 @@ mod tests {
         let (_, invoker, mut child, port) = start_on_free_port(&app, &settings, true)
             .await
             .expect("the second start answers");
-        let ports = std::fs::read_to_string(app_dir.path().join("ports")).unwrap();
-        let ports: Vec<u16> = ports.lines().map(|p| p.parse().unwrap()).collect();
+        let ports = ports_started_on(app_dir.path());
         assert_eq!(ports.len(), 2, "started twice: {ports:?}");
         assert_eq!(ports[1], port, "the handler serves on the port returned");
         invoker
             .wait_ready(Duration::from_secs(5))
             .await
             .expect("it answers on that port");
+        stop_child(&mut child).await;
+    }
+
+    /// A handler that died while another process took its port is restarted on a new port,
+    /// and the invoker (every clone of it) follows; the other process, which answers HTTP as a
+    /// handler would, is never mistaken for the restarted handler.
+    #[tokio::test]
+    async fn a_handler_whose_port_was_taken_while_it_was_down_restarts_on_another() {
+        let (app_dir, app, settings) = script_app(
+            "#!/bin/sh\n\
+             echo \"$FUNCTIONS_CUSTOMHANDLER_PORT\" >> ports\n\
+             exec python3 -m http.server --bind 127.0.0.1 \"$FUNCTIONS_CUSTOMHANDLER_PORT\"\n",
+        );
+        let (mut process, invoker, mut child, port) = start_on_free_port(&app, &settings, true)
+            .await
+            .expect("the handler starts");
+        let pumps_copy = invoker.clone();
+        let _ = child.kill().await;
+        // Another process takes the port and answers whatever it is asked.
+        let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for stream in squatter.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let _ = stream.read(&mut [0; 4096]);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            }
+        });
+
+        let mut child = restart_handler(&app, &settings, &mut process, &invoker)
+            .await
+            .expect("the handler restarts");
+        let ports = ports_started_on(app_dir.path());
+        assert_eq!(ports.len(), 2, "started twice: {ports:?}");
+        assert_ne!(ports[1], port, "not on the taken port");
+        assert_eq!(pumps_copy.base(), format!("http://127.0.0.1:{}", ports[1]));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the restarted handler is still up"
+        );
         stop_child(&mut child).await;
     }
 

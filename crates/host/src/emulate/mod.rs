@@ -46,7 +46,9 @@ pub use owner_id::{IdentityError, IdentitySource, InstanceIdentity};
 pub use settings::{AppSettings, ExpandError};
 pub use triggers::{Delivery, InstanceTriggers, TriggerCounts};
 
-use handler_process::{HandlerProcess, start_handler, start_on_free_port, stop_child};
+use handler_process::{
+    HandlerProcess, restart_handler, start_handler, start_on_free_port, stop_child,
+};
 use metrics::{LastEnqueued, MetricsPage};
 
 /// The setting a trigger without `connection` uses.
@@ -396,7 +398,8 @@ pub async fn run(
         None
     };
 
-    let (process, invoker, mut child, port) = start_on_free_port(&app, &settings, false).await?;
+    let (mut process, invoker, mut child, port) =
+        start_on_free_port(&app, &settings, false).await?;
 
     let stop = CancellationToken::new();
     let mut triggers = InstanceTriggers::start(
@@ -493,7 +496,7 @@ pub async fn run(
                 if restarts > HANDLER_RESTARTS {
                     break Err(EmulateError::HandlerCrashed(restarts));
                 }
-                child = match start_handler(&process, &invoker).await {
+                child = match restart_handler(&app, &settings, &mut process, &invoker).await {
                     Ok(c) => c,
                     Err(e) => break Err(e),
                 };
