@@ -66,6 +66,11 @@ impl Invoker {
         self.base.read().expect("invoker base lock").clone()
     }
 
+    /// `path` at the handler's address, formatted under the lock (no copy of the address).
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.base.read().expect("invoker base lock"))
+    }
+
     /// Sends this invoker and all its clones to `base` from now on.
     pub fn retarget(&self, base: &str) {
         *self.base.write().expect("invoker base lock") = base.trim_end_matches('/').to_string();
@@ -75,13 +80,7 @@ impl Invoker {
         let deadline = Instant::now() + timeout;
         loop {
             // Any HTTP answer means ready; only a refused connection means "keep waiting".
-            if self
-                .http
-                .get(format!("{}/", self.base()))
-                .send()
-                .await
-                .is_ok()
-            {
+            if self.http.get(self.url("")).send().await.is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -104,7 +103,7 @@ impl Invoker {
         body: Vec<u8>,
         parent: Option<hubhost_telemetry::TraceParent>,
     ) -> Result<Invocation, InvokeError> {
-        let mut request = self.http.post(format!("{}/{function}", self.base()));
+        let mut request = self.http.post(self.url(function));
         if let Some(parent) = parent {
             request = request.header("traceparent", parent.to_string());
         }

@@ -117,6 +117,16 @@ impl HandlerProcess {
         })
     }
 
+    /// Tells the handler to listen on `port` from its next start.
+    fn listen_on(&mut self, port: u16) {
+        for (key, value) in &mut self.env {
+            if key == "FUNCTIONS_CUSTOMHANDLER_PORT" || key == "FUNCTIONS_HTTPWORKER_PORT" {
+                *value = port.to_string();
+            }
+        }
+        self.port = port;
+    }
+
     /// Sends the handler's stdout to this process's stderr.
     pub(super) fn stdout_to_stderr(&mut self) {
         self.stdout_to_stderr = true;
@@ -234,8 +244,6 @@ pub(super) async fn start_on_free_port(
 /// the readiness probe for a handler that cannot listen, and every restart would fail alike),
 /// with `invoker` and its clones sent there from now on.
 pub(super) async fn restart_handler(
-    app: &FunctionApp,
-    settings: &AppSettings,
     process: &mut HandlerProcess,
     invoker: &Invoker,
 ) -> Result<tokio::process::Child, EmulateError> {
@@ -250,11 +258,7 @@ pub(super) async fn restart_handler(
             port,
             "the custom handler's port was taken while it was down; restarting it on another"
         );
-        let stdout_to_stderr = process.stdout_to_stderr;
-        *process = HandlerProcess::from_app(app, settings, port)?;
-        if stdout_to_stderr {
-            process.stdout_to_stderr();
-        }
+        process.listen_on(port);
         invoker.retarget(&format!("http://127.0.0.1:{port}"));
     }
     start_handler(process, invoker).await
@@ -355,7 +359,7 @@ mod tests {
             }
         });
 
-        let mut child = restart_handler(&app, &settings, &mut process, &invoker)
+        let mut child = restart_handler(&mut process, &invoker)
             .await
             .expect("the handler restarts");
         let ports = ports_started_on(app_dir.path());

@@ -496,7 +496,7 @@ pub async fn run(
                 if restarts > HANDLER_RESTARTS {
                     break Err(EmulateError::HandlerCrashed(restarts));
                 }
-                child = match restart_handler(&app, &settings, &mut process, &invoker).await {
+                child = match restart_handler(&mut process, &invoker).await {
                     Ok(c) => c,
                     Err(e) => break Err(e),
                 };
