@@ -57,16 +57,17 @@ if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.
   .tools/venv/bin/pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi
 
-# cargo-zigbuild and Zig, for `hubhost package` (the deployable build against glibc 2.28).
+# cargo-zigbuild and Zig, for `hubhost package` (the deployable build against glibc 2.28), both
+# from PyPI into one virtualenv: cargo-zigbuild's own release binary (its wheel) rather than
+# `cargo install`, which would compile it here for minutes on the cores the builds need.
 ZIGBUILD_VERSION=0.24.1
 ZIG_VERSION=0.15.2
-if [ ! -x .tools/cargo/bin/cargo-zigbuild ]; then
-  echo "== installing cargo-zigbuild ${ZIGBUILD_VERSION} into .tools/cargo"
-  cargo install --quiet --locked --root .tools/cargo cargo-zigbuild --version "${ZIGBUILD_VERSION}"
-fi
-if [ ! -x .tools/zig-venv/bin/python ] || ! .tools/zig-venv/bin/python -m ziglang version >/dev/null 2>&1; then
-  echo "== installing ziglang ${ZIG_VERSION} into .tools/zig-venv"
+if [ ! -x .tools/zig-venv/bin/cargo-zigbuild ] ||
+  ! .tools/zig-venv/bin/cargo-zigbuild --version 2>/dev/null | grep -qF "${ZIGBUILD_VERSION}" ||
+  ! .tools/zig-venv/bin/python -m ziglang version >/dev/null 2>&1; then
+  echo "== installing cargo-zigbuild ${ZIGBUILD_VERSION} and ziglang ${ZIG_VERSION} into .tools/zig-venv"
   rm -rf .tools/zig-venv
   python3 -m venv .tools/zig-venv
-  .tools/zig-venv/bin/pip install -q --disable-pip-version-check "ziglang==${ZIG_VERSION}"
+  .tools/zig-venv/bin/pip install -q --disable-pip-version-check \
+    "cargo-zigbuild==${ZIGBUILD_VERSION}" "ziglang==${ZIG_VERSION}"
 fi

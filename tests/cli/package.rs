@@ -25,14 +25,13 @@ fn repo() -> PathBuf {
 /// PATH with the installed cargo-zigbuild and Zig first.
 fn tool_path() -> String {
     let tools = repo().join(".tools");
-    let zigbuild = tools.join("cargo/bin/cargo-zigbuild");
+    let zigbuild = tools.join("zig-venv/bin/cargo-zigbuild");
     assert!(
         zigbuild.exists(),
-        "cargo-zigbuild is not installed in .tools/cargo (scripts/test.sh installs it)"
+        "cargo-zigbuild is not installed in .tools/zig-venv (scripts/test.sh installs it)"
     );
     format!(
-        "{}:{}:{}",
-        tools.join("cargo/bin").display(),
+        "{}:{}",
         tools.join("zig-venv/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     )

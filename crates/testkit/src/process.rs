@@ -254,22 +254,34 @@ pub fn binary(name: &str) -> PathBuf {
     })
 }
 
-/// Builds the workspace's example packages `names` (`cargo build -p …`, a no-op once built) and
-/// returns the folder their executables are in. `cargo test` builds a package's executable only
-/// for that package's own tests, and the examples have none, so a test that runs one builds it.
+/// Builds the workspace's example packages (among them `names`, which must exist) and returns
+/// the folder their executables are in. `cargo test` builds a package's executable only for that
+/// package's own tests, and the examples have none, so a test that runs one builds it.
+///
+/// It builds every target of the workspace (`cargo build --workspace --all-targets`), a no-op
+/// once `scripts/test.sh` has built them: Cargo unifies a dependency's features over the
+/// packages and targets a build selects, so `cargo build -p NAME` would compile much of the
+/// dependency graph again with the features of that one package (and again for each other
+/// selection), where the whole workspace's selection is the one the test build already made.
 pub fn build_examples(names: &[&str]) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
-    build.args(["build", "-q"]).current_dir(crate::repository());
-    for name in names {
-        build.args(["-p", name]);
-    }
+    build
+        .args(["build", "-q", "--workspace", "--all-targets"])
+        .current_dir(crate::repository());
     let status = build.status().expect("cargo runs");
-    assert!(status.success(), "the examples {names:?} build");
-    binary(names[0])
+    assert!(status.success(), "the workspace's examples {names:?} build");
+    let dir = binary(names[0])
         .parent()
         .expect("an executable's folder")
-        .to_path_buf()
+        .to_path_buf();
+    for name in names {
+        assert!(
+            dir.join(name).is_file(),
+            "{name} is not an executable of the workspace"
+        );
+    }
+    dir
 }
 
 /// [`binary`], or `None` where it is nowhere to be found.

@@ -75,7 +75,7 @@ impl Tool {
             ]),
             Tool::Zigbuild => {
                 let tools = repository().join(".tools");
-                tools.join("cargo/bin/cargo-zigbuild").exists()
+                tools.join("zig-venv/bin/cargo-zigbuild").exists()
                     && tools.join("zig-venv/bin/python").exists()
             }
             Tool::SystemTools => ["openssl", "unshare", "ip"]

@@ -65,6 +65,39 @@ fn optimized_for_size(lock: &str) -> Vec<&'static str> {
         .collect()
 }
 
+/// The release profile `hubhost package` builds with, as `--config` settings: what is deployed
+/// is built for size, since the host copies and starts it on every cold start — no debug
+/// information (most of an unstripped binary), and the whole program optimized at link time in
+/// one unit, which drops what no function reaches (the reference app's handler: 17.1 MB →
+/// 13.0 MB), with [`OPTIMIZED_FOR_SIZE`] at opt-level "s". Symbol names stay, so a panic's
+/// backtrace still names functions. It makes the package build a few minutes longer than a
+/// plain release build.
+///
+/// A setting the user gives Cargo through the environment (`CARGO_PROFILE_RELEASE_LTO=thin`
+/// for a quicker package while trying a deployment; `set_by_user` is asked with the key, such
+/// as `"LTO"`) is theirs: passing ours with `--config` would override it, since the command
+/// line comes first in Cargo's order. Their `OPT_LEVEL` also stands for every package's.
+fn size_profile(lock: &str, set_by_user: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut settings: Vec<String> = [
+        ("DEBUG", "debug=false"),
+        ("STRIP", "strip=\"debuginfo\""),
+        ("LTO", "lto=\"fat\""),
+        ("CODEGEN_UNITS", "codegen-units=1"),
+    ]
+    .into_iter()
+    .filter(|(key, _)| !set_by_user(key))
+    .map(|(_, setting)| format!("profile.release.{setting}"))
+    .collect();
+    if !set_by_user("OPT_LEVEL") {
+        settings.extend(
+            optimized_for_size(lock)
+                .into_iter()
+                .map(|package| format!("profile.release.package.{package}.opt-level=\"s\"")),
+        );
+    }
+    settings
+}
+
 /// The Rust target `hubhost package` builds for: x86-64 Linux against glibc 2.28 (the Zig
 /// linker's glibc stubs), older than every Functions v4 Linux image.
 pub const DEFAULT_TARGET: &str = "x86_64-unknown-linux-gnu.2.28";
@@ -311,30 +344,14 @@ pub fn build(
     let mut zigbuild = Command::new(&cargo);
     zigbuild.args(["zigbuild", "--release", "--target", target]);
     zigbuild.args(["--package", &package, "--bin", name]);
-    // What is deployed is built for size, since the host copies and starts it on every cold
-    // start: no debug information (most of an unstripped binary), and the whole program
-    // optimized at link time in one unit, which drops what no function reaches (the reference
-    // app's handler: 17.1 MB → 13.0 MB). Symbol names stay, so a panic's backtrace still names
-    // functions. It makes the package build a few minutes longer than a plain release build.
-    zigbuild.args([
-        "--config",
-        "profile.release.debug=false",
-        "--config",
-        "profile.release.strip=\"debuginfo\"",
-        "--config",
-        "profile.release.lto=\"fat\"",
-        "--config",
-        "profile.release.codegen-units=1",
-    ]);
     let lock = metadata["workspace_root"]
         .as_str()
         .and_then(|root| std::fs::read_to_string(Path::new(root).join("Cargo.lock")).ok())
         .unwrap_or_default();
-    for package in optimized_for_size(&lock) {
-        zigbuild.args([
-            "--config",
-            &format!("profile.release.package.{package}.opt-level=\"s\""),
-        ]);
+    let set_by_user =
+        |key: &str| std::env::var_os(format!("CARGO_PROFILE_RELEASE_{key}")).is_some();
+    for setting in size_profile(&lock, set_by_user) {
+        zigbuild.args(["--config", &setting]);
     }
     if let Some(m) = manifest_path {
         zigbuild.arg("--manifest-path").arg(m);
@@ -503,6 +520,32 @@ pub fn check_zip(path: &Path) -> Result<PackageReport, PackageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_package_is_built_for_size_unless_the_user_set_the_profile() {
+        let lock = "[[package]]\nname = \"clap_builder\"\nversion = \"4.5.0\"\n";
+        let ours = size_profile(lock, |_| false);
+        assert_eq!(
+            ours,
+            [
+                "profile.release.debug=false",
+                "profile.release.strip=\"debuginfo\"",
+                "profile.release.lto=\"fat\"",
+                "profile.release.codegen-units=1",
+                "profile.release.package.clap_builder.opt-level=\"s\"",
+            ]
+        );
+        // `CARGO_PROFILE_RELEASE_LTO=thin CARGO_PROFILE_RELEASE_OPT_LEVEL=1`: both stay theirs.
+        let theirs = size_profile(lock, |key| key == "LTO" || key == "OPT_LEVEL");
+        assert_eq!(
+            theirs,
+            [
+                "profile.release.debug=false",
+                "profile.release.strip=\"debuginfo\"",
+                "profile.release.codegen-units=1",
+            ]
+        );
+    }
 
     #[test]
     fn the_binary_is_built_from_the_package_that_has_it() {
