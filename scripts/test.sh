@@ -77,8 +77,10 @@ lane() {
   echo "$status" > "$lanes/$name"
   # The CPU time the lane's processes took (user and system, of every process its commands
   # waited for): the suite is bound by CPU on 2 cores, so this is what a change to it moves.
+  # (`times` itself, not in a `$(…)` subshell, which has no children of its own.)
   local cpu
-  cpu=$(times | awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); n += t[1] * 60 + t[2] } printf "%d", n }')
+  times > "$lanes/$name.times"
+  cpu=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); n += t[1] * 60 + t[2] } printf "%d", n }' "$lanes/$name.times")
   echo "== lane $name finished after $((SECONDS - started)) s, $cpu s of CPU (status $status)"
 }
 

@@ -1,7 +1,7 @@
 //! The development loop on a project `hubhost new` made, with real processes, from the project
 //! folder with relative paths, and with a target folder shared between projects
-//! (`CARGO_TARGET_DIR`, common on developers' machines; here this workspace's own): host.json
-//! says `../target/debug/NAME` as `hubhost new` wrote it, and Cargo builds elsewhere.
+//! (`CARGO_TARGET_DIR`, common on developers' machines; here one beside this workspace's):
+//! host.json says `../target/debug/NAME` as `hubhost new` wrote it, and Cargo builds elsewhere.
 //! `hubhost invoke` names the build a missing handler needs, then shows one batch's answer as
 //! the host reads it; `hubhost emulate --watch` builds the handler where Cargo puts it, runs it
 //! from there, rebuilds and restarts it when the source changes — the partitions stay owned by
@@ -18,6 +18,10 @@ use serde_json::Value;
 
 const PACKAGE: &str = "dev-loop-fn";
 const FUNCTION: &str = "CountEvents";
+/// How long a build of the project may take: in the target folder the tests' new projects share
+/// it may first wait for Cargo's lock while another test's project compiles its dependencies
+/// there, minutes on a busy machine. A bound on liveness, not on speed.
+const BUILD_LIMIT: Duration = Duration::from_secs(900);
 
 /// A `hubhost emulate --watch` process, killed on drop, its output in files.
 struct Emulate {
@@ -141,10 +145,11 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
         &[],
     );
     assert_eq!(code, 0, "{stdout}{stderr}");
-    // The handler builds into this workspace's target folder, as into a CARGO_TARGET_DIR shared
-    // between projects; host.json still names the project's own target/.
+    // The handler builds into a CARGO_TARGET_DIR shared between projects; host.json still names
+    // the project's own target/.
     let hubhost = Path::new(env!("CARGO_BIN_EXE_hubhost"));
-    let target = hubhost.parent().and_then(Path::parent).unwrap();
+    let target = super::shared_target();
+    let target = target.as_path();
     let executable = target.join("debug").join(PACKAGE);
     let _ = std::fs::remove_file(&executable);
     let host_json = std::fs::read_to_string(project.join("function_app/host.json")).unwrap();
@@ -202,7 +207,7 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
     };
     emulate.wait_output(
         "the first build and start",
-        Duration::from_secs(600),
+        BUILD_LIMIT + Duration::from_secs(300),
         |out| out.contains(&format!("metrics: http://127.0.0.1:{metrics}")),
     );
     send(&hub, 20);
@@ -241,7 +246,7 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
     // An edit: rebuilt, only the handler restarted, the partitions still owned.
     let main = project.join("src/main.rs");
     edit(&main, "{bytes} bytes", "{bytes} bytes (v2)");
-    emulate.wait_output("the rebuild", Duration::from_secs(300), |out| {
+    emulate.wait_output("the rebuild", BUILD_LIMIT, |out| {
         out.contains("handler rebuilt and restarted")
     });
     send(&hub, 20);
@@ -263,7 +268,7 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
         "struct CountEvents;",
         "struct CountEvents; this is not rust",
     );
-    emulate.wait_output("the failed build", Duration::from_secs(300), |out| {
+    emulate.wait_output("the failed build", BUILD_LIMIT, |out| {
         out.contains("the running handler stays")
     });
     assert!(
@@ -286,7 +291,7 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
         .args(["build", "--bin", PACKAGE])
         .current_dir(&project)
         .env("CARGO_TARGET_DIR", target);
-    let built = kit::output_within(&mut build, Duration::from_secs(300));
+    let built = kit::output_within(&mut build, BUILD_LIMIT);
     assert!(
         built.status.success(),
         "{}",

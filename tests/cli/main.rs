@@ -11,3 +11,13 @@ mod dev_loop;
 mod function_app_files;
 mod new_project;
 mod package;
+
+/// The target folder the new projects of these tests share (`CARGO_TARGET_DIR`, as developers
+/// share one between projects): beside this workspace's build, not in it, so building a new
+/// project neither waits for Cargo's lock on the workspace's `debug` folder (which the other
+/// tests' builds of the examples take) nor makes them wait.
+fn shared_target() -> std::path::PathBuf {
+    let hubhost = std::path::Path::new(env!("CARGO_BIN_EXE_hubhost"));
+    let workspace_target = hubhost.parent().and_then(std::path::Path::parent).unwrap();
+    workspace_target.join("new-projects")
+}

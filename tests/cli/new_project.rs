@@ -13,8 +13,8 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Scaffolds with `args` into a new folder, then runs `cargo fmt --check` and `cargo test` there
-/// (with the lock `hubhost new` wrote, in this workspace's target folder so the framework is
-/// compiled once).
+/// (with the lock `hubhost new` wrote, in the target folder the tests' new projects share, so the
+/// dependencies are compiled once).
 fn scaffold_and_test(args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let project = dir.path().join("my-function");
@@ -40,7 +40,7 @@ fn scaffold_and_test(args: &[&str]) {
     assert!(stderr.contains("not empty"), "{stderr}");
 
     let hubhost = Path::new(env!("CARGO_BIN_EXE_hubhost"));
-    let target = hubhost.parent().and_then(Path::parent).unwrap();
+    let target = super::shared_target();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut fmt = Command::new(&cargo);
     fmt.args(["fmt", "--check"]).current_dir(&project);
@@ -54,14 +54,16 @@ fn scaffold_and_test(args: &[&str]) {
     let mut test = Command::new(&cargo);
     test.arg("test")
         .current_dir(&project)
-        .env("CARGO_TARGET_DIR", target)
+        .env("CARGO_TARGET_DIR", &target)
         .env(
             "PATH",
             std::env::var("PATH")
                 .unwrap_or_default()
                 .replace(hubhost.parent().unwrap().to_str().unwrap(), "/nonexistent"),
         );
-    let out = common::output_within(&mut test, Duration::from_secs(600));
+    // The dependencies compile here, or are waited for while another test's project compiles
+    // them in the shared folder: minutes on a busy machine.
+    let out = common::output_within(&mut test, Duration::from_secs(1200));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
