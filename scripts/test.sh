@@ -86,12 +86,7 @@ lane() {
 
 echo "== three lanes: timed (${timed[*]}) | builds (${builds[*]}) | rest (unit tests, ${rest[*]}, doc tests)"
 lane timed 0 cargo test --workspace --no-fail-fast "${timed_args[@]}" &
-# Four tests at a time rather than one per core: their builds use locks of their own (a new
-# project's target folder, the workspace's debug, release and packaging folders), so the
-# package build, which links on one core for minutes, starts beside the new projects' builds
-# instead of after them, and the five-minute path builds while the other scenarios take turns
-# on the fixed ports.
-lane builds 10 env RUST_TEST_THREADS=4 cargo test --workspace --no-fail-fast "${builds_args[@]}" &
+lane builds 10 cargo test --workspace --no-fail-fast "${builds_args[@]}" &
 # --all-targets leaves out the examples in the documentation; they run here.
 lane rest 5 bash -c 'cargo test --workspace --no-fail-fast --lib --bins "$@" && cargo test --workspace --doc' \
   rest "${rest_args[@]}" &

@@ -496,7 +496,10 @@ impl Shell {
 
     fn command(&self, text: &str) -> Command {
         let mut command = Command::new("bash");
-        command.arg("-c").arg(text).current_dir(&self.dir);
+        kit::without_test_run_env(&mut command)
+            .arg("-c")
+            .arg(text)
+            .current_dir(&self.dir);
         for (key, _) in std::env::vars() {
             let ours = key.starts_with("HUBHOST_")
                 || key.starts_with("CARGO_PROFILE_")

@@ -85,7 +85,9 @@ impl Drop for Emulate {
 /// `hubhost ARGS` run in `dir` (a user's shell in the project folder), its exit code and output.
 fn hubhost_in(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> (i32, String, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
-    command.args(args).current_dir(dir);
+    kit::without_test_run_env(&mut command)
+        .args(args)
+        .current_dir(dir);
     for (key, value) in env {
         command.env(key, value);
     }
@@ -181,7 +183,7 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
     let metrics = kit::free_port();
     let stdout = dir.path().join("emulate.out");
     let stderr = dir.path().join("emulate.err");
-    let child = Command::new(hubhost)
+    let child = kit::without_test_run_env(&mut Command::new(hubhost))
         .args(["emulate", "--watch", "--app", app])
         .args([
             "--metrics-port",
@@ -287,7 +289,7 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
         "Err(FunctionError::Failed { code: \"on_purpose\", message: \"failing on purpose\".into() })",
     );
     let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    build
+    kit::without_test_run_env(&mut build)
         .args(["build", "--bin", PACKAGE])
         .current_dir(&project)
         .env("CARGO_TARGET_DIR", target);

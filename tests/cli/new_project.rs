@@ -52,7 +52,8 @@ fn scaffold_and_test(args: &[&str]) {
     );
     // No hubhost on PATH, no service: the tests need nothing but cargo.
     let mut test = Command::new(&cargo);
-    test.arg("test")
+    common::without_test_run_env(&mut test)
+        .arg("test")
         .current_dir(&project)
         .env("CARGO_TARGET_DIR", &target)
         .env(

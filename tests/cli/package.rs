@@ -39,7 +39,7 @@ fn tool_path() -> String {
 
 fn package(args: &[&str]) -> (bool, String, String) {
     let out = common::output_within(
-        Command::new(env!("CARGO_BIN_EXE_hubhost"))
+        common::without_test_run_env(&mut Command::new(env!("CARGO_BIN_EXE_hubhost")))
             .arg("package")
             .args(args)
             .env("PATH", tool_path())

@@ -254,6 +254,37 @@ pub fn binary(name: &str) -> PathBuf {
     })
 }
 
+/// Removes from `command` the variables `cargo test` sets for the test binary running it
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME` and the rest of its package's, `CARGO_BIN_EXE_…`,
+/// `OUT_DIR`): a user's shell has none of them, and a build Cargo starts with them differs
+/// from one started without. Some build scripts ask Cargo to run them again when such a
+/// variable changes (`ring`'s does), so a `cargo build` started from a test and one started
+/// from a shell would each compile that crate and everything above it again, back and forth,
+/// in one target folder. `CARGO` (which Cargo to run) and `CARGO_HOME` stay.
+pub fn without_test_run_env(command: &mut Command) -> &mut Command {
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let set_by_cargo_test = key == "OUT_DIR"
+            || key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_BIN_EXE_")
+            || matches!(
+                key,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_MANIFEST_LINKS"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+            );
+        if set_by_cargo_test {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
 /// Builds the workspace's example packages (among them `names`; the first must have an
 /// executable of its own name) and returns the folder their executables are in. `cargo test`
 /// builds a package's executable only for that package's own tests, and the examples have none,
@@ -263,11 +294,13 @@ pub fn binary(name: &str) -> PathBuf {
 /// once `scripts/test.sh` has built them: Cargo unifies a dependency's features over the
 /// packages and targets a build selects, so `cargo build -p NAME` would compile much of the
 /// dependency graph again with the features of that one package (and again for each other
-/// selection), where the whole workspace's selection is the one the test build already made.
+/// selection), where the whole workspace's selection is the one the test build already made
+/// (started without the test's own variables, as `scripts/test.sh` starts it:
+/// [`without_test_run_env`]).
 pub fn build_examples(names: &[&str]) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
-    build
+    without_test_run_env(&mut build)
         .args(["build", "-q", "--workspace", "--all-targets"])
         .current_dir(crate::repository());
     let status = build.status().expect("cargo runs");
