@@ -496,12 +496,10 @@ impl Shell {
 
     fn command(&self, text: &str) -> Command {
         let mut command = Command::new("bash");
-        kit::without_test_run_env(&mut command)
-            .arg("-c")
-            .arg(text)
-            .current_dir(&self.dir);
+        command.arg("-c").arg(text).current_dir(&self.dir);
         for (key, _) in std::env::vars() {
-            let ours = key.starts_with("HUBHOST_")
+            let ours = kit::set_by_cargo_test(&key)
+                || key.starts_with("HUBHOST_")
                 || key.starts_with("CARGO_PROFILE_")
                 || key.starts_with("EventHubConnection")
                 || key.starts_with("AzureWebJobsStorage")

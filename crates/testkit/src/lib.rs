@@ -41,8 +41,8 @@ pub use kafka::{KafkaCallError, KafkaConnection, record_batch};
 pub use process::{
     COMMAND_LIMIT, FIXED_PORTS_TURN, FixedPorts, KilledOnDrop, binary, build_examples, copy_dir,
     free_port, hold_fixed_ports, http_get, http_get_bearer, hubhost, output_within,
-    process_status_number, resident_kib, status_number, transparent_huge_pages, try_free_port,
-    try_wait_within, wait_for_port, wait_within, without_test_run_env,
+    process_status_number, resident_kib, set_by_cargo_test, status_number, transparent_huge_pages,
+    try_free_port, try_wait_within, wait_for_port, wait_within, without_test_run_env,
 };
 pub use python::{json_output, python_json, python_output};
 pub use requests::{host_request, partition_context};

@@ -263,26 +263,30 @@ pub fn binary(name: &str) -> PathBuf {
 /// in one target folder. `CARGO` (which Cargo to run) and `CARGO_HOME` stay.
 pub fn without_test_run_env(command: &mut Command) -> &mut Command {
     for (key, _) in std::env::vars_os() {
-        let Some(key) = key.to_str() else { continue };
-        let set_by_cargo_test = key == "OUT_DIR"
-            || key.starts_with("CARGO_PKG_")
-            || key.starts_with("CARGO_BIN_EXE_")
-            || matches!(
-                key,
-                "CARGO_MANIFEST_DIR"
-                    | "CARGO_MANIFEST_PATH"
-                    | "CARGO_MANIFEST_LINKS"
-                    | "CARGO_CRATE_NAME"
-                    | "CARGO_BIN_NAME"
-                    | "CARGO_PRIMARY_PACKAGE"
-                    | "CARGO_TARGET_TMPDIR"
-                    | "CARGO_RUSTC_CURRENT_DIR"
-            );
-        if set_by_cargo_test {
+        if key.to_str().is_some_and(set_by_cargo_test) {
             command.env_remove(key);
         }
     }
     command
+}
+
+/// Whether `cargo test` sets the variable `key` for the test binary it runs (see
+/// [`without_test_run_env`]).
+pub fn set_by_cargo_test(key: &str) -> bool {
+    key == "OUT_DIR"
+        || key.starts_with("CARGO_PKG_")
+        || key.starts_with("CARGO_BIN_EXE_")
+        || matches!(
+            key,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+        )
 }
 
 /// Builds the workspace's example packages (among them `names`; the first must have an
