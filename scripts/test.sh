@@ -14,8 +14,12 @@
 # - "rest": everything else (the pipeline, the peers, the page, each crate's tests, the
 #   examples in the documentation), under `nice -n 5`: busy, but with no bound on time that
 #   the CPU it yields could break;
-# - "builds": the binaries that build (new projects from scratch, installs, packages for the
-#   Functions images: both cores for minutes), under `nice -n 10`, taking what the others leave.
+# - "builds": the tests that build (new projects from scratch, installs, packages for the
+#   Functions images: both cores for minutes), under `nice -n 10`, taking what the others leave:
+#   the docs, and the modules of the cli tests named in `cli_builds`. The cli tests' other
+#   modules (the demo, checkpoints, the deployment's files) run in the rest lane: a bounded
+#   demo waits for its pool to catch up, and starved at `nice -n 10` beside three builds it
+#   could not.
 # Tests that need a fixed port take turns on it across the lanes (the test kit's
 # `hold_fixed_ports`). The timings behind the split are in docs/testing.md.
 set -euo pipefail
@@ -32,6 +36,8 @@ fi
 
 timed=(hostile_clients hub pool scale bench_soak chaos bench_pool bench_latency_cost)
 builds=(docs cli)
+# The modules of the cli tests that build; the rest lane runs the cli's others.
+cli_builds=(new_project:: dev_loop:: package::)
 
 # Every target, the examples' executables included (the tests that run one build it with this
 # same command, which then has nothing to do): one selection of packages and targets, so every
@@ -61,8 +67,9 @@ done
 
 as_tests() { for name in "$@"; do printf -- '--test\n%s\n' "$name"; done; }
 mapfile -t timed_args < <(as_tests "${timed[@]}")
-mapfile -t builds_args < <(as_tests "${builds[@]}")
 mapfile -t rest_args < <(as_tests "${rest[@]}")
+cli_skips=()
+for module in "${cli_builds[@]}"; do cli_skips+=(--skip "$module"); done
 
 # One lane: its label before every line it prints, its status and its own log in files named
 # for it.
@@ -84,12 +91,18 @@ lane() {
   echo "== lane $name finished after $((SECONDS - started)) s, $cpu s of CPU (status $status)"
 }
 
-echo "== three lanes: timed (${timed[*]}) | builds (${builds[*]}) | rest (unit tests, ${rest[*]}, doc tests)"
+echo "== three lanes: timed (${timed[*]}) | builds (docs, cli's ${cli_builds[*]}) | rest (unit tests, ${rest[*]}, cli's others, doc tests)"
 lane timed 0 cargo test --workspace --no-fail-fast "${timed_args[@]}" &
-lane builds 10 cargo test --workspace --no-fail-fast "${builds_args[@]}" &
+lane builds 10 bash -c 'status=0
+  cargo test --workspace --no-fail-fast --test cli -- "$@" || status=$?
+  cargo test --workspace --no-fail-fast --test docs || status=$?
+  exit "$status"' builds "${cli_builds[@]}" &
 # --all-targets leaves out the examples in the documentation; they run here.
-lane rest 5 bash -c 'cargo test --workspace --no-fail-fast --lib --bins "$@" && cargo test --workspace --doc' \
-  rest "${rest_args[@]}" &
+lane rest 5 bash -c 'status=0
+  cargo test --workspace --no-fail-fast --lib --bins "${@:2:$1}" || status=$?
+  cargo test --workspace --no-fail-fast --test cli -- "${@:$1+2}" || status=$?
+  cargo test --workspace --doc || status=$?
+  exit "$status"' rest "${#rest_args[@]}" "${rest_args[@]}" "${cli_skips[@]}" &
 wait
 
 # A failed lane's failures again, last, where a reader of the log's tail finds them: the tests

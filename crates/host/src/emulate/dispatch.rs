@@ -1,7 +1,8 @@
 //! One delivery of a batch to the custom handler, as the host makes it: the exact request
 //! (`contract::encode`), the function's retry policy with `RetryContext`, and the verdict the
 //! pump acts on — succeeded, failed by the function (checkpointed, the host's rule), or not
-//! processed because the handler gave no answer or the pump is stopping (never checkpointed).
+//! processed because the handler gave no answer (without a retry policy) or the pump is
+//! stopping (never checkpointed).
 
 use std::time::Duration;
 
@@ -39,19 +40,6 @@ pub struct FunctionDispatch {
     pub faults: Option<Arc<FaultSwitch>>,
     /// How long a batch's retries go on once the instance stops ([`DRAIN`]).
     pub drain: Duration,
-    /// Batches the handler gave no answer to, by partition, with the attempt the next delivery
-    /// is: to the host a handler that died mid-invocation failed that invocation, so the
-    /// delivery after it is a retry and carries `RetryContext`.
-    pub unanswered: std::sync::Mutex<std::collections::HashMap<String, Unanswered>>,
-}
-
-/// A batch the handler gave no answer to: which events, and how many attempts were made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unanswered {
-    first: Option<i64>,
-    last: Option<i64>,
-    attempts: u32,
-    error: String,
 }
 
 /// Why one invocation did not succeed.
@@ -144,10 +132,12 @@ pub fn retry_delay(policy: &RetryPolicy, retry: u32) -> Duration {
 #[async_trait::async_trait]
 impl BatchHandler for FunctionDispatch {
     /// One delivery of the batch with the function's retry policy. A handler that gives no
-    /// answer ends it at once as [`BatchOutcome::NotProcessed`] (the pump delivers the batch
-    /// again once the handler is back); so does a stop during the retries, because the host
-    /// (Event Hubs extension 6.2.0 and later) writes no checkpoint while its listener stops
-    /// and the next owner starts the batch over.
+    /// answer is retried like a function that failed, without counting towards the policy's
+    /// maximum; without a policy it ends the delivery at once as
+    /// [`BatchOutcome::NotProcessed`] (the pump delivers the batch again once the handler is
+    /// back). A stop lets the retries go on for the drain, then gives the batch up as
+    /// `NotProcessed`, because the host (Event Hubs extension 6.2.0 and later) writes no
+    /// checkpoint while its listener stops and the next owner starts the batch over.
     async fn handle(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
         // The pump runs this inside `span` below: the delivery's span, which its checkpoint
         // joins.
@@ -223,21 +213,11 @@ impl FunctionDispatch {
     }
 
     async fn deliver(&self, batch: &PartitionBatch, stop: &CancellationToken) -> BatchOutcome {
-        let first = batch.events.first().and_then(|e| e.sequence_number);
         let last = batch.events.last().and_then(|e| e.sequence_number);
         let partition = &batch.context.partition_id;
-        let earlier = self
-            .unanswered
-            .lock()
-            .expect("unanswered lock")
-            .remove(partition)
-            .filter(|u| u.first == first && u.last == last);
         // When the stop came, once it has (`Some(None)`: not stopping when first asked).
         let mut draining: Option<Option<tokio::time::Instant>> = None;
-        let (mut attempt, mut last_error) = match earlier {
-            Some(u) if self.retry.is_some() => (u.attempts, Some(u.error)),
-            _ => (0, None),
-        };
+        let (mut attempt, mut last_error) = (0, None::<String>);
         loop {
             let context = self.retry.as_ref().map(|p| {
                 RetryContext {
@@ -257,31 +237,34 @@ impl FunctionDispatch {
                 attempt_span.record("otel.status_code", "ERROR");
                 attempt_span.record("error.type", "invocation_failed");
             }
-            let error = match outcome {
+            // `answered`: the function ran and failed (a verdict the policy counts).
+            let (error, answered) = match outcome {
                 Ok(()) => {
                     if let Some(faults) = &self.faults {
                         faults.batch_succeeded(&self.function, partition, last);
                     }
                     return BatchOutcome::Succeeded;
                 }
-                Err(InvocationFailure::NoAnswer(e)) => {
-                    self.unanswered.lock().expect("unanswered lock").insert(
-                        partition.clone(),
-                        Unanswered {
-                            first,
-                            last,
-                            attempts: attempt + 1,
-                            error: e.clone(),
-                        },
-                    );
+                // Without a retry policy the pump delivers the batch again once the handler is
+                // back (never a verdict, so never checkpointed).
+                Err(InvocationFailure::NoAnswer(e)) if self.retry.is_none() => {
                     return BatchOutcome::NotProcessed(e);
                 }
-                Err(InvocationFailure::Function(e)) => e,
+                // With one, a handler that died mid-invocation failed that invocation, as to
+                // the host: delivered again here with `RetryContext`, through a stop's drain
+                // too, so that the outputs `Once` claimed on the attempt before are given by
+                // this instance's retry. Not a verdict on the function, so not counted towards
+                // the policy's maximum.
+                Err(InvocationFailure::NoAnswer(e)) => (e, false),
+                Err(InvocationFailure::Function(e)) => (e, true),
             };
             let Some(policy) = &self.retry else {
                 return BatchOutcome::Failed(error);
             };
-            if policy.max_retry_count >= 0 && i64::from(attempt) >= policy.max_retry_count {
+            if answered
+                && policy.max_retry_count >= 0
+                && i64::from(attempt) >= policy.max_retry_count
+            {
                 return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
             }
             attempt += 1;
@@ -380,7 +363,6 @@ mod tests {
             outputs: Arc::default(),
             faults: None,
             drain: Duration::ZERO,
-            unanswered: Default::default(),
         }
     }
 
@@ -429,9 +411,12 @@ mod tests {
     #[tokio::test]
     async fn no_answer_or_a_stop_is_not_a_function_failure() {
         // Nothing listens on the port: the handler is down.
+        // Without a retry policy, the pump delivers the batch again.
         let port = hubhost_process::child::free_listen_port().unwrap();
         let down = Invoker::new(&format!("http://127.0.0.1:{port}"));
-        let outcome = dispatch(down, -1)
+        let mut without_policy = dispatch(down, -1);
+        without_policy.retry = None;
+        let outcome = without_policy
             .handle(&one_event_batch(), &CancellationToken::new())
             .await;
         assert!(
@@ -475,6 +460,94 @@ mod tests {
             matches!(&outcome, BatchOutcome::NotProcessed(e) if e.contains("draining")),
             "{outcome:?}"
         );
+    }
+
+    /// A handler that dies with its first `deaths` requests unanswered (the connection closed
+    /// without a response, as when the process is killed mid-request), then answers 200; each
+    /// request's `RetryContext.RetryCount` recorded.
+    async fn dying_handler(deaths: usize) -> (Invoker, Arc<std::sync::Mutex<Vec<i64>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let record = record.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    // Headers, then a body of Content-Length bytes.
+                    let body = loop {
+                        let n = socket.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&request).into_owned();
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let length: usize = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let (name, value) = l.split_once(':')?;
+                                name.eq_ignore_ascii_case("content-length")
+                                    .then(|| value.trim().parse().ok())?
+                            })
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break request[end + 4..end + 4 + length].to_vec();
+                        }
+                    };
+                    let request: Value = serde_json::from_slice(&body).unwrap();
+                    let retry: Value = match &request["Metadata"]["RetryContext"] {
+                        Value::String(text) => serde_json::from_str(text).unwrap(),
+                        other => other.clone(),
+                    };
+                    let dies = {
+                        let mut seen = record.lock().unwrap();
+                        seen.push(retry["RetryCount"].as_i64().unwrap_or(-1));
+                        seen.len() <= deaths
+                    };
+                    if dies {
+                        return; // dropped: no answer
+                    }
+                    let answer = br#"{"Outputs":{},"Logs":[]}"#;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        answer.len()
+                    );
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    let _ = socket.write_all(answer).await;
+                });
+            }
+        });
+        (Invoker::new(&base), seen)
+    }
+
+    #[tokio::test]
+    async fn a_batch_its_dead_handler_did_not_answer_is_retried_through_a_stop() {
+        // A handler that died failed the invocation, as to the host: the retry carries
+        // `RetryContext`, so `Once` gives again the outputs this instance claimed; deaths are
+        // not the function's failures, so a policy of one retry still gets there.
+        let (invoker, seen) = dying_handler(2).await;
+        let outcome = dispatch(invoker, 1)
+            .handle(&one_event_batch(), &CancellationToken::new())
+            .await;
+        assert_eq!(outcome, BatchOutcome::Succeeded);
+        assert_eq!(*seen.lock().unwrap(), [0, 1, 2]);
+        // Stopping, or having lost the partition, nobody else here delivers the batch again:
+        // the retries go on while the drain lasts.
+        let (invoker, seen) = dying_handler(2).await;
+        let mut draining = dispatch(invoker, 1);
+        draining.drain = Duration::from_secs(20);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let outcome = draining.handle(&one_event_batch(), &stop).await;
+        assert_eq!(outcome, BatchOutcome::Succeeded);
+        assert_eq!(*seen.lock().unwrap(), [0, 1, 2]);
     }
 
     #[test]

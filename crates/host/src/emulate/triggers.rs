@@ -218,7 +218,6 @@ fn consumers(
                     outputs: f.outputs.clone(),
                     faults: delivery.faults.clone(),
                     drain: delivery.drain,
-                    unanswered: Default::default(),
                 }),
                 stats: Arc::new(ProcessorStats::default()),
                 ends: Default::default(),
