@@ -218,6 +218,8 @@ impl FunctionDispatch {
         // When the stop came, once it has (`Some(None)`: not stopping when first asked).
         let mut draining: Option<Option<tokio::time::Instant>> = None;
         let (mut attempt, mut last_error) = (0, None::<String>);
+        // Attempts the function answered with a failure: the ones the policy's maximum counts.
+        let mut verdicts: i64 = 0;
         loop {
             let context = self.retry.as_ref().map(|p| {
                 RetryContext {
@@ -261,10 +263,8 @@ impl FunctionDispatch {
             let Some(policy) = &self.retry else {
                 return BatchOutcome::Failed(error);
             };
-            if answered
-                && policy.max_retry_count >= 0
-                && i64::from(attempt) >= policy.max_retry_count
-            {
+            verdicts += i64::from(answered);
+            if answered && policy.max_retry_count >= 0 && verdicts > policy.max_retry_count {
                 return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
             }
             attempt += 1;
