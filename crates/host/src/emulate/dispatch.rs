@@ -239,8 +239,7 @@ impl FunctionDispatch {
                 attempt_span.record("otel.status_code", "ERROR");
                 attempt_span.record("error.type", "invocation_failed");
             }
-            // `answered`: the function ran and failed (a verdict the policy counts).
-            let (error, answered) = match outcome {
+            let error = match outcome {
                 Ok(()) => {
                     if let Some(faults) = &self.faults {
                         faults.batch_succeeded(&self.function, partition, last);
@@ -257,14 +256,16 @@ impl FunctionDispatch {
                 // too, so that the outputs `Once` claimed on the attempt before are given by
                 // this instance's retry. Not a verdict on the function, so not counted towards
                 // the policy's maximum.
-                Err(InvocationFailure::NoAnswer(e)) => (e, false),
-                Err(InvocationFailure::Function(e)) => (e, true),
+                Err(InvocationFailure::NoAnswer(e)) => e,
+                Err(InvocationFailure::Function(e)) => {
+                    verdicts += 1;
+                    e
+                }
             };
             let Some(policy) = &self.retry else {
                 return BatchOutcome::Failed(error);
             };
-            verdicts += i64::from(answered);
-            if answered && policy.max_retry_count >= 0 && verdicts > policy.max_retry_count {
+            if policy.max_retry_count >= 0 && verdicts > policy.max_retry_count {
                 return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
             }
             attempt += 1;
@@ -307,6 +308,17 @@ mod tests {
 
     use super::*;
 
+    /// The `RetryContext.RetryCount` of an invocation request's body (the host sends the
+    /// context as a JSON string).
+    fn retry_count_of(body: &[u8]) -> i64 {
+        let request: Value = serde_json::from_slice(body).unwrap();
+        let retry: Value = match &request["Metadata"]["RetryContext"] {
+            Value::String(text) => serde_json::from_str(text).unwrap(),
+            other => other.clone(),
+        };
+        retry["RetryCount"].as_i64().unwrap()
+    }
+
     /// A handler on a real socket that answers 500 to its first `failures` requests, then 200,
     /// recording each request's `RetryContext.RetryCount`.
     async fn flaky_handler(failures: usize) -> (Invoker, Arc<std::sync::Mutex<Vec<i64>>>) {
@@ -317,13 +329,8 @@ mod tests {
             axum::routing::post(move |body: axum::body::Bytes| {
                 let record = record.clone();
                 async move {
-                    let request: Value = serde_json::from_slice(&body).unwrap();
-                    let retry: Value = match &request["Metadata"]["RetryContext"] {
-                        Value::String(text) => serde_json::from_str(text).unwrap(),
-                        other => other.clone(),
-                    };
                     let mut seen = record.lock().unwrap();
-                    seen.push(retry["RetryCount"].as_i64().unwrap());
+                    seen.push(retry_count_of(&body));
                     let status = if seen.len() <= failures {
                         axum::http::StatusCode::INTERNAL_SERVER_ERROR
                     } else {
@@ -501,14 +508,9 @@ mod tests {
                             break request[end + 4..end + 4 + length].to_vec();
                         }
                     };
-                    let request: Value = serde_json::from_slice(&body).unwrap();
-                    let retry: Value = match &request["Metadata"]["RetryContext"] {
-                        Value::String(text) => serde_json::from_str(text).unwrap(),
-                        other => other.clone(),
-                    };
                     let dies = {
                         let mut seen = record.lock().unwrap();
-                        seen.push(retry["RetryCount"].as_i64().unwrap_or(-1));
+                        seen.push(retry_count_of(&body));
                         seen.len() <= deaths
                     };
                     if dies {
