@@ -28,9 +28,9 @@
 //! The release profile is built at opt-level 0 here (`CARGO_PROFILE_RELEASE_OPT_LEVEL=0` in the
 //! shells' environment, the commands unchanged): the installs and `cargo run --release` then
 //! build in half the time, and nothing they check depends on optimization (the rest of the suite
-//! runs unoptimized builds too; the benchmarks build the real profile). `hubhost package` keeps
-//! the full profile for the reference app, whose package is the one tests/cli/package.rs
-//! checks; the five-minute path's package leaves out link-time optimization, as a user may.
+//! runs unoptimized builds too; the benchmarks build the real profile). The five-minute path's
+//! `hubhost package` builds with the full profile, as a user's does; the reference app's with
+//! the test kit's `QUICK_PACKAGE` settings, as tests/cli/package.rs does, which makes that build.
 
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
@@ -371,16 +371,6 @@ fn commands_are_read_from_fenced_shell_blocks_only() {
 /// documentation).
 const QUICK_RELEASE: (&str, &str) = ("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0");
 
-/// The settings a user may give `hubhost package` for a quicker build (docs/deploy.md), for the
-/// new project's package in the five-minute path: it builds every dependency afresh, and the
-/// whole program optimized in one unit at link time, on one core, took the longest of any
-/// step. What the scenario checks (the zip, no warning from Cargo) does not depend on them;
-/// tests/cli/package.rs checks the reference app's package built for size.
-const QUICK_PACKAGE: &[(&str, &str)] = &[
-    ("CARGO_PROFILE_RELEASE_LTO", "false"),
-    ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16"),
-];
-
 /// The fixed ports the documented commands use.
 const DEFAULT_PORTS: &[u16] = &[5672, 5671, 5443, 9092, 5380, 7071, 6671];
 
@@ -457,26 +447,31 @@ impl Shell {
     }
 
     /// Runs `text`, which must succeed, with the release profile as the project sets it (for
-    /// `hubhost package`); its stdout and stderr.
-    fn ok_fully_optimized(&mut self, text: &str, limit: Duration) -> (String, String) {
-        let quick = self.env.iter().position(|(k, _)| k == QUICK_RELEASE.0);
-        let removed = quick.map(|at| self.env.remove(at));
-        let out = self.ok_with_stderr(text, limit);
-        self.env.extend(removed);
-        out
+    /// `hubhost package` as a user types it); its stdout and stderr.
+    fn ok_full_profile(&mut self, text: &str, limit: Duration) -> (String, String) {
+        self.ok_with_profile(&[], text, limit)
     }
 
-    /// Runs `text`, which must succeed, with the release profile as the project sets it but for
-    /// [`QUICK_PACKAGE`], as a user may set it (docs/deploy.md); its stdout and stderr.
+    /// Runs `text`, which must succeed, with the test kit's [`kit::tools::QUICK_PACKAGE`] release
+    /// settings, as a user may give them (docs/deploy.md); its stdout and stderr.
     fn ok_quick_package(&mut self, text: &str, limit: Duration) -> (String, String) {
-        self.env.extend(
-            QUICK_PACKAGE
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string())),
-        );
-        let out = self.ok_fully_optimized(text, limit);
+        self.ok_with_profile(kit::tools::QUICK_PACKAGE, text, limit)
+    }
+
+    /// Runs `text` with `settings` as the release profile's variables, in place of the shell's.
+    fn ok_with_profile(
+        &mut self,
+        settings: &[(&str, &str)],
+        text: &str,
+        limit: Duration,
+    ) -> (String, String) {
+        let shell_env = self.env.clone();
         self.env
-            .retain(|(key, _)| !QUICK_PACKAGE.iter().any(|(quick, _)| quick == key));
+            .retain(|(key, _)| !key.starts_with("CARGO_PROFILE_"));
+        self.env
+            .extend(settings.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let out = self.ok_with_stderr(text, limit);
+        self.env = shell_env;
         out
     }
 
@@ -935,9 +930,10 @@ fn the_five_minute_path_works_as_a_user_types_it() {
     assert!(status.success(), "{status}:\n{out}");
     drop(ports);
 
-    // 5. Package, without link-time optimization (QUICK_PACKAGE). The project sets release
+    // 5. Package, with the full profile (link-time optimization in one codegen unit, the
+    // dependencies off an invocation's path optimized for size). The project sets release
     // profiles only for crates it builds, so Cargo has nothing to warn about.
-    let (_, stderr) = shell.ok_quick_package(
+    let (_, stderr) = shell.ok_full_profile(
         "hubhost package --app function_app --out app.zip",
         Duration::from_secs(2400),
     );
@@ -1330,9 +1326,10 @@ fn the_reference_app_runs_as_docs_running_says() {
     drop(hub);
     drop(ports);
 
-    // The deployment zip of the reference app.
+    // The deployment zip of the reference app, with the settings tests/cli/package.rs builds
+    // it with: that build is this one's.
     let (out, _) =
-        shell.ok_fully_optimized("hubhost package --out app.zip", Duration::from_secs(2400));
+        shell.ok_quick_package("hubhost package --out app.zip", Duration::from_secs(2400));
     assert!(out.contains("app.zip: valid"), "{out}");
     let zip = zip::ZipArchive::new(std::fs::File::open(root.join("app.zip")).unwrap()).unwrap();
     let names: BTreeSet<String> = zip

@@ -6,6 +6,10 @@
 //! platform would fail on — a binary linked against this machine's glibc, a zip carrying local
 //! secrets, an executable without its run bit, a host.json naming a file that is not there.
 //!
+//! It builds with the test kit's `QUICK_PACKAGE` release settings (no link-time optimization,
+//! opt-level 0), as a user may set them, since nothing checked here depends on optimization; the
+//! five-minute path in tests/docs.rs packages a new project with the full profile.
+//!
 //! cargo-zigbuild and Zig come from the registries into .tools/ (scripts/test.sh installs them).
 
 use hubhost_testkit as common;
@@ -42,6 +46,7 @@ fn package(args: &[&str]) -> (bool, String, String) {
         common::without_test_run_env(&mut Command::new(env!("CARGO_BIN_EXE_hubhost")))
             .arg("package")
             .args(args)
+            .envs(common::tools::QUICK_PACKAGE.iter().copied())
             .env("PATH", tool_path())
             .current_dir(repo()),
         Duration::from_secs(2400),
