@@ -13,7 +13,8 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 .tools/node_modules/.bin/azurite-blob --blobHost 127.0.0.1 --blobPort "$port" --location "$work/azurite" \
   --silent --disableTelemetry --skipApiVersionCheck --loose &
 azurite=$!
-trap 'kill $azurite 2>/dev/null; rm -rf "$work"' EXIT
+# Azurite writes its database as it closes: wait for it before its folder goes.
+trap 'kill $azurite 2>/dev/null; wait $azurite 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 key="Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 ./target/release/hubhost bench checkpoints "$@" \
