@@ -110,6 +110,14 @@ const NOT_RUN: &[(&str, &str)] = &[
         "the suite itself: .ci/run runs this very command, and this test is part of it",
     ),
     (
+        "rm -rf /tmp/fresh && git clone -q . /tmp/fresh && cd /tmp/fresh && CI=true bash .ci/run > LOG 2>&1",
+        "CI itself from a fresh clone: CI runs .ci/run on a clean checkout, and this test is part of it",
+    ),
+    (
+        "awk '/\\| +Running /{t[$1]=$4} /\\| test result/{print $1, $NF, t[$1]}' LOG | sort -k2 -rn",
+        "reads the log of the fresh-clone run above, which no scenario makes",
+    ),
+    (
         "cargo install cargo-zigbuild && pip install ziglang",
         "installs two tools into the user's own Cargo and Python; scripts/install-test-tools.sh installs the same two (pinned) under .tools/, which the scenarios put on PATH",
     ),

@@ -22,9 +22,10 @@
 //!
 //! `candidates` (pure) decides which ids to try in which order; `claim` does the locking.
 
-use std::fs::File;
+use std::fs::{File, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -221,24 +222,58 @@ fn claim_all(
             .read(true)
             .write(true)
             .open(&path)?;
-        match file.try_lock() {
-            Ok(()) => {
-                // For a person (or the refusal) to see who holds it; never read for decisions.
-                file.set_len(0)?;
-                writeln!(file, "pid {}\nid {id}\nscope {scope}", std::process::id())?;
-                files.push(file);
+        let locked = match file.try_lock() {
+            Ok(()) => true,
+            Err(TryLockError::WouldBlock) => {
+                holder_line(&path).as_deref() == Some(&format!("pid {}", std::process::id()))
+                    && lock_within(&file, OWN_LOCK_WAIT)?
             }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let holder = std::fs::read_to_string(&path)
-                    .ok()
-                    .and_then(|t| t.lines().next().map(|l| format!(" ({l})")))
-                    .unwrap_or_default();
-                return Ok(Err(holder));
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            Err(TryLockError::Error(e)) => return Err(e),
+        };
+        if !locked {
+            let holder = holder_line(&path)
+                .map(|line| format!(" ({line})"))
+                .unwrap_or_default();
+            return Ok(Err(holder));
         }
+        // For a person (or the refusal) to see who holds it; read for a decision only to tell
+        // this process's own lingering locks from another's (`OWN_LOCK_WAIT`).
+        file.set_len(0)?;
+        writeln!(file, "pid {}\nid {id}\nscope {scope}", std::process::id())?;
+        files.push(file);
     }
     Ok(Ok(files))
+}
+
+/// How long a claim waits for a lock whose file names this very process as its holder. A
+/// flock lasts until every descriptor of its open file is closed, and a child process that any
+/// thread forks holds a copy of each descriptor until it execs: a lock this process just
+/// dropped lingers that long. An instance restarted in the same process under its id (the test
+/// kit's `LocalApp` runs instances in the test's process, beside the handler processes they
+/// start) would otherwise find its own released id in use. A lock this process still holds
+/// costs the wait, then is refused as before. The wait blocks the calling thread, as the file
+/// operations around it do: a claim happens once, as an instance starts.
+const OWN_LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// The first line of a lock file (`pid N`), if it can be read.
+fn holder_line(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| text.lines().next().map(str::to_string))
+}
+
+/// Tries `file`'s lock again every 10 ms for at most `wait`: whether it was taken.
+fn lock_within(file: &File, wait: Duration) -> std::io::Result<bool> {
+    let deadline = Instant::now() + wait;
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        match file.try_lock() {
+            Ok(()) => return Ok(true),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {}
+            Err(TryLockError::WouldBlock) => return Ok(false),
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+    }
 }
 
 /// A file name for (scope, id): a digest, since scopes hold URLs and paths.
@@ -303,6 +338,37 @@ mod tests {
         // Another store or consumer group is another scope: box-0 is free there.
         let other = ["store b|ns/hub/$default".to_string()];
         assert_eq!(claim(&slots, &other, folder.path()).unwrap().id, "box-0");
+    }
+
+    #[test]
+    fn an_id_this_process_released_is_claimed_again_while_another_thread_forks() {
+        // Without the wait for its own lingering locks, 199 of these 300 claims found the id in
+        // use here (each right after the last one's release), with a thread starting `true` in
+        // a loop.
+        let forking = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let spawner = {
+            let forking = forking.clone();
+            std::thread::spawn(move || {
+                while forking.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = std::process::Command::new("true").status();
+                }
+            })
+        };
+        let folder = tempfile::tempdir().unwrap();
+        let scopes = ["s1".to_string(), "s2".to_string()];
+        let fixed = candidates(Some("i1"), no_env, None);
+        let claims: Vec<_> = (0..300)
+            .map(|_| claim(&fixed, &scopes, folder.path()).map(|identity| identity.id))
+            .collect();
+        forking.store(false, std::sync::atomic::Ordering::Relaxed);
+        spawner.join().unwrap();
+        let refused: Vec<_> = claims.iter().filter(|c| c.is_err()).collect();
+        assert!(
+            refused.is_empty(),
+            "{} of 300 refused: {:?}",
+            refused.len(),
+            refused.first()
+        );
     }
 
     #[test]
