@@ -222,19 +222,18 @@ fn claim_all(
             .read(true)
             .write(true)
             .open(&path)?;
-        let locked = match file.try_lock() {
-            Ok(()) => true,
+        match file.try_lock() {
+            Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
-                holder_line(&path).as_deref() == Some(&format!("pid {}", std::process::id()))
-                    && lock_within(&file, OWN_LOCK_WAIT)?
+                let holder = holder_line(&path);
+                let ours = holder.as_deref() == Some(&format!("pid {}", std::process::id()));
+                if !(ours && lock_within(&file, OWN_LOCK_WAIT)?) {
+                    return Ok(Err(holder
+                        .map(|line| format!(" ({line})"))
+                        .unwrap_or_default()));
+                }
             }
             Err(TryLockError::Error(e)) => return Err(e),
-        };
-        if !locked {
-            let holder = holder_line(&path)
-                .map(|line| format!(" ({line})"))
-                .unwrap_or_default();
-            return Ok(Err(holder));
         }
         // For a person (or the refusal) to see who holds it; read for a decision only to tell
         // this process's own lingering locks from another's (`OWN_LOCK_WAIT`).
