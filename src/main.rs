@@ -89,7 +89,7 @@ fn main() -> ExitCode {
         Command::Simulate { .. } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build(),
-        _ => tokio::runtime::Runtime::new(),
+        _ => hubhost_process::allocator::runtime(),
     }
     .expect("tokio runtime");
     // Inside the runtime: OTLP over gRPC, when asked for, runs its connection on it.

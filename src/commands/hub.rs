@@ -21,14 +21,20 @@ const FIXED_LIMITS: &str = "\
 Limits no flag sets (docs/hub.md: each attack, its limit, what the client sees):
   Kafka request before SASL             16 KiB, due within --open-timeout
   AMQP tokens per connection            64 (the oldest forgotten)
-  Kafka consumer groups                 1000 at once (idle ones forgotten), 1000 with offsets
+  Kafka consumer groups                 1000 at once a client (key and scope), 10000 in all;
+                                        idle ones forgotten
+  Kafka groups with offsets             1000 a client, 10000 in all; given up after
+                                        --kafka-offsets-retention-minutes without members
+  Kafka produce request                 4 MiB, decompressed too (all its batches together)
+  Kafka idempotent producers            100000 (producer, partition) states; the least
+                                        recently used forgotten
   Kafka members per group               1000
   Kafka ids, subscription, assignments  255 bytes, 64 KiB per member, 1 MiB per sync
   Kafka commit metadata                 4096 bytes
   admin endpoint                        the hub's token; loopback Host and Origin;
                                         32 connections, 4 requests at once;
                                         a request's header within 10 s;
-                                        1 MiB of event bodies per read
+                                        1 MiB of events per read, whole events
 A key's rights: --key name=key:Send,Listen (Send, Listen, Manage; all three by default).";
 
 /// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672) and Kafka
@@ -134,10 +140,25 @@ pub struct TransportArgs {
     /// No Kafka endpoint.
     #[arg(long)]
     pub no_kafka: bool,
+    /// Minutes a Kafka consumer group without members keeps its committed offsets (Kafka's
+    /// offsets.retention.minutes) [default: 10080, 7 days].
+    #[arg(long)]
+    pub kafka_offsets_retention_minutes: Option<f64>,
 }
 
 impl TransportArgs {
-    fn apply(self, bind: IpAddr, amqp_port: u16, config: &mut hubhost_hub::HubConfig) {
+    fn apply(
+        self,
+        bind: IpAddr,
+        amqp_port: u16,
+        config: &mut hubhost_hub::HubConfig,
+    ) -> Result<(), String> {
+        if let Some(minutes) = self.kafka_offsets_retention_minutes {
+            if !(minutes.is_finite() && minutes > 0.0) {
+                return Err("--kafka-offsets-retention-minutes must be a positive number".into());
+            }
+            config.kafka_offsets_retention = std::time::Duration::from_secs_f64(minutes * 60.0);
+        }
         // Kafka beside AMQP on the official emulator's ports; on other ports only when asked, so
         // that hubs started side by side (tests, several projects) do not contend for 9092.
         let kafka_port = self
@@ -163,6 +184,7 @@ impl TransportArgs {
             let port = self.websocket_port.unwrap_or(DEFAULT_WEBSOCKET_PORT);
             config.websocket = Some((bind, port).into());
         }
+        Ok(())
     }
 }
 
@@ -190,6 +212,11 @@ pub struct LimitArgs {
     /// closed.
     #[arg(long, default_value_t = ClientLimits::default().max_unfinished_bytes)]
     pub max_unfinished_bytes: usize,
+    /// Bytes that connections not yet authenticated may hold together, over every listener
+    /// (unfinished frames, WebSocket messages, Kafka requests before SASL); past it the oldest
+    /// of them are closed.
+    #[arg(long, default_value_t = ClientLimits::default().max_unauthenticated_bytes)]
+    pub max_unauthenticated_bytes: usize,
 }
 
 impl LimitArgs {
@@ -212,6 +239,7 @@ impl LimitArgs {
             open_timeout: std::time::Duration::from_secs_f64(self.open_timeout),
             max_frame_bytes: self.max_frame_size,
             max_unfinished_bytes: self.max_unfinished_bytes,
+            max_unauthenticated_bytes: self.max_unauthenticated_bytes,
         })
     }
 }
@@ -426,7 +454,7 @@ pub async fn run(args: Args) -> Result<(), String> {
             "--traces: no spans are exported; set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)"
         );
     }
-    transports.apply(bind, port, &mut config);
+    transports.apply(bind, port, &mut config)?;
     if !keys.is_empty() {
         config.keys = keys
             .iter()
@@ -458,7 +486,20 @@ mod tests {
             format!("{} connections", admin::MAX_CONNECTIONS),
             format!("{} requests at once", admin::MAX_CONCURRENT_REQUESTS),
             format!("within {} s", admin::HEADER_READ_TIMEOUT.as_secs()),
-            format!("{} of event bodies", mib(admin::MAX_RESPONSE_BODY_BYTES)),
+            format!(
+                "{} of events per read",
+                mib(admin::MAX_RESPONSE_EVENT_BYTES)
+            ),
+            format!("{} at once a client", kafka::MAX_GROUPS_PER_CLIENT),
+            format!("{} in all", kafka::MAX_GROUPS),
+            format!(
+                "{} MiB, decompressed too",
+                kafka::MAX_DECOMPRESSED_BYTES / (1024 * 1024)
+            ),
+            format!(
+                "{} (producer, partition) states",
+                kafka::MAX_PRODUCER_STATES
+            ),
         ] {
             assert!(FIXED_LIMITS.contains(&expected), "{expected}");
         }

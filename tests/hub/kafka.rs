@@ -418,39 +418,14 @@ fn idempotent_batch(
     sequence: i32,
     count: i32,
 ) -> kafka_protocol::messages::ProduceRequest {
-    use kafka_protocol::messages::*;
-    use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::*;
-    let records: Vec<Record> = (0..count)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: producer,
-            producer_epoch: 0,
-            timestamp_type: TimestampType::Creation,
-            offset: i64::from(i),
-            sequence: sequence + i,
-            timestamp: 1_700_000_000_000,
-            key: None,
-            value: Some(bytes::Bytes::from(format!("reading {}", sequence + i))),
-            headers: Default::default(),
+    let records: Vec<_> = (0..count)
+        .map(|i| {
+            let value = format!("reading {}", sequence + i);
+            common::kafka::record(producer, sequence + i, value.into())
         })
         .collect();
     let batch = common::record_batch(&records).unwrap();
-    ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(30_000)
-        .with_topic_data(vec![
-            produce_request::TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_static_str("sensors")))
-                .with_partition_data(vec![
-                    produce_request::PartitionProduceData::default()
-                        .with_index(1)
-                        .with_records(Some(batch)),
-                ]),
-        ])
+    common::kafka::produce_request("sensors", 1, batch)
 }
 
 /// Sends `request` on a new connection: the partition's error code and base offset.

@@ -17,6 +17,8 @@ The connection string is the one users write for the official emulator
                                      properties, a text body made of HTML, and a 900,000-byte text
   send-large <partition> <count> <bytes>
                                      sends events of that many bytes each to a partition
+  send-large-properties <partition> <count> <bytes>
+                                     sends events of a one-byte body and a property of that many bytes
 """
 
 import json
@@ -198,6 +200,16 @@ def send_large(cs, hub, partition, count, size):
     return {"sent": count}
 
 
+def send_large_properties(cs, hub, partition, count, size):
+    """Events of a one-byte body and one application property of `size` bytes."""
+    with EventHubProducerClient.from_connection_string(cs, eventhub_name=hub) as producer:
+        for i in range(count):
+            event = EventData(b"x")
+            event.properties = {"blob": chr(ord("a") + i % 26) * size}
+            producer.send_event(event, partition_id=partition)
+    return {"sent": count}
+
+
 def main():
     cs, hub, op, *args = sys.argv[1:]
     if op == "props":
@@ -223,6 +235,8 @@ def main():
         out = send_varied(cs, hub, args[0])
     elif op == "send-large":
         out = send_large(cs, hub, args[0], int(args[1]), int(args[2]))
+    elif op == "send-large-properties":
+        out = send_large_properties(cs, hub, args[0], int(args[1]), int(args[2]))
     else:
         raise SystemExit(f"unknown operation {op}")
     json.dump(out, sys.stdout)

@@ -21,8 +21,8 @@
 //! visits cannot reach it through a rebound DNS name — and requires the hub's token
 //! (`Authorization: Bearer …`), which the hub writes to its data directory (readable by its
 //! owner only) or, in memory, prints at start. At most [`MAX_CONCURRENT_REQUESTS`] requests are
-//! served at once, and a read returns at most [`MAX_RESPONSE_BODY_BYTES`] of events' bodies (the
-//! next read goes on from there).
+//! served at once, and a read returns at most [`MAX_RESPONSE_EVENT_BYTES`] of stored events,
+//! bodies, properties and annotations together (the next read goes on from there).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -47,9 +47,10 @@ use super::{Namespace, log};
 pub(crate) const ADDITIONS_FILE: &str = "additions.json";
 /// The most events one read returns.
 pub const MAX_EVENTS: usize = 100;
-/// The most bytes of events' bodies one read returns (at least one event, whatever its size):
-/// a read of 100 events of 1 MB each would otherwise answer 134 MB of JSON.
-pub const MAX_RESPONSE_BODY_BYTES: usize = 1024 * 1024;
+/// The most bytes of stored events one read returns, each counted whole — body, properties and
+/// annotations — (at least one event, whatever its size): a read of 100 events of 1 MB each
+/// would otherwise answer 134 MB of JSON.
+pub const MAX_RESPONSE_EVENT_BYTES: usize = 1024 * 1024;
 /// Events read from a partition's log at once while a read fills its budget.
 const READ_CHUNK: usize = 4;
 /// The most requests the endpoint serves at once; more wait for a turn.
@@ -685,7 +686,7 @@ async fn read_events(
     // Read a few events at a time and stop at the response's budget, so that a read of large
     // events holds about the budget, not `count` events; the explorer's next read goes on from
     // the last one shown.
-    let mut budget = MAX_RESPONSE_BODY_BYTES;
+    let mut budget = MAX_RESPONSE_EVENT_BYTES;
     let mut shown = Vec::new();
     let mut next = first;
     'reading: while shown.len() < count {
@@ -695,13 +696,15 @@ async fn read_events(
         let Some(last) = events.last() else { break };
         next = last.sequence + 1;
         for event in &events {
-            let Some(view) = event_view(event) else {
-                continue;
-            };
-            let size = view.body_base64.len() / 4 * 3;
+            // The whole stored event: body, properties and annotations (what its view is made
+            // of), measured before the view is.
+            let size = event.payload.len();
             if !shown.is_empty() && size > budget {
                 break 'reading;
             }
+            let Some(view) = event_view(event) else {
+                continue;
+            };
             budget = budget.saturating_sub(size);
             shown.push(view);
         }
@@ -722,7 +725,8 @@ struct AdminConnection(Arc<super::connections::Slot>);
 pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
     use tower::ServiceExt;
     let routes = router(state);
-    let slots = super::connections::Slots::new(MAX_CONNECTIONS);
+    // Its requests' sizes are bounded by the HTTP server; only the slots are counted here.
+    let slots = super::connections::Slots::new(MAX_CONNECTIONS, usize::MAX);
     loop {
         let (stream, _) = super::connections::accept(&listener, "admin", &slots).await;
         let Some((slot, _)) = slots.take() else {

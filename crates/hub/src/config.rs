@@ -35,6 +35,9 @@ pub struct HubConfig {
     pub websocket: Option<SocketAddr>,
     /// The Kafka endpoint, on this address (SASL_PLAINTEXT); `None`: no Kafka.
     pub kafka: Option<SocketAddr>,
+    /// How long a Kafka consumer group without members keeps its committed offsets (Kafka's
+    /// `offsets.retention.minutes`).
+    pub kafka_offsets_retention: Duration,
     /// Trace sends and receives as spans (`spans`), when something exports them.
     pub traces: bool,
 }
@@ -69,6 +72,10 @@ pub struct ClientLimits {
     /// Bytes of deliveries whose last frame has not arrived, over all of a connection's links
     /// (each is also held to the message limit); past it the connection is closed.
     pub max_unfinished_bytes: usize,
+    /// Bytes that connections which have not authenticated yet may hold together, over every
+    /// listener (unfinished frames, WebSocket messages, Kafka requests before SASL); past it the
+    /// oldest of them are closed (`crate::connections`).
+    pub max_unauthenticated_bytes: usize,
 }
 
 impl Default for ClientLimits {
@@ -80,6 +87,7 @@ impl Default for ClientLimits {
             open_timeout: Duration::from_secs(30),
             max_frame_bytes: 256 * 1024,
             max_unfinished_bytes: 16 * 1024 * 1024,
+            max_unauthenticated_bytes: 16 * 1024 * 1024,
         }
     }
 }
@@ -102,7 +110,7 @@ pub enum ConfigError {
     #[error("hub `{hub}` has {partitions} partitions; Event Hubs allows 1 to 32")]
     PartitionCount { hub: String, partitions: u32 },
     #[error(
-        "`{0}` cannot name an event hub: use 1 to 256 letters, digits, `.`, `-` and `_`, starting and ending with a letter or a digit (Event Hubs' rule)"
+        "`{0}` cannot name an event hub: use 1 to 255 letters, digits, `.`, `-` and `_`, starting and ending with a letter or a digit (Event Hubs' rule, which allows 256; the hub keeps each hub in a folder of its name, and a file name has at most 255 bytes)"
     )]
     HubName(String),
     #[error(
@@ -187,12 +195,17 @@ impl HubSpec {
     }
 }
 
-/// Whether `name` can name an event hub, by Event Hubs' resource rules: 1 to 256 letters,
-/// digits, `.`, `-` and `_`, starting and ending with a letter or a digit. (So no hub name is
-/// a dot file: the hub keeps its own files under `.hubhost/` in its data directory.)
+/// Whether `name` can name an event hub, by Event Hubs' resource rules: letters, digits, `.`,
+/// `-` and `_`, starting and ending with a letter or a digit. (So no hub name is a dot file:
+/// the hub keeps its own files under `.hubhost/` in its data directory.) At most
+/// [`MAX_HUB_NAME_BYTES`], one fewer than Event Hubs allows.
 pub fn is_valid_hub_name(name: &str) -> bool {
-    is_entity_name(name, 256)
+    is_entity_name(name, MAX_HUB_NAME_BYTES)
 }
+
+/// The longest hub name: a hub's events are kept in a folder of its name, and a file name has
+/// at most 255 bytes on Linux, macOS and Windows alike (Event Hubs allows 256 characters).
+pub const MAX_HUB_NAME_BYTES: usize = 255;
 
 /// Whether `name` can name a consumer group: the same characters as a hub, 1 to 50 of them, or
 /// the built-in `$Default` (in any case).
@@ -369,6 +382,7 @@ impl HubConfig {
             tls: None,
             websocket: None,
             kafka: None,
+            kafka_offsets_retention: crate::kafka::DEFAULT_OFFSETS_RETENTION,
             traces: false,
         }
     }
@@ -425,9 +439,12 @@ mod tests {
 
     #[test]
     fn names_follow_event_hubs_rules() {
-        for good in ["sensors", "a", "orders.v2", "my-hub_1", &"x".repeat(256)] {
+        for good in ["sensors", "a", "orders.v2", "my-hub_1", &"x".repeat(255)] {
             assert!(is_valid_hub_name(good), "{good}");
         }
+        // The longest name is a folder the hub can make.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("x".repeat(MAX_HUB_NAME_BYTES))).unwrap();
         for bad in [
             "",
             ".hubhost",
@@ -437,7 +454,7 @@ mod tests {
             "$management",
             "a/b",
             "a b",
-            &"x".repeat(257),
+            &"x".repeat(256),
         ] {
             assert!(!is_valid_hub_name(bad), "{bad:?}");
         }

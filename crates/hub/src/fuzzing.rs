@@ -132,7 +132,10 @@ pub fn kafka_request(frame: &[u8]) {
 /// headers.
 pub fn kafka_record_batches(records: &[u8]) {
     use crate::kafka::batch;
-    let Ok(batches) = batch::decode(Bytes::copy_from_slice(records)) else {
+    let Ok(batches) = batch::decode(
+        Bytes::copy_from_slice(records),
+        &std::cell::Cell::new(batch::MAX_DECOMPRESSED_BYTES),
+    ) else {
         return;
     };
     let events: Vec<_> = batches.into_iter().flat_map(|b| b.events).collect();
@@ -148,7 +151,11 @@ pub fn kafka_record_batches(records: &[u8]) {
             event: event.clone(),
         })
         .collect();
-    let again = batch::decode(batch::encode(&fetched)).expect("what the hub encodes decodes");
+    let again = batch::decode(
+        batch::encode(&fetched),
+        &std::cell::Cell::new(batch::MAX_DECOMPRESSED_BYTES),
+    )
+    .expect("what the hub encodes decodes");
     let round: Vec<_> = again.into_iter().flat_map(|b| b.events).collect();
     assert_eq!(
         round, events,
@@ -186,7 +193,8 @@ pub fn kafka_connection(data: &[u8]) {
     );
     let namespace = std::sync::Arc::new(crate::Namespace::open(&config).expect("in memory"));
     case_runtime().block_on(async move {
-        let kafka = Kafka::open(namespace).expect("in memory");
+        let kafka =
+            Kafka::open(namespace, crate::kafka::DEFAULT_OFFSETS_RETENTION).expect("in memory");
         let mut session = Session::new("127.0.0.1:9092".parse().expect("an address"));
         if mode % 2 == 1 {
             for frame in sasl_plain_frames() {

@@ -195,7 +195,8 @@ pub async fn serve(
     let kafka = match config.kafka {
         Some(address) => {
             let (listener, local) = listen(address, " (kafka)")?;
-            let endpoint = kafka::Kafka::open(namespace.clone()).map_err(HubError::KafkaOffsets)?;
+            let endpoint = kafka::Kafka::open(namespace.clone(), config.kafka_offsets_retention)
+                .map_err(HubError::KafkaOffsets)?;
             Some((listener, local, endpoint))
         }
         None => None,
@@ -268,7 +269,10 @@ pub async fn serve(
         })
     };
     // Every listener's connections share the slots: --max-connections bounds them together.
-    let slots = connections::Slots::new(config.limits.max_connections);
+    let slots = connections::Slots::new(
+        config.limits.max_connections,
+        config.limits.max_unauthenticated_bytes,
+    );
     let mut serving = tokio::task::JoinSet::new();
     for (listener, transport) in listeners {
         serving.spawn(server::serve(

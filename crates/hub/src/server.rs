@@ -178,7 +178,11 @@ pub async fn serve(
                         }
                     }
                     Transport::WebSocket(None) => {
-                        let upgrade = websocket::accept(stream, limits.max_frame_bytes as usize);
+                        let upgrade = websocket::accept(
+                            stream,
+                            limits.max_frame_bytes as usize,
+                            amqp.slot.meter(),
+                        );
                         if let Some(stream) = amqp.opened("WebSocket upgrade", upgrade).await {
                             amqp.serve(stream).await
                         }
@@ -186,8 +190,11 @@ pub async fn serve(
                     Transport::WebSocket(Some(tls)) => {
                         if let Some(stream) = amqp.opened("TLS handshake", tls.accept(stream)).await
                         {
-                            let upgrade =
-                                websocket::accept(stream, limits.max_frame_bytes as usize);
+                            let upgrade = websocket::accept(
+                                stream,
+                                limits.max_frame_bytes as usize,
+                                amqp.slot.meter(),
+                            );
                             if let Some(stream) = amqp.opened("WebSocket upgrade", upgrade).await {
                                 amqp.serve(stream).await
                             }
@@ -260,7 +267,11 @@ impl Amqp {
             .sasl_acceptor(SaslAnonymousMechanism::new())
             .build();
         let guard = FrameGuard::new(limits.max_frame_bytes as usize, limits.max_unfinished_bytes);
-        let opening = acceptor.accept(super::wire::WireStream::new(stream, guard));
+        let opening = acceptor.accept(super::wire::WireStream::new(
+            stream,
+            guard,
+            Some(slot.meter()),
+        ));
         let mut connection = match tokio::time::timeout_at(deadline, opening).await {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {

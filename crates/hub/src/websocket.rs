@@ -8,13 +8,17 @@
 //! What a client can make the hub hold here is bounded as over TCP: the upgrade request by the
 //! WebSocket library's own limit on its size, and, with the AMQP open, by the open timeout; a
 //! WebSocket frame or message by the hub's AMQP frame limit (plus room for one frame's header),
-//! checked from the frame header before its payload is read.
+//! checked from the frame header before its payload is read; and until the connection
+//! authenticates, what the WebSocket library has read towards a message not yet whole is
+//! charged to the hub's budget for unauthenticated connections (`Metered`).
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes};
+
+use crate::connections::Meter;
 use futures_util::{Sink, Stream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::WebSocketStream;
@@ -33,6 +37,9 @@ pub const SUBPROTOCOLS: [&str; 2] = ["AMQPWSB10", "amqp"];
 /// The most bytes the hub puts in one message: what it writes at once can be many frames, and
 /// clients bound a message's size (aiohttp, under the async Python SDK, at 4 MiB).
 const MAX_MESSAGE_OUT: usize = 64 * 1024;
+
+/// What the WebSocket library reads at once.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
 
 /// Why an upgrade request is refused; each becomes an HTTP error with this text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +80,7 @@ pub fn check_upgrade<'a>(
 pub async fn accept<S>(
     stream: S,
     max_frame_bytes: usize,
+    meter: Meter,
 ) -> Result<WebSocketIo<S>, tungstenite::Error>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -80,7 +88,10 @@ where
     // One AMQP frame and a WebSocket frame's header: clients put at most one AMQP frame (or a
     // part of one) in a message; the hub's own messages are as large as what it gathered.
     let limit = max_frame_bytes + 64;
+    // Reads of 8 KiB: the library zeroes its whole read buffer before each read, so its default
+    // of 128 KiB made every connection, authenticated or not, hold 128 KiB from its upgrade on.
     let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER_BYTES)
         .max_frame_size(Some(limit))
         .max_message_size(Some(limit));
     let check = |request: &Request, mut response: Response| {
@@ -108,6 +119,12 @@ where
             }
         }
     };
+    let stream = Metered {
+        inner: stream,
+        meter,
+        message_limit: limit,
+        in_message: false,
+    };
     let socket =
         tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config)).await?;
     Ok(WebSocketIo {
@@ -119,7 +136,7 @@ where
 /// A WebSocket carrying AMQP, as the byte stream AMQP expects: each binary message's bytes are
 /// read in order; each write goes out as one binary message.
 pub struct WebSocketIo<S> {
-    socket: WebSocketStream<S>,
+    socket: WebSocketStream<Metered<S>>,
     /// What is left of the last message read.
     unread: Bytes,
 }
@@ -158,7 +175,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WebSocketIo<S> {
             match ready!(Pin::new(&mut self.socket).poll_next(cx)) {
                 // The end of the stream: the client closed (a close message) or went away.
                 None | Some(Ok(Message::Close(_))) => return Poll::Ready(Ok(())),
-                Some(Ok(Message::Binary(bytes))) => self.unread = bytes,
+                Some(Ok(Message::Binary(bytes))) => {
+                    // The library has what it read as a message now (charged on with the AMQP
+                    // frames it carries, in `wire`).
+                    self.socket.get_mut().message_done();
+                    self.unread = bytes;
+                }
                 // Pings are answered by the WebSocket library itself.
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
                 Some(Ok(Message::Text(_))) => {
@@ -193,6 +215,66 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for WebSocketIo<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.socket).poll_close(cx).map_err(io_error)
+    }
+}
+
+/// The socket under the WebSocket library, charging `meter` (until the connection
+/// authenticates) for what the library holds towards its next message: as soon as any of a
+/// message has arrived, twice the largest message it may hold (`message_limit`), since the
+/// library makes room for (and zeroes) a frame's whole declared payload once it has read the
+/// frame's header, in a buffer that grows past it (charged once the limit, a budget of 16 MiB
+/// let 300 connections each holding 260 KB take 33 MiB); nothing again once the message is
+/// whole.
+pub struct Metered<S> {
+    inner: S,
+    meter: Meter,
+    message_limit: usize,
+    in_message: bool,
+}
+
+impl<S> Metered<S> {
+    fn message_done(&mut self) {
+        if self.in_message {
+            self.in_message = false;
+            let _ = self.meter.hold(0);
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
+        let this = &mut *self;
+        if buf.filled().len() > before && !this.in_message && !this.meter.is_authenticated() {
+            this.in_message = true;
+            if let Err(over) = this.meter.hold(2 * this.message_limit) {
+                return Poll::Ready(Err(io::Error::other(over)));
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

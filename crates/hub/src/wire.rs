@@ -23,6 +23,8 @@
 //!
 //! Reads reach fe2o3 unchanged, but only whole frames that `inbound::FrameGuard` has checked:
 //! what fe2o3's decoder would trust and should not is refused there, and the connection ends.
+//! Until the connection authenticates, what waits for the rest of a frame is charged to the
+//! hub's budget for unauthenticated connections (`connections::Meter`), and reads are small.
 
 use std::io;
 use std::pin::Pin;
@@ -32,6 +34,7 @@ use std::task::{Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf};
 use tokio::sync::Notify;
 
+use super::connections::Meter;
 use super::encoding::{self, CompoundKind};
 use super::inbound::FrameGuard;
 
@@ -197,7 +200,22 @@ struct Inbound {
     /// Why the input was refused, once it was: reported after the admitted bytes.
     refused: Option<String>,
     scratch: Box<[u8]>,
+    /// What `bytes` holds is charged here until the connection authenticates (none: never).
+    meter: Option<Meter>,
 }
+
+/// The size a frame's header declares, once the 8 bytes of one are at the start of `rest` (a
+/// protocol header is not a frame: 0).
+fn declared_frame(rest: &[u8]) -> usize {
+    if rest.len() < 8 || rest.starts_with(b"AMQP") {
+        return 0;
+    }
+    u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as usize
+}
+
+/// What one read takes at most: once authenticated, and before.
+const READ_BYTES: usize = 64 * 1024;
+const UNAUTHENTICATED_READ_BYTES: usize = 4 * 1024;
 
 /// The bytes waiting for the writer task, shared between it and the stream.
 #[derive(Default)]
@@ -221,9 +239,9 @@ struct OutboxState {
 const OUTBOX_LIMIT: usize = 1 << 20;
 
 impl<S: AsyncRead + AsyncWrite + Send + 'static> WireStream<S> {
-    /// Wraps `stream`, its input checked by `guard`; needs a tokio runtime, where the writer
-    /// task runs.
-    pub fn new(stream: S, guard: FrameGuard) -> Self {
+    /// Wraps `stream`, its input checked by `guard` and, until the connection authenticates,
+    /// charged to `meter`; needs a tokio runtime, where the writer task runs.
+    pub fn new(stream: S, guard: FrameGuard, meter: Option<Meter>) -> Self {
         let (reader, writer) = tokio::io::split(stream);
         let outbox = Arc::new(Outbox::default());
         tokio::spawn(write_out(writer, outbox.clone()));
@@ -236,7 +254,16 @@ impl<S: AsyncRead + AsyncWrite + Send + 'static> WireStream<S> {
                 bytes: Vec::new(),
                 admitted: 0,
                 refused: None,
-                scratch: vec![0; 64 * 1024].into_boxed_slice(),
+                scratch: vec![
+                    0;
+                    if meter.is_some() {
+                        UNAUTHENTICATED_READ_BYTES
+                    } else {
+                        READ_BYTES
+                    }
+                ]
+                .into_boxed_slice(),
+                meter,
             },
         }
     }
@@ -348,6 +375,14 @@ impl<S: AsyncRead> AsyncRead for WireStream<S> {
                 buf.put_slice(&inbound.bytes[..n]);
                 inbound.bytes.drain(..n);
                 inbound.admitted -= n;
+                if inbound.bytes.is_empty()
+                    && let Some(meter) = &mut inbound.meter
+                    && !meter.is_authenticated()
+                {
+                    // Nothing waits: what held an unfinished frame is given back.
+                    inbound.bytes = Vec::new();
+                    let _ = meter.hold(0);
+                }
                 return Poll::Ready(Ok(()));
             }
             if let Some(reason) = &inbound.refused {
@@ -355,6 +390,11 @@ impl<S: AsyncRead> AsyncRead for WireStream<S> {
                     io::ErrorKind::InvalidData,
                     reason.clone(),
                 )));
+            }
+            if inbound.scratch.len() < READ_BYTES
+                && inbound.meter.as_ref().is_none_or(Meter::is_authenticated)
+            {
+                inbound.scratch = vec![0; READ_BYTES].into_boxed_slice();
             }
             let mut read = ReadBuf::new(&mut inbound.scratch);
             match Pin::new(&mut this.reader).poll_read(cx, &mut read) {
@@ -369,7 +409,27 @@ impl<S: AsyncRead> AsyncRead for WireStream<S> {
                         Err(e) => {
                             tracing::warn!(error = %e, "connection closed: its input was refused");
                             inbound.refused = Some(e.to_string());
+                            continue;
                         }
+                    }
+                    if let Some(meter) = &mut inbound.meter
+                        && !meter.is_authenticated()
+                    {
+                        // Room for the whole of the frame being read, charged before it is
+                        // made, and made once: grown read by read, the buffer's earlier sizes
+                        // were memory the allocator kept long after.
+                        let admitted = inbound.admitted;
+                        let whole = admitted
+                            + declared_frame(&inbound.bytes[admitted..])
+                                .max(inbound.bytes.len() - admitted);
+                        if let Err(over) = meter.hold(whole.max(inbound.bytes.capacity())) {
+                            tracing::info!("connection closed: {over}");
+                            inbound.refused = Some(over.to_string());
+                            inbound.bytes = Vec::new();
+                            inbound.admitted = 0;
+                            continue;
+                        }
+                        inbound.bytes.reserve_exact(whole - inbound.bytes.len());
                     }
                 }
             }
@@ -533,7 +593,7 @@ mod tests {
     async fn a_stream_written_in_pieces_comes_out_rewritten() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (client, server) = tokio::io::duplex(4096);
-        let mut wrapped = WireStream::new(server, FrameGuard::new(1 << 16, 1 << 20));
+        let mut wrapped = WireStream::new(server, FrameGuard::new(1 << 16, 1 << 20), None);
         let mut bytes = b"AMQP\x00\x01\x00\x00".to_vec();
         bytes.extend(frame(0, &[0x00, 0x53, 0x18, 0x45], &[]));
         bytes.extend(frame(0, &[0x00, 0x53, 0x17, 0xc0, 0x02, 0x01, 0x40], &[]));

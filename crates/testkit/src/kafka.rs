@@ -124,3 +124,71 @@ pub fn record_batch(records: &[kafka_protocol::records::Record]) -> Result<Bytes
     .map_err(|e| KafkaCallError::Protocol(e.to_string()))?;
     Ok(batch.freeze())
 }
+
+/// `records` as one gzip-compressed record batch (magic 2): what a producer with
+/// `compression.type=gzip` sends.
+pub fn gzip_record_batch(
+    records: &[kafka_protocol::records::Record],
+) -> Result<Bytes, KafkaCallError> {
+    use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+    let gzip = |input: &mut BytesMut, out: &mut BytesMut, _: Compression| -> anyhow::Result<()> {
+        use std::io::Write;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(input)?;
+        out.extend_from_slice(&encoder.finish()?);
+        Ok(())
+    };
+    let mut batch = BytesMut::new();
+    RecordBatchEncoder::encode_with_custom_compression(
+        &mut batch,
+        records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Gzip,
+        },
+        Some(gzip),
+    )
+    .map_err(|e| KafkaCallError::Protocol(e.to_string()))?;
+    Ok(batch.freeze())
+}
+
+/// One record of `value` at `sequence` from producer `producer` at epoch 0 (-1, -1: a
+/// producer without idempotence).
+pub fn record(producer: i64, sequence: i32, value: Bytes) -> kafka_protocol::records::Record {
+    kafka_protocol::records::Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: producer,
+        producer_epoch: 0,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset: 0,
+        sequence,
+        timestamp: 1_700_000_000_000,
+        key: None,
+        value: Some(value),
+        headers: Default::default(),
+    }
+}
+
+/// A Produce request (acks=all) of `records` (encoded batches) to `partition` of `topic`.
+pub fn produce_request(
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::*;
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![
+            produce_request::TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from(topic.to_string())))
+                .with_partition_data(vec![
+                    produce_request::PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(records)),
+                ]),
+        ])
+}

@@ -37,7 +37,8 @@ pub use hub::{Hub, KEY};
 /// Rehearsals: plans, the audit, the report.
 pub use hubhost_rehearse as rehearse;
 pub use hubhost_rehearse::{FaultKind, InProcessHub, LocalApp, LocalAppError, Rehearsal};
-pub use kafka::{KafkaCallError, KafkaConnection, record_batch};
+pub use kafka::{KafkaCallError, KafkaConnection, gzip_record_batch, record_batch};
+
 pub use process::{
     COMMAND_LIMIT, FIXED_PORTS_TURN, FixedPorts, KilledOnDrop, binary, build_examples, copy_dir,
     free_port, hold_fixed_ports, http_get, http_get_bearer, hubhost, output_within,

@@ -5,8 +5,9 @@
 //! `kafka-protocol` decodes and encodes the batches; what it trusts, this module checks first: a
 //! batch's declared length against the bytes that follow, its record count against the bytes its
 //! records take (every record takes at least 7), every record's lengths and header count against
-//! the record (`check_records`), and a compressed batch's output against
-//! `MAX_DECOMPRESSED_BYTES` as it is decompressed (a few bytes of gzip can claim gigabytes).
+//! the record (`check_records`), and a compressed batch's output as it is decompressed against
+//! what is left of its produce request's one budget of [`MAX_DECOMPRESSED_BYTES`] (a few bytes
+//! of gzip can claim gigabytes, and a request can carry a hundred such batches).
 
 use std::io::Read;
 
@@ -17,8 +18,10 @@ use kafka_protocol::records::{
 
 use super::convert::Event;
 
-/// What one batch may decompress to.
-pub const MAX_DECOMPRESSED_BYTES: usize = 4 * 1024 * 1024;
+/// What the compressed batches of one produce request may decompress to, together: the
+/// request's own size limit, so a request holds no more decompressed than it could have sent
+/// plain.
+pub const MAX_DECOMPRESSED_BYTES: usize = super::MAX_REQUEST_BYTES;
 /// The fixed part of a magic-2 batch, up to and including its record count.
 const BATCH_HEADER_BYTES: usize = 61;
 /// The smallest record: seven one-byte varints (length, attributes, timestamp and offset deltas,
@@ -33,7 +36,7 @@ pub enum BatchError {
     Magic(i8),
     #[error("a record batch declares {count} records in {bytes} bytes")]
     Count { count: i64, bytes: usize },
-    #[error("a record batch decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes")]
+    #[error("the request's record batches decompress to more than {MAX_DECOMPRESSED_BYTES} bytes")]
     Decompressed,
     #[error("a record batch is transactional; transactions are not supported")]
     Transactional,
@@ -50,8 +53,13 @@ pub struct ProducedBatch {
     pub events: Vec<Event>,
 }
 
-/// Every batch in a produce request's `records` for one partition.
-pub fn decode(mut records: Bytes) -> Result<Vec<ProducedBatch>, BatchError> {
+/// Every batch in a produce request's `records` for one partition; what its compressed batches
+/// decompress to is taken from `budget`, the request's, and refused before more than what is
+/// left of it is decompressed.
+pub fn decode(
+    mut records: Bytes,
+    budget: &std::cell::Cell<usize>,
+) -> Result<Vec<ProducedBatch>, BatchError> {
     let mut batches = Vec::new();
     while records.has_remaining() {
         if records.len() < BATCH_HEADER_BYTES {
@@ -81,7 +89,10 @@ pub fn decode(mut records: Bytes) -> Result<Vec<ProducedBatch>, BatchError> {
         }
         let mut batch = records.split_to(total as usize);
         let decompress = |data: &mut Bytes, compression: Compression| {
-            let out = decompress(data, compression)?;
+            let out = decompress(data, compression, budget.get())?;
+            if compression != Compression::None {
+                budget.set(budget.get() - out.len());
+            }
             if count as usize > out.len() / MIN_RECORD_BYTES {
                 anyhow::bail!(BatchError::Count {
                     count,
@@ -181,10 +192,10 @@ fn skip_sized(bytes: &mut &[u8]) -> Option<()> {
     Some(())
 }
 
-/// Decompresses a batch's records, stopping past `MAX_DECOMPRESSED_BYTES`.
-fn decompress(data: &mut Bytes, compression: Compression) -> anyhow::Result<Bytes> {
+/// Decompresses a batch's records, stopping past `left` bytes.
+fn decompress(data: &mut Bytes, compression: Compression, left: usize) -> anyhow::Result<Bytes> {
     let input = data.split_to(data.len());
-    let limit = MAX_DECOMPRESSED_BYTES as u64 + 1;
+    let limit = left as u64 + 1;
     let mut out = Vec::new();
     let read = match compression {
         Compression::None => return Ok(input),
@@ -198,10 +209,10 @@ fn decompress(data: &mut Bytes, compression: Compression) -> anyhow::Result<Byte
             .map_err(|e| anyhow::anyhow!("zstd: {e}"))?
             .take(limit)
             .read_to_end(&mut out),
-        Compression::Snappy => return snappy(&input),
+        Compression::Snappy => return snappy(&input, left),
     };
     read.map_err(|e| anyhow::anyhow!("{compression:?}: {e}"))?;
-    if out.len() > MAX_DECOMPRESSED_BYTES {
+    if out.len() > left {
         anyhow::bail!(BatchError::Decompressed);
     }
     Ok(Bytes::from(out))
@@ -210,7 +221,7 @@ fn decompress(data: &mut Bytes, compression: Compression) -> anyhow::Result<Byte
 /// Snappy as Kafka clients write it: xerial's framing (a magic header, then blocks each with its
 /// length) or, from some clients, one raw block. Every block states its decompressed length,
 /// which is checked before the block is decompressed.
-fn snappy(input: &[u8]) -> anyhow::Result<Bytes> {
+fn snappy(input: &[u8], left: usize) -> anyhow::Result<Bytes> {
     const XERIAL: &[u8] = b"\x82SNAPPY\x00";
     let mut blocks = Vec::new();
     if input.starts_with(XERIAL) && input.len() >= 16 {
@@ -236,7 +247,7 @@ fn snappy(input: &[u8]) -> anyhow::Result<Bytes> {
     let mut out = BytesMut::new();
     for block in blocks {
         let len = snap::raw::decompress_len(block)?;
-        if out.len() + len > MAX_DECOMPRESSED_BYTES {
+        if out.len() + len > left {
             anyhow::bail!(BatchError::Decompressed);
         }
         let start = out.len();
@@ -380,6 +391,11 @@ mod tests {
         Ok(())
     }
 
+    /// One partition's records decoded with a whole request's budget.
+    fn decode_alone(records: Bytes) -> Result<Vec<ProducedBatch>, BatchError> {
+        decode(records, &std::cell::Cell::new(MAX_DECOMPRESSED_BYTES))
+    }
+
     #[test]
     fn batches_in_every_compression_decode_with_their_producer_fields() {
         let events: Vec<Event> = (0..20).map(event).collect();
@@ -390,7 +406,7 @@ mod tests {
             Compression::Lz4,
             Compression::Zstd,
         ] {
-            let batches = decode(produced(compression, &events)).unwrap();
+            let batches = decode_alone(produced(compression, &events)).unwrap();
             assert_eq!(
                 batches,
                 vec![ProducedBatch {
@@ -428,20 +444,23 @@ mod tests {
         let mut long = good.to_vec();
         long[8..12].copy_from_slice(&i32::MAX.to_be_bytes());
         assert!(matches!(
-            decode(long.into()),
+            decode_alone(long.into()),
             Err(BatchError::Length { .. })
         ));
         // A record count no body could hold (the CRC is checked later; the count first).
         let mut many = good.to_vec();
         many[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
-        assert!(matches!(decode(many.into()), Err(BatchError::Count { .. })));
+        assert!(matches!(
+            decode_alone(many.into()),
+            Err(BatchError::Count { .. })
+        ));
         // Old message sets.
         let mut old = good.to_vec();
         old[16] = 1;
-        assert_eq!(decode(old.into()), Err(BatchError::Magic(1)));
+        assert_eq!(decode_alone(old.into()), Err(BatchError::Magic(1)));
         // Cut short.
-        assert!(decode(good.slice(..30)).is_err());
-        assert!(decode(good.slice(..good.len() - 1)).is_err());
+        assert!(decode_alone(good.slice(..30)).is_err());
+        assert!(decode_alone(good.slice(..good.len() - 1)).is_err());
     }
 
     #[test]
@@ -481,10 +500,39 @@ mod tests {
             let bomb = produced(compression, std::slice::from_ref(&big));
             assert!(bomb.len() < 1024 * 1024, "{compression:?}: {}", bomb.len());
             assert_eq!(
-                decode(bomb),
+                decode_alone(bomb),
                 Err(BatchError::Decompressed),
                 "{compression:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_request_s_batches_share_one_decompression_budget() {
+        // A hundred batches each 1 MiB of zeros compressed: each alone is within the limit, the
+        // hundred together are not, and decoding stops at the budget, not at the hundredth.
+        let big = Event {
+            key: None,
+            value: Some(Bytes::from(vec![0u8; 1024 * 1024])),
+            headers: Vec::new(),
+        };
+        let one = produced(Compression::Zstd, std::slice::from_ref(&big));
+        assert!(decode_alone(one.clone()).is_ok());
+        let mut many = Vec::new();
+        for _ in 0..100 {
+            many.extend_from_slice(&one);
+        }
+        let budget = std::cell::Cell::new(MAX_DECOMPRESSED_BYTES);
+        assert_eq!(
+            decode(Bytes::from(many), &budget),
+            Err(BatchError::Decompressed)
+        );
+        assert!(budget.get() < 1024 * 1024, "{} left", budget.get());
+        // And across a request's partitions: what one spent, the next does not have.
+        let budget = std::cell::Cell::new(MAX_DECOMPRESSED_BYTES);
+        for _ in 0..3 {
+            decode(one.clone(), &budget).unwrap();
+        }
+        assert_eq!(decode(one.clone(), &budget), Err(BatchError::Decompressed));
     }
 }

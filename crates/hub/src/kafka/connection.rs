@@ -105,9 +105,19 @@ pub async fn serve(
         let kafka = kafka.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));
+            // Offsets are swept for expiry a few times per retention, at most once a minute.
+            let sweep_every = (kafka.offsets_retention / 4)
+                .clamp(Duration::from_millis(250), Duration::from_secs(60));
+            let mut last_sweep = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 kafka.coordinator.tick();
+                if last_sweep.elapsed() >= sweep_every {
+                    last_sweep = tokio::time::Instant::now();
+                    let kafka = kafka.clone();
+                    // Removing files: off the async workers.
+                    let _ = tokio::task::spawn_blocking(move || kafka.expire_offsets()).await;
+                }
             }
         })
     };
@@ -157,9 +167,10 @@ pub(super) async fn connection(
     let local = stream.local_addr().map_err(|e| e.to_string())?;
     let mut session = Session::new(local);
     let authentication_deadline = tokio::time::Instant::now() + limits.open_timeout;
+    let mut meter = slot.meter();
     loop {
         let authenticated = session.access.is_some();
-        let read = read_request(&mut stream, authenticated);
+        let read = read_request(&mut stream, authenticated, &mut meter);
         let frame = if authenticated {
             read.await?
         } else {
@@ -171,6 +182,8 @@ pub(super) async fn connection(
             return Ok(());
         };
         let answer = kafka.answer(&mut session, frame.freeze()).await;
+        // The request is answered: what it held is no longer the connection's.
+        let _ = meter.hold(0);
         if !authenticated && session.access.is_some() {
             slot.authenticated();
         }
@@ -249,11 +262,12 @@ impl Kafka {
     }
 }
 
-/// The next request frame, its declared size checked before it is read; `None` at the end of
-/// the stream.
+/// The next request frame, its declared size checked (and, before authentication, charged to
+/// `meter`) before it is read; `None` at the end of the stream.
 pub(super) async fn read_request(
     stream: &mut TcpStream,
     authenticated: bool,
+    meter: &mut crate::connections::Meter,
 ) -> Result<Option<BytesMut>, String> {
     let mut size = [0u8; 4];
     match stream.read_exact(&mut size).await {
@@ -262,6 +276,9 @@ pub(super) async fn read_request(
         Err(e) => return Err(e.to_string()),
     }
     let len = check_size(i32::from_be_bytes(size), authenticated).map_err(|e| e.to_string())?;
+    if !authenticated {
+        meter.hold(len).map_err(|e| e.to_string())?;
+    }
     let mut frame = BytesMut::zeroed(len);
     stream
         .read_exact(&mut frame)

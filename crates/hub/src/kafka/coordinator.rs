@@ -10,10 +10,13 @@ use tokio::sync::oneshot;
 
 use super::groups::{Effect, Group, JoinOutcome, JoinRequest, Reply, SyncOutcome};
 
-/// The most groups the coordinator holds at once; a join that would open another is refused
-/// (`INVALID_GROUP_ID` says no more can be made, and nothing is held for it). Groups with no
-/// member are forgotten at the next tick.
-pub const MAX_GROUPS: usize = 1000;
+/// The most groups one client (a key and scope: `sasl::Authenticated::principal`) may have
+/// opened that the coordinator holds at once; a join that would open another is refused
+/// (`INVALID_GROUP_ID` says no more can be made, and nothing is held for it), so one client
+/// cannot fill the hub for everyone. Groups with no member are forgotten at the next tick.
+pub const MAX_GROUPS_PER_CLIENT: usize = 1000;
+/// The most groups the coordinator holds at once, over every client.
+pub const MAX_GROUPS: usize = 10 * MAX_GROUPS_PER_CLIENT;
 
 /// Requests waiting for their answer, by (group, member id).
 type Parked<T> = HashMap<(String, String), oneshot::Sender<T>>;
@@ -21,6 +24,9 @@ type Parked<T> = HashMap<(String, String), oneshot::Sender<T>>;
 #[derive(Default)]
 struct State {
     groups: HashMap<String, Group>,
+    /// The client that opened each group held, and how many each client opened.
+    opened_by: HashMap<String, String>,
+    opened: HashMap<String, usize>,
     /// Groups forgotten once idle, with their last generation, oldest first (at most
     /// [`MAX_GROUPS`]): the explorer still shows them `Empty`, as Kafka describes a group whose
     /// members all left, rather than as never seen since the hub started.
@@ -57,7 +63,8 @@ impl Coordinator {
         self.started.elapsed().as_millis() as u64
     }
 
-    pub async fn join(&self, group: &str, request: JoinRequest) -> JoinOutcome {
+    /// A join by a member of client `principal` (the one that opens a group counts it).
+    pub async fn join(&self, group: &str, principal: &str, request: JoinRequest) -> JoinOutcome {
         let refused = |error: kafka_protocol::error::ResponseError| JoinOutcome::Failed {
             code: error.code(),
             member_id: String::new(),
@@ -76,12 +83,20 @@ impl Coordinator {
         let waiting = {
             let mut state = self.state.lock().expect("groups lock");
             let now = self.now();
-            if !state.groups.contains_key(group) && state.groups.len() >= MAX_GROUPS {
-                tracing::warn!(
-                    groups = MAX_GROUPS,
-                    "a Kafka join for a new group was refused: the hub holds as many as it may"
-                );
-                return refused(kafka_protocol::error::ResponseError::InvalidGroupId);
+            if !state.groups.contains_key(group) {
+                let by_client = state.opened.get(principal).copied().unwrap_or(0);
+                if by_client >= MAX_GROUPS_PER_CLIENT || state.groups.len() >= MAX_GROUPS {
+                    tracing::warn!(
+                        groups = state.groups.len(),
+                        by_client,
+                        "a Kafka join for a new group was refused: the hub holds as many as it may ({MAX_GROUPS_PER_CLIENT} a client, {MAX_GROUPS} in all)"
+                    );
+                    return refused(kafka_protocol::error::ResponseError::InvalidGroupId);
+                }
+                state
+                    .opened_by
+                    .insert(group.to_string(), principal.to_string());
+                *state.opened.entry(principal.to_string()).or_default() += 1;
             }
             let (reply, effects) = state
                 .groups
@@ -174,12 +189,29 @@ impl Coordinator {
             .collect();
         for (name, generation) in idle {
             state.groups.remove(&name);
+            if let Some(principal) = state.opened_by.remove(&name)
+                && let Some(count) = state.opened.get_mut(&principal)
+            {
+                *count -= 1;
+                if *count == 0 {
+                    state.opened.remove(&principal);
+                }
+            }
             state.forgotten.retain(|(n, _)| *n != name);
             state.forgotten.push_back((name, generation));
             if state.forgotten.len() > MAX_GROUPS {
                 state.forgotten.pop_front();
             }
         }
+    }
+
+    /// Whether `group` has members now (its offsets do not expire meanwhile).
+    pub fn has_members(&self, group: &str) -> bool {
+        let state = self.state.lock().expect("groups lock");
+        state
+            .groups
+            .get(group)
+            .is_some_and(|g| !g.members().is_empty())
     }
 
     pub fn views(&self) -> Vec<(String, GroupView)> {

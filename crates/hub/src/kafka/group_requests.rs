@@ -69,16 +69,18 @@ impl Kafka {
                 Err(code) => return refused(code),
             };
         let access = Self::access(session);
-        let tied = subscribed
-            .into_iter()
-            .chain(self.offsets.hubs_of(&r.group_id.0));
+        // The commits here; the live members' subscriptions in the group itself (`groups`).
         let mut allowed = access.rights.allows(Right::Listen);
-        for hub in tied {
-            allowed &= access.allows(&hub, Right::Listen);
+        for hub in subscribed
+            .iter()
+            .chain(&self.offsets.hubs_of(&r.group_id.0))
+        {
+            allowed &= access.allows(hub, Right::Listen);
         }
         if !allowed {
             return refused(ResponseError::GroupAuthorizationFailed.code());
         }
+        let scope = access.hub.clone();
         let request = JoinRequest {
             member_id: r.member_id.to_string(),
             client_id: if session.client_id.is_empty() {
@@ -99,8 +101,14 @@ impl Kafka {
                 .map(|p| (p.name.to_string(), p.metadata))
                 .collect(),
             require_known_member_id: version >= 4,
+            scope,
+            subscribed: subscribed.iter().map(|h| h.to_ascii_lowercase()).collect(),
         };
-        let response = match self.coordinator.join(&r.group_id.0, request).await {
+        let response = match self
+            .coordinator
+            .join(&r.group_id.0, &session.principal, request)
+            .await
+        {
             JoinOutcome::Joined(j) => JoinGroupResponse::default()
                 .with_generation_id(j.generation)
                 .with_protocol_type((version >= 7).then(|| text(&j.protocol_type)))
@@ -233,7 +241,7 @@ impl Kafka {
             .collect();
         let mut topics = topics;
         if !commits.is_empty()
-            && let Err(e) = self.offsets.commit(&group, commits)
+            && let Err(e) = self.offsets.commit(&group, &session.principal, commits)
         {
             let code = match &e {
                 offsets::CommitError::TooManyGroups => {

@@ -56,6 +56,18 @@ pub struct JoinRequest {
     /// JoinGroup v4 and later: a first join gets a member id and `MEMBER_ID_REQUIRED`, and joins
     /// again with it.
     pub require_known_member_id: bool,
+    /// What the member's credentials reach: the one hub (lowercased) of a scoped connection
+    /// string or token, or `None` for every hub.
+    pub scope: Option<String>,
+    /// The hubs (lowercased) its subscription names.
+    pub subscribed: Vec<String>,
+}
+
+/// Whether credentials reaching `scope` reach every one of `hubs`.
+fn reaches(scope: &Option<String>, hubs: &[String]) -> bool {
+    scope
+        .as_deref()
+        .is_none_or(|only| hubs.iter().all(|hub| hub == only))
 }
 
 /// A completed join, as one member's response carries it.
@@ -116,6 +128,8 @@ struct Member {
     session_timeout_ms: u64,
     rebalance_timeout_ms: u64,
     protocols: Vec<(String, Bytes)>,
+    scope: Option<String>,
+    subscribed: Vec<String>,
     last_heard_ms: u64,
     /// Its join waits for the rebalance to complete.
     joining: bool,
@@ -237,6 +251,23 @@ impl Group {
                 &request.member_id,
             );
         }
+        // A group is tied to the hubs its members consume, from its first member on: every
+        // member's credentials must reach every hub any member subscribes to, so that a client
+        // scoped to one hub neither leads a group consuming another (and sees, and assigns, its
+        // partitions) nor joins one.
+        let tied = self
+            .members
+            .iter()
+            .filter(|(id, _)| **id != request.member_id)
+            .all(|(_, m)| {
+                reaches(&request.scope, &m.subscribed) && reaches(&m.scope, &request.subscribed)
+            });
+        if !tied {
+            return failed(
+                code(ResponseError::GroupAuthorizationFailed),
+                &request.member_id,
+            );
+        }
         let full = self.members.len() + self.pending_ids.len() >= MAX_MEMBERS;
         if full && !self.members.contains_key(&request.member_id) {
             let pending = self.pending_ids.contains_key(&request.member_id);
@@ -269,6 +300,8 @@ impl Group {
                 session_timeout_ms: request.session_timeout_ms,
                 rebalance_timeout_ms: request.rebalance_timeout_ms,
                 protocols: request.protocols,
+                scope: request.scope,
+                subscribed: request.subscribed,
                 last_heard_ms: now,
                 joining: true,
                 syncing: false,
@@ -570,7 +603,60 @@ mod tests {
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
             require_known_member_id: false,
+            scope: None,
+            subscribed: vec!["sensors".into()],
         }
+    }
+
+    fn scoped(member_id: &str, scope: Option<&str>, subscribed: &[&str]) -> JoinRequest {
+        JoinRequest {
+            scope: scope.map(str::to_string),
+            subscribed: subscribed.iter().map(|h| h.to_string()).collect(),
+            ..request(member_id)
+        }
+    }
+
+    fn refused_with(reply: &Reply<JoinOutcome>, error: ResponseError) -> bool {
+        matches!(reply, Reply::Now(JoinOutcome::Failed { code, .. }) if *code == error.code())
+    }
+
+    #[test]
+    fn a_group_is_tied_to_its_members_hubs_from_its_first_member() {
+        // A client scoped to alarms opens the group first: nobody may bring sensors into it,
+        // so it never leads (or sees) a sensors consumer.
+        let mut group = Group::default();
+        joined(
+            group
+                .join(scoped("", Some("alarms"), &["alarms"]), "a".into(), 0)
+                .0,
+        );
+        let (reply, _) = group.join(scoped("", None, &["sensors"]), "v".into(), 1);
+        assert!(refused_with(
+            &reply,
+            ResponseError::GroupAuthorizationFailed
+        ));
+        // A namespace-wide member consuming alarms is welcome.
+        let (reply, _) = group.join(scoped("", None, &["alarms"]), "w".into(), 2);
+        assert!(!refused_with(
+            &reply,
+            ResponseError::GroupAuthorizationFailed
+        ));
+
+        // The other way round: a group consuming sensors takes no member scoped to alarms.
+        let mut group = Group::default();
+        joined(group.join(scoped("", None, &["sensors"]), "v".into(), 0).0);
+        let (reply, _) = group.join(scoped("", Some("alarms"), &["alarms"]), "a".into(), 1);
+        assert!(refused_with(
+            &reply,
+            ResponseError::GroupAuthorizationFailed
+        ));
+        // Once its members are gone, the group is free again.
+        group.leave("v", 2);
+        let (reply, _) = group.join(scoped("", Some("alarms"), &["alarms"]), "a".into(), 3);
+        assert!(!refused_with(
+            &reply,
+            ResponseError::GroupAuthorizationFailed
+        ));
     }
 
     fn joined(reply: Reply<JoinOutcome>) -> Joined {

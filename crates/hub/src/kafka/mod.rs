@@ -31,7 +31,6 @@ mod versions;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -45,11 +44,15 @@ use crate::config::ClientLimits;
 use crate::connections::{Slot, Slots, Taken};
 use crate::sas::Right;
 use crate::{MAX_MESSAGE_BYTES, Namespace};
+pub use batch::MAX_DECOMPRESSED_BYTES;
 use connection::SASL_REQUIRED;
 pub use connection::{Decoded, FrameError, check_size, decode, serve};
 pub use coordinator::GroupView;
+pub use coordinator::{MAX_GROUPS, MAX_GROUPS_PER_CLIENT};
 pub use fetch::MAX_FETCH_BYTES;
 use groups::{JoinOutcome, JoinRequest, SyncOutcome};
+pub use offsets::DEFAULT_RETENTION as DEFAULT_OFFSETS_RETENTION;
+pub use producers::MAX_PRODUCER_STATES;
 use sasl::Access;
 use versions::{supported, unauthenticated};
 
@@ -74,23 +77,42 @@ pub struct Kafka {
     namespace: Arc<Namespace>,
     coordinator: coordinator::Coordinator,
     offsets: offsets::OffsetStore,
-    next_producer_id: AtomicI64,
+    offsets_retention: Duration,
     /// Idempotent producers' recent batches per partition, to answer a retried batch with the
     /// offset it got the first time instead of appending it again (across restarts too).
     producers: producers::ProducerStates,
 }
 
 impl Kafka {
-    pub fn open(namespace: Arc<Namespace>) -> std::io::Result<Arc<Self>> {
+    /// The endpoint over `namespace`, its groups' offsets kept for `offsets_retention` once
+    /// they have no member (Kafka's `offsets.retention.minutes`).
+    pub fn open(
+        namespace: Arc<Namespace>,
+        offsets_retention: Duration,
+    ) -> std::io::Result<Arc<Self>> {
         let offsets = offsets::OffsetStore::open(namespace.data_dir())?;
         let producers = producers::ProducerStates::open(namespace.data_dir())?;
         Ok(Arc::new(Kafka {
             namespace,
             coordinator: coordinator::Coordinator::default(),
             offsets,
-            next_producer_id: AtomicI64::new(chrono::Utc::now().timestamp_millis()),
+            offsets_retention,
             producers,
         }))
+    }
+
+    /// Forgets the offsets of groups that have had no member for the retention.
+    fn expire_offsets(&self) {
+        let expired = self
+            .offsets
+            .expire(self.offsets_retention, |g| self.coordinator.has_members(g));
+        if !expired.is_empty() {
+            tracing::info!(
+                groups = expired.len(),
+                retention = ?self.offsets_retention,
+                "Kafka consumer groups without members gave their offsets up"
+            );
+        }
     }
 
     /// The Kafka consumer groups that committed offsets for `hub`, with their lag, for the
@@ -160,6 +182,11 @@ pub(crate) struct Session {
     local: SocketAddr,
     mechanism: Option<String>,
     access: Option<Access>,
+    /// Who the client counts as for the per-client caps (`sasl::Authenticated`).
+    principal: String,
+    /// When its credential expires (Unix seconds): past it, any request but re-authentication
+    /// closes the connection, as Kafka brokers do with `connections.max.reauth.ms`.
+    expires_at: Option<i64>,
     client_id: String,
 }
 
@@ -170,6 +197,8 @@ impl Session {
             local,
             mechanism: None,
             access: None,
+            principal: String::new(),
+            expires_at: None,
             client_id: String::new(),
         }
     }
@@ -221,6 +250,21 @@ impl Kafka {
             && let RequestKind::Metadata(r) = &decoded.request
         {
             return unauthenticated(r, version);
+        }
+        let reauthenticating = matches!(
+            decoded.request,
+            RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_)
+        );
+        if let Some(expired) = session.expires_at.filter(|at| *at <= now_secs())
+            && !reauthenticating
+        {
+            return Outcome {
+                response: None,
+                header_version: 0,
+                close: Some(format!(
+                    "the client's credential expired at {expired} (Unix time): a client re-authenticates within the session lifetime SaslAuthenticate gave it (KIP-368), or connects again with a new token"
+                )),
+            };
         }
         match decoded.request {
             RequestKind::ApiVersions(_) => self.api_versions(version),

@@ -4,7 +4,7 @@
 
 use super::*;
 
-use super::producers::Recent;
+use super::producers::{self, Placement, Recent, Sequenced};
 
 impl Kafka {
     pub(super) fn init_producer_id(&self, r: InitProducerIdRequest, version: i16) -> Outcome {
@@ -16,9 +16,8 @@ impl Kafka {
                 version,
             );
         }
-        let id = self
-            .next_producer_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Random, so that no client can write under another's id (`producers`).
+        let id = self.producers.new_id();
         respond(
             &InitProducerIdResponse::default()
                 .with_producer_id(ProducerId(id))
@@ -28,6 +27,8 @@ impl Kafka {
     }
     pub(super) fn produce(&self, session: &Session, r: ProduceRequest, version: i16) -> Outcome {
         let mut responses = Vec::new();
+        // One decompression budget for the whole request (`batch`).
+        let budget = std::cell::Cell::new(batch::MAX_DECOMPRESSED_BYTES);
         for topic in r.topic_data {
             let name = topic.name.0.to_string();
             let hub = self.topic(session, &name, Some(Right::Send));
@@ -35,7 +36,7 @@ impl Kafka {
             for data in topic.partition_data {
                 let (code, base_offset, message) = match &hub {
                     Err(code) => (*code, -1, None),
-                    Ok(hub) => self.produce_partition(hub, data.index, data.records),
+                    Ok(hub) => self.produce_partition(hub, data.index, data.records, &budget),
                 };
                 partitions.push(
                     produce_response::PartitionProduceResponse::default()
@@ -66,12 +67,14 @@ impl Kafka {
             version,
         )
     }
-    /// Appends one partition's batches: (error code, base offset, message).
+    /// Appends one partition's batches, decompressing them from the request's `budget`:
+    /// (error code, base offset, message).
     pub(super) fn produce_partition(
         &self,
         hub: &crate::Hub,
         index: i32,
         records: Option<Bytes>,
+        budget: &std::cell::Cell<usize>,
     ) -> (i16, i64, Option<String>) {
         let Some(partition) = usize::try_from(index)
             .ok()
@@ -79,15 +82,15 @@ impl Kafka {
         else {
             return (ResponseError::UnknownTopicOrPartition.code(), -1, None);
         };
-        let batches = match batch::decode(records.unwrap_or_default()) {
+        let batches = match batch::decode(records.unwrap_or_default(), budget) {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(hub = %hub.name, partition = index, "Kafka produce refused: {e}");
-                return (
-                    ResponseError::CorruptMessage.code(),
-                    -1,
-                    Some(e.to_string()),
-                );
+                let code = match e {
+                    batch::BatchError::Decompressed => ResponseError::MessageTooLarge,
+                    _ => ResponseError::CorruptMessage,
+                };
+                return (code.code(), -1, Some(e.to_string()));
             }
         };
         for b in &batches {
@@ -115,26 +118,24 @@ impl Kafka {
             if b.events.is_empty() {
                 continue;
             }
-            let last_sequence = b.base_sequence.wrapping_add(b.events.len() as i32 - 1);
             let key = (b.producer_id, hub.name.to_ascii_lowercase(), index);
-            if b.producer_id >= 0
-                && let Some(recent) = self.producers.recent(&key)
-            {
-                if let Some(done) = recent.iter().find(|r| r.first_sequence == b.base_sequence) {
-                    // A retry of a batch already appended: its first answer again.
-                    base_offset.get_or_insert(done.base_offset);
-                    continue;
-                }
-                let last = recent.last().expect("kept non-empty");
-                if b.base_sequence != last.last_sequence.wrapping_add(1) {
-                    return (
-                        ResponseError::OutOfOrderSequenceNumber.code(),
-                        -1,
-                        Some(format!(
-                            "sequence {} follows {}",
-                            b.base_sequence, last.last_sequence
-                        )),
-                    );
+            let sequenced = Sequenced {
+                epoch: b.producer_epoch,
+                first_sequence: b.base_sequence,
+                last_sequence: producers::increment(b.base_sequence, b.events.len() as i32 - 1),
+            };
+            if b.producer_id >= 0 {
+                match self.producers.place(&key, sequenced) {
+                    Placement::Append => {}
+                    Placement::Duplicate { base_offset: first } => {
+                        // A retry of a batch already appended: its first answer again.
+                        base_offset.get_or_insert(first);
+                        continue;
+                    }
+                    Placement::Refuse(error, message) => {
+                        tracing::info!(hub = %hub.name, partition = index, producer = b.producer_id, "Kafka produce refused: {message}");
+                        return (error.code(), -1, Some(message));
+                    }
                 }
             }
             let payloads = b
@@ -158,9 +159,10 @@ impl Kafka {
             if b.producer_id >= 0 {
                 self.producers.record(
                     key,
+                    sequenced.epoch,
                     Recent {
-                        first_sequence: b.base_sequence,
-                        last_sequence,
+                        first_sequence: sequenced.first_sequence,
+                        last_sequence: sequenced.last_sequence,
                         base_offset: first,
                     },
                 );

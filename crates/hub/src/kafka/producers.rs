@@ -1,23 +1,40 @@
-//! Idempotent producers' recent batches per partition, so that a retried batch is answered with
+//! Idempotent producers as Kafka defines them: their ids, and per producer and partition the
+//! epoch, the last sequence and the last five batches, so that a retried batch is answered with
 //! the offset it got the first time instead of being appended again — across a restart of the
-//! hub too. With a data directory every batch remembered is also appended to a journal among the
-//! hub's own files (`kafka-producers.journal`, one line per batch, written as the partition's
-//! events are: no fsync), read back at start and rewritten whole when it has grown to several
-//! times what it holds. Kafka rebuilds the same state from its log's batch headers; the hub's log
+//! hub too.
+//!
+//! - **Ids** are drawn at random from the 63 bits Kafka gives them (never from a counter), and
+//!   never one that this hub remembers: no client can guess another's id, and a restarted hub
+//!   cannot hand out an id whose batches its journal still holds.
+//! - **What a batch is** is decided by [`place`] (pure), with the broker's rules: a duplicate
+//!   only when id, epoch, first *and* last sequence match a batch kept; an older epoch refused
+//!   with `INVALID_PRODUCER_EPOCH`, a gap or an overlap with `OUT_OF_ORDER_SEQUENCE_NUMBER`; a
+//!   producer the hub does not know may start at any sequence.
+//! - **Bounded** at [`MAX_PRODUCER_STATES`] (producer, partition) pairs: past it the least
+//!   recently used is forgotten, as Kafka lets a silent producer's state expire, and nobody
+//!   else's.
+//!
+//! With a data directory every batch remembered is also appended to a journal among the hub's
+//! own files (`kafka-producers.journal`, one line per batch, written as the partition's events
+//! are: no fsync), read back at start and rewritten whole when it has grown to several times
+//! what it holds. Kafka rebuilds the same state from its log's batch headers; the hub's log
 //! stores AMQP messages, which carry no producer id.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use kafka_protocol::error::ResponseError;
 
 /// The journal's name among the hub's own files.
 pub(crate) const JOURNAL_FILE: &str = "kafka-producers.journal";
 /// Batches remembered per producer and partition (Kafka's `max.in.flight` is at most 5 for
 /// idempotence).
 const RECENT_BATCHES: usize = 5;
-/// (Producer, partition) pairs whose recent batches are remembered at most.
-const MAX_PRODUCER_STATES: usize = 100_000;
+/// (Producer, partition) pairs whose state is remembered at most; past it the least recently
+/// used is forgotten.
+pub const MAX_PRODUCER_STATES: usize = 100_000;
 /// Journal lines past which it is rewritten with what it holds (never below this).
 const COMPACT_AFTER_LINES: usize = 10_000;
 
@@ -32,20 +49,178 @@ pub(super) struct Recent {
     pub base_offset: i64,
 }
 
+/// What the hub knows of one producer on one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) struct ProducerState {
+    pub epoch: i16,
+    /// Its last batches, oldest first (never empty once known).
+    pub recent: Vec<Recent>,
+}
+
+/// A produced batch's idempotence fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sequenced {
+    pub epoch: i16,
+    pub first_sequence: i32,
+    pub last_sequence: i32,
+}
+
+/// What becomes of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Placement {
+    /// Append it.
+    Append,
+    /// A retry of a batch appended before: answer with its base offset, append nothing.
+    Duplicate { base_offset: i64 },
+    /// Refuse it with this error.
+    Refuse(ResponseError, String),
+}
+
+/// Decides a batch from what is known of its producer on its partition, by Kafka's rules
+/// (`ProducerAppendInfo` and `UnifiedLog` in Apache Kafka's broker). Pure.
+pub(super) fn place(known: Option<&ProducerState>, batch: Sequenced) -> Placement {
+    let Some(state) = known else {
+        // A producer the hub does not know (new, or forgotten) may start anywhere.
+        return Placement::Append;
+    };
+    if batch.epoch < state.epoch {
+        return Placement::Refuse(
+            ResponseError::InvalidProducerEpoch,
+            format!(
+                "producer epoch {} is older than the partition's {}",
+                batch.epoch, state.epoch
+            ),
+        );
+    }
+    if batch.epoch > state.epoch {
+        return if batch.first_sequence == 0 {
+            Placement::Append
+        } else {
+            Placement::Refuse(
+                ResponseError::OutOfOrderSequenceNumber,
+                format!(
+                    "a new producer epoch {} starts at sequence {}, not 0",
+                    batch.epoch, batch.first_sequence
+                ),
+            )
+        };
+    }
+    if let Some(done) = state.recent.iter().find(|r| {
+        r.first_sequence == batch.first_sequence && r.last_sequence == batch.last_sequence
+    }) {
+        return Placement::Duplicate {
+            base_offset: done.base_offset,
+        };
+    }
+    let last = state.recent.last().map_or(-1, |r| r.last_sequence);
+    if batch.first_sequence == increment(last, 1) {
+        Placement::Append
+    } else {
+        Placement::Refuse(
+            ResponseError::OutOfOrderSequenceNumber,
+            format!(
+                "sequence {}..{} does not follow {last}",
+                batch.first_sequence, batch.last_sequence
+            ),
+        )
+    }
+}
+
+/// `sequence` advanced by `by`, wrapping from `i32::MAX` to 0 as Kafka's sequences do
+/// (`DefaultRecordBatch.incrementSequence`). Pure.
+pub(super) fn increment(sequence: i32, by: i32) -> i32 {
+    if sequence > i32::MAX - by {
+        by - (i32::MAX - sequence) - 1
+    } else {
+        sequence + by
+    }
+}
+
 pub(super) struct ProducerStates {
     state: Mutex<State>,
 }
 
 #[derive(Default)]
 struct State {
-    batches: HashMap<ProducerKey, Vec<Recent>>,
+    known: HashMap<ProducerKey, Known>,
+    /// Use stamps, oldest first: what is forgotten when the states are full.
+    by_use: BTreeMap<u64, ProducerKey>,
+    next_stamp: u64,
+    /// How many keys each producer id has, so that a new id is never a remembered one.
+    ids: HashMap<i64, usize>,
     journal: Option<Journal>,
+}
+
+struct Known {
+    state: ProducerState,
+    stamp: u64,
 }
 
 struct Journal {
     path: PathBuf,
     file: std::fs::File,
     lines: usize,
+}
+
+impl State {
+    /// Keeps `recent` as `key`'s newest batch at `epoch` (a new epoch starts afresh), marks the
+    /// key as the most recently used, and forgets the least recently used past the bound.
+    fn remember(&mut self, key: ProducerKey, epoch: i16, recent: Recent) {
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        match self.known.get_mut(&key) {
+            Some(known) => {
+                self.by_use.remove(&known.stamp);
+                known.stamp = stamp;
+                if epoch != known.state.epoch {
+                    known.state = ProducerState {
+                        epoch,
+                        recent: Vec::new(),
+                    };
+                }
+                known.state.recent.push(recent);
+                if known.state.recent.len() > RECENT_BATCHES {
+                    known.state.recent.remove(0);
+                }
+            }
+            None => {
+                *self.ids.entry(key.0).or_default() += 1;
+                self.known.insert(
+                    key.clone(),
+                    Known {
+                        state: ProducerState {
+                            epoch,
+                            recent: vec![recent],
+                        },
+                        stamp,
+                    },
+                );
+            }
+        }
+        self.by_use.insert(stamp, key);
+        while self.known.len() > MAX_PRODUCER_STATES {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.known.remove(&oldest);
+            if let Some(count) = self.ids.get_mut(&oldest.0) {
+                *count -= 1;
+                if *count == 0 {
+                    self.ids.remove(&oldest.0);
+                }
+            }
+        }
+    }
+
+    fn touch(&mut self, key: &ProducerKey) {
+        let stamp = self.next_stamp;
+        if let Some(known) = self.known.get_mut(key) {
+            self.next_stamp += 1;
+            self.by_use.remove(&known.stamp);
+            known.stamp = stamp;
+            self.by_use.insert(stamp, key.clone());
+        }
+    }
 }
 
 impl ProducerStates {
@@ -63,8 +238,8 @@ impl ProducerStates {
                 Err(e) => return Err(e),
             };
             let mut lines = 0;
-            for (key, recent) in text.lines().filter_map(parse_line) {
-                remember(&mut state.batches, key, recent);
+            for (key, epoch, recent) in text.lines().filter_map(parse_line) {
+                state.remember(key, epoch, recent);
                 lines += 1;
             }
             let file = std::fs::OpenOptions::new()
@@ -78,63 +253,67 @@ impl ProducerStates {
         })
     }
 
-    /// The batches `key` appended lately, oldest first.
-    pub fn recent(&self, key: &ProducerKey) -> Option<Vec<Recent>> {
+    /// A new producer id: random in Kafka's non-negative range, and none this hub remembers.
+    pub fn new_id(&self) -> i64 {
         let state = self.state.lock().expect("producers lock");
-        state.batches.get(key).cloned()
-    }
-
-    /// Remembers a batch `key` appended (and journals it).
-    pub fn record(&self, key: ProducerKey, recent: Recent) {
-        let mut state = self.state.lock().expect("producers lock");
-        let State { batches, journal } = &mut *state;
-        if batches.len() >= MAX_PRODUCER_STATES && !batches.contains_key(&key) {
-            // Bounded: producers come and go (each restart takes a new id); the ones forgotten
-            // are treated as new, as Kafka treats an expired producer id.
-            batches.clear();
-            tracing::info!(
-                "forgot the idempotent producers' recent batches ({MAX_PRODUCER_STATES} kept at most)"
-            );
-        }
-        let line = format_line(&key, &recent);
-        remember(batches, key, recent);
-        if let Some(journal) = journal {
-            let written = journal.file.write_all(line.as_bytes());
-            journal.lines += 1;
-            let held: usize = batches.values().map(Vec::len).sum();
-            let compacted = if journal.lines > COMPACT_AFTER_LINES.max(4 * held) {
-                compact(journal, batches)
-            } else {
-                Ok(())
-            };
-            if let Err(e) = written.and(compacted) {
-                // The batch is appended either way; only a retry across a restart may repeat it.
-                tracing::warn!("the idempotent producers' journal could not be written: {e}");
+        loop {
+            let (high, _) = uuid::Uuid::new_v4().as_u64_pair();
+            let id = (high >> 1) as i64;
+            if !state.ids.contains_key(&id) {
+                return id;
             }
         }
     }
-}
 
-/// Keeps `recent` among `key`'s last batches.
-fn remember(batches: &mut HashMap<ProducerKey, Vec<Recent>>, key: ProducerKey, recent: Recent) {
-    let kept = batches.entry(key).or_default();
-    kept.push(recent);
-    if kept.len() > RECENT_BATCHES {
-        kept.remove(0);
+    /// What becomes of `batch` from producer `key` ([`place`]); the key counts as used.
+    pub fn place(&self, key: &ProducerKey, batch: Sequenced) -> Placement {
+        let mut state = self.state.lock().expect("producers lock");
+        state.touch(key);
+        place(state.known.get(key).map(|k| &k.state), batch)
+    }
+
+    /// Remembers a batch `key` appended at `epoch` (and journals it).
+    pub fn record(&self, key: ProducerKey, epoch: i16, recent: Recent) {
+        let mut state = self.state.lock().expect("producers lock");
+        let line = format_line(&key, epoch, &recent);
+        state.remember(key, epoch, recent);
+        let State {
+            known,
+            journal: Some(journal),
+            ..
+        } = &mut *state
+        else {
+            return;
+        };
+        let written = journal.file.write_all(line.as_bytes());
+        journal.lines += 1;
+        let held: usize = known.values().map(|k| k.state.recent.len()).sum();
+        let compacted = if journal.lines > COMPACT_AFTER_LINES.max(4 * held) {
+            compact(journal, known)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = written.and(compacted) {
+            // The batch is appended either way; only a retry across a restart may repeat it.
+            tracing::warn!("the idempotent producers' journal could not be written: {e}");
+        }
+    }
+
+    #[cfg(test)]
+    fn known(&self, key: &ProducerKey) -> Option<ProducerState> {
+        let state = self.state.lock().expect("producers lock");
+        state.known.get(key).map(|k| k.state.clone())
     }
 }
 
 /// Rewrites the journal with what is remembered: beside it, then renamed over it.
-fn compact(
-    journal: &mut Journal,
-    batches: &HashMap<ProducerKey, Vec<Recent>>,
-) -> std::io::Result<()> {
+fn compact(journal: &mut Journal, known: &HashMap<ProducerKey, Known>) -> std::io::Result<()> {
     let temporary = journal.path.with_extension("journal.tmp");
     let mut out = std::fs::File::create(&temporary)?;
     let mut lines = 0;
-    for (key, kept) in batches {
-        for recent in kept {
-            out.write_all(format_line(key, recent).as_bytes())?;
+    for (key, known) in known {
+        for recent in &known.state.recent {
+            out.write_all(format_line(key, known.state.epoch, recent).as_bytes())?;
             lines += 1;
         }
     }
@@ -146,32 +325,41 @@ fn compact(
     Ok(())
 }
 
-/// `producer partition first last base hub\n` (the hub last: a name has no space). Pure.
-fn format_line((producer, hub, partition): &ProducerKey, recent: &Recent) -> String {
+/// `producer partition epoch first last base hub\n` (the hub last: a name has no space). Pure.
+fn format_line((producer, hub, partition): &ProducerKey, epoch: i16, recent: &Recent) -> String {
     format!(
-        "{producer} {partition} {} {} {} {hub}\n",
+        "{producer} {partition} {epoch} {} {} {} {hub}\n",
         recent.first_sequence, recent.last_sequence, recent.base_offset
     )
 }
 
-/// A journal line back, or `None` for one that is not whole. Pure.
-fn parse_line(line: &str) -> Option<(ProducerKey, Recent)> {
-    let mut fields = line.split(' ');
-    let producer = fields.next()?.parse().ok()?;
-    let partition = fields.next()?.parse().ok()?;
-    let first_sequence = fields.next()?.parse().ok()?;
-    let last_sequence = fields.next()?.parse().ok()?;
-    let base_offset = fields.next()?.parse().ok()?;
-    let hub = fields.next()?.to_string();
-    if hub.is_empty() || fields.next().is_some() {
+/// A journal line back, or `None` for one that is not whole. A line of six fields is the
+/// journal's format before epochs were kept: epoch 0, which is what the hub handed out then.
+/// Pure.
+fn parse_line(line: &str) -> Option<(ProducerKey, i16, Recent)> {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let (producer, partition, epoch, rest) = match fields.as_slice() {
+        [producer, partition, rest @ ..] if rest.len() == 4 => (producer, partition, "0", rest),
+        [producer, partition, epoch, rest @ ..] if rest.len() == 4 => {
+            (producer, partition, *epoch, rest)
+        }
+        _ => return None,
+    };
+    let hub = rest[3];
+    if hub.is_empty() {
         return None;
     }
     Some((
-        (producer, hub, partition),
+        (
+            producer.parse().ok()?,
+            hub.to_string(),
+            partition.parse().ok()?,
+        ),
+        epoch.parse().ok()?,
         Recent {
-            first_sequence,
-            last_sequence,
-            base_offset,
+            first_sequence: rest[0].parse().ok()?,
+            last_sequence: rest[1].parse().ok()?,
+            base_offset: rest[2].parse().ok()?,
         },
     ))
 }
@@ -188,13 +376,106 @@ mod tests {
         }
     }
 
+    fn sequenced(epoch: i16, first: i32, last: i32) -> Sequenced {
+        Sequenced {
+            epoch,
+            first_sequence: first,
+            last_sequence: last,
+        }
+    }
+
+    #[test]
+    fn a_batch_is_placed_by_kafka_s_rules() {
+        let state = ProducerState {
+            epoch: 2,
+            recent: vec![batch(0, 100), batch(10, 110)],
+        };
+        let known = Some(&state);
+        // Unknown producers start anywhere.
+        assert_eq!(place(None, sequenced(0, 77, 80)), Placement::Append);
+        // The next batch.
+        assert_eq!(place(known, sequenced(2, 20, 24)), Placement::Append);
+        // A retry is a duplicate only when first *and* last match.
+        assert_eq!(
+            place(known, sequenced(2, 10, 19)),
+            Placement::Duplicate { base_offset: 110 }
+        );
+        assert!(matches!(
+            place(known, sequenced(2, 10, 12)),
+            Placement::Refuse(ResponseError::OutOfOrderSequenceNumber, _)
+        ));
+        // A gap.
+        assert!(matches!(
+            place(known, sequenced(2, 21, 22)),
+            Placement::Refuse(ResponseError::OutOfOrderSequenceNumber, _)
+        ));
+        // A fenced (older) epoch, whatever its sequence.
+        assert!(matches!(
+            place(known, sequenced(1, 20, 21)),
+            Placement::Refuse(ResponseError::InvalidProducerEpoch, _)
+        ));
+        // A new epoch starts at 0.
+        assert_eq!(place(known, sequenced(3, 0, 4)), Placement::Append);
+        assert!(matches!(
+            place(known, sequenced(3, 20, 24)),
+            Placement::Refuse(ResponseError::OutOfOrderSequenceNumber, _)
+        ));
+        // Sequences wrap at i32::MAX, as Kafka's do.
+        let at_end = ProducerState {
+            epoch: 0,
+            recent: vec![Recent {
+                first_sequence: i32::MAX - 1,
+                last_sequence: i32::MAX,
+                base_offset: 5,
+            }],
+        };
+        assert_eq!(place(Some(&at_end), sequenced(0, 0, 3)), Placement::Append);
+        assert_eq!(increment(i32::MAX - 1, 3), 1);
+        assert_eq!(increment(4, 3), 7);
+    }
+
+    #[test]
+    fn new_ids_are_random_and_never_one_remembered() {
+        let states = ProducerStates::open(None).unwrap();
+        let ids: std::collections::HashSet<i64> = (0..1_000).map(|_| states.new_id()).collect();
+        assert_eq!(ids.len(), 1_000);
+        assert!(ids.iter().all(|id| *id >= 0));
+        let mut sorted: Vec<i64> = ids.into_iter().collect();
+        sorted.sort();
+        let consecutive = sorted.windows(2).filter(|w| w[1] - w[0] == 1).count();
+        assert_eq!(consecutive, 0, "ids handed out in sequence can be guessed");
+    }
+
+    #[test]
+    fn a_full_table_forgets_the_least_recently_used_producer_only() {
+        let states = ProducerStates::open(None).unwrap();
+        let key = |id: i64| (id, "sensors".to_string(), 0);
+        for id in 0..MAX_PRODUCER_STATES as i64 {
+            states.record(key(id), 0, batch(0, id));
+        }
+        // Producer 0 keeps producing; producer 1 went quiet.
+        assert_eq!(
+            states.place(&key(0), sequenced(0, 10, 19)),
+            Placement::Append
+        );
+        states.record(key(0), 0, batch(10, 7));
+        states.record(key(-5), 0, batch(0, 1));
+        assert!(states.known(&key(0)).is_some(), "the busy producer is kept");
+        assert!(
+            states.known(&key(1)).is_none(),
+            "the quiet one is forgotten"
+        );
+        assert!(states.known(&key(2)).is_some(), "and nobody else");
+        assert!(states.known(&key(-5)).is_some());
+    }
+
     #[test]
     fn recent_batches_survive_a_restart_and_a_torn_last_line() {
         let dir = tempfile::tempdir().unwrap();
         let key = (1_700_000_000_000, "sensors".to_string(), 3);
         let states = ProducerStates::open(Some(dir.path())).unwrap();
         for i in 0..7 {
-            states.record(key.clone(), batch(i * 10, 100 + i64::from(i) * 10));
+            states.record(key.clone(), 1, batch(i * 10, 100 + i64::from(i) * 10));
         }
         drop(states);
         // A crash in the middle of a line.
@@ -203,15 +484,18 @@ mod tests {
             .append(true)
             .open(&path)
             .unwrap();
-        file.write_all(b"1700000000000 3 70 7").unwrap();
+        file.write_all(b"1700000000000 3 1 70 7").unwrap();
         drop(file);
 
         let reopened = ProducerStates::open(Some(dir.path())).unwrap();
-        let recent = reopened.recent(&key).unwrap();
-        assert_eq!(recent.len(), RECENT_BATCHES);
-        assert_eq!(recent.last(), Some(&batch(60, 160)));
-        assert_eq!(recent.first(), Some(&batch(20, 120)));
-        assert_eq!(reopened.recent(&(1, "sensors".into(), 3)), None);
+        let known = reopened.known(&key).unwrap();
+        assert_eq!(known.epoch, 1);
+        assert_eq!(known.recent.len(), RECENT_BATCHES);
+        assert_eq!(known.recent.last(), Some(&batch(60, 160)));
+        assert_eq!(known.recent.first(), Some(&batch(20, 120)));
+        assert_eq!(reopened.known(&(1, "sensors".into(), 3)), None);
+        // A restarted hub never hands out an id its journal holds.
+        assert!((0..1_000).all(|_| reopened.new_id() != key.0));
     }
 
     #[test]
@@ -220,7 +504,7 @@ mod tests {
         let states = ProducerStates::open(Some(dir.path())).unwrap();
         let key = (7, "orders".to_string(), 0);
         for i in 0..(COMPACT_AFTER_LINES as i32 + 10) {
-            states.record(key.clone(), batch(i * 10, i64::from(i)));
+            states.record(key.clone(), 0, batch(i * 10, i64::from(i)));
         }
         let path = crate::own_files(dir.path()).join(JOURNAL_FILE);
         let lines = std::fs::read_to_string(&path).unwrap().lines().count();
@@ -229,23 +513,28 @@ mod tests {
         let reopened = ProducerStates::open(Some(dir.path())).unwrap();
         let last = COMPACT_AFTER_LINES as i32 + 9;
         assert_eq!(
-            reopened.recent(&key).unwrap().last(),
+            reopened.known(&key).unwrap().recent.last(),
             Some(&batch(last * 10, i64::from(last)))
         );
     }
 
     #[test]
-    fn a_line_is_read_back_as_written() {
+    fn a_line_is_read_back_as_written_and_the_old_format_as_epoch_0() {
         let key = (-1, "a.b-c_d".to_string(), 31);
         let recent = Recent {
             first_sequence: i32::MAX,
             last_sequence: i32::MIN,
             base_offset: i64::MAX,
         };
-        let line = format_line(&key, &recent);
-        assert_eq!(parse_line(line.trim_end()), Some((key, recent)));
+        let line = format_line(&key, 4, &recent);
+        assert_eq!(parse_line(line.trim_end()), Some((key.clone(), 4, recent)));
+        assert_eq!(
+            parse_line("-1 31 2147483647 -2147483648 9223372036854775807 a.b-c_d"),
+            Some((key, 0, recent))
+        );
         assert_eq!(parse_line("1 2 3 4 5"), None);
-        assert_eq!(parse_line("1 2 3 4 5 hub extra"), None);
+        assert_eq!(parse_line("1 2 3 4 5 6 hub extra"), None);
         assert_eq!(parse_line("x 2 3 4 5 hub"), None);
+        assert_eq!(parse_line("1 2 3 4 5 "), None);
     }
 }

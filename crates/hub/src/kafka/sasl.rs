@@ -2,6 +2,8 @@
 //! connection string as the password) or OAUTHBEARER with an Entra ID token, checked against the
 //! same keys and trusted issuer as AMQP. What a client may touch is an `Access`: every hub, or
 //! the one its connection string names (`EntityPath`, or a shared access signature for one hub).
+//! Beside it an [`Authenticated`] client has a principal (what the hub's per-client caps count
+//! by: its key and scope) and, for a token, when its credential expires.
 
 use crate::entra::TrustedIssuer;
 use crate::sas::{self, Right, Rights, SharedAccessKey};
@@ -19,6 +21,29 @@ pub struct Access {
     /// The one hub (lowercased), or `None` for every hub.
     pub hub: Option<String>,
     pub rights: Rights,
+}
+
+/// An authenticated client: what it may touch, who it counts as, and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    pub access: Access,
+    /// The key its credentials were made with (`key:NAME`, the same for every token that key
+    /// signs) or `entra` for an Entra ID token, with its scope (`@hub`, or `@*` for every hub).
+    pub principal: String,
+    /// When its credential expires (Unix seconds): a shared access signature's or an Entra ID
+    /// token's expiry; `None` for a key, which does not.
+    pub expires_at: Option<i64>,
+}
+
+impl Authenticated {
+    fn new(access: Access, who: &str, expires_at: Option<i64>) -> Self {
+        let principal = format!("{who}@{}", access.hub.as_deref().unwrap_or("*"));
+        Authenticated {
+            access,
+            principal,
+            expires_at,
+        }
+    }
 }
 
 impl Access {
@@ -74,7 +99,7 @@ pub enum AuthError {
 }
 
 /// Checks PLAIN credentials; `now` in Unix seconds.
-pub fn plain(auth: &[u8], keys: &[SharedAccessKey], now: i64) -> Result<Access, AuthError> {
+pub fn plain(auth: &[u8], keys: &[SharedAccessKey], now: i64) -> Result<Authenticated, AuthError> {
     let text = std::str::from_utf8(auth).map_err(|_| AuthError::PlainFormat)?;
     let mut parts = text.split('\0');
     let (Some(_authzid), Some(user), Some(password), None) =
@@ -94,7 +119,7 @@ pub fn connection_string(
     text: &str,
     keys: &[SharedAccessKey],
     now: i64,
-) -> Result<Access, AuthError> {
+) -> Result<Authenticated, AuthError> {
     let mut endpoint = None;
     let mut key_name = None;
     let mut key = None;
@@ -114,13 +139,20 @@ pub fn connection_string(
         }
     }
     endpoint.ok_or(AuthError::ConnectionString("Endpoint="))?;
-    let access = match (signature, key_name, key) {
+    let (access, who, expires_at) = match (signature, key_name, key) {
         (Some(token), _, _) => {
             let grant = sas::validate(token, keys, now).map_err(AuthError::Signature)?;
-            match sas::granted_hub(&grant) {
+            let access = match sas::granted_hub(&grant) {
                 None => Access::all_hubs(grant.rights),
                 Some(hub) => Access::hub(hub, grant.rights),
-            }
+            };
+            // Every token a key signs counts as that key: a client cannot make itself many
+            // principals by signing many tokens.
+            let signer = token
+                .split(['&', ' '])
+                .find_map(|field| field.strip_prefix("skn="))
+                .unwrap_or("");
+            (access, format!("key:{signer}"), Some(grant.expires_at))
         }
         (None, Some(name), Some(presented)) => {
             let known = keys
@@ -130,15 +162,20 @@ pub fn connection_string(
             if !sas::constant_time_eq(known.key.as_bytes(), presented.as_bytes()) {
                 return Err(AuthError::WrongKey(known.name.clone()));
             }
-            Access::all_hubs(known.rights)
+            (
+                Access::all_hubs(known.rights),
+                format!("key:{}", known.name),
+                None,
+            )
         }
         (None, None, _) => return Err(AuthError::ConnectionString("SharedAccessKeyName=")),
         (None, Some(_), None) => return Err(AuthError::ConnectionString("SharedAccessKey=")),
     };
-    Ok(match (access, entity) {
+    let access = match (access, entity) {
         (Access { hub: None, rights }, Some(hub)) => Access::hub(&hub, rights),
         (access, _) => access,
-    })
+    };
+    Ok(Authenticated::new(access, &who, expires_at))
 }
 
 /// Checks OAUTHBEARER credentials (RFC 7628's client first message); returns the access and
@@ -147,7 +184,7 @@ pub fn oauthbearer(
     auth: &[u8],
     issuer: Option<&TrustedIssuer>,
     now: i64,
-) -> Result<(Access, i64), AuthError> {
+) -> Result<Authenticated, AuthError> {
     let text = std::str::from_utf8(auth).map_err(|_| AuthError::BearerFormat)?;
     let token = text
         .split('\x01')
@@ -161,12 +198,21 @@ pub fn oauthbearer(
     let expires = issuer.validate(token, now).map_err(AuthError::Token)?;
     // Event Hubs decides an identity's rights by its role assignments, which a local hub does
     // not have: a trusted issuer's token may do everything.
-    Ok((Access::all_hubs(Rights::ALL), expires))
+    Ok(Authenticated::new(
+        Access::all_hubs(Rights::ALL),
+        "entra",
+        Some(expires),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What PLAIN credentials give access to.
+    fn plain_access(auth: &[u8], keys: &[SharedAccessKey], now: i64) -> Result<Access, AuthError> {
+        plain(auth, keys, now).map(|a| a.access)
+    }
 
     fn keys() -> Vec<SharedAccessKey> {
         vec![SharedAccessKey::emulator()]
@@ -181,11 +227,11 @@ mod tests {
     #[test]
     fn the_emulators_connection_string_grants_every_hub_and_entity_path_one() {
         assert_eq!(
-            plain(&credentials("$ConnectionString", EMULATOR), &keys(), 0),
+            plain_access(&credentials("$ConnectionString", EMULATOR), &keys(), 0),
             Ok(Access::all_hubs(Rights::ALL))
         );
         let scoped = format!("{EMULATOR}EntityPath=Sensors");
-        let access = plain(&credentials("$ConnectionString", &scoped), &keys(), 0).unwrap();
+        let access = plain_access(&credentials("$ConnectionString", &scoped), &keys(), 0).unwrap();
         assert_eq!(access, Access::hub("sensors", Rights::ALL));
         assert!(access.covers("SENSORS") && !access.covers("alarms"));
     }
@@ -195,11 +241,11 @@ mod tests {
         let token = sas::sign("sb://localhost/alarms", &keys()[0], 2_000_000_000);
         let text = format!("Endpoint=sb://localhost;SharedAccessSignature={token}");
         assert_eq!(
-            plain(&credentials("$ConnectionString", &text), &keys(), 0),
+            plain_access(&credentials("$ConnectionString", &text), &keys(), 0),
             Ok(Access::hub("alarms", Rights::ALL))
         );
         assert!(matches!(
-            plain(
+            plain_access(
                 &credentials("$ConnectionString", &text),
                 &keys(),
                 2_000_000_001
@@ -211,22 +257,23 @@ mod tests {
     #[test]
     fn wrong_credentials_are_refused_by_name_without_the_secret() {
         let wrong = EMULATOR.replace("SAS_KEY_VALUE", "guess");
-        let error = plain(&credentials("$ConnectionString", &wrong), &keys(), 0).unwrap_err();
+        let error =
+            plain_access(&credentials("$ConnectionString", &wrong), &keys(), 0).unwrap_err();
         assert_eq!(
             error,
             AuthError::WrongKey("RootManageSharedAccessKey".into())
         );
         assert!(!error.to_string().contains("guess"));
         assert!(matches!(
-            plain(&credentials("alice", EMULATOR), &keys(), 0),
+            plain_access(&credentials("alice", EMULATOR), &keys(), 0),
             Err(AuthError::User(_))
         ));
         assert_eq!(
-            plain(b"no separators", &keys(), 0),
+            plain_access(b"no separators", &keys(), 0),
             Err(AuthError::PlainFormat)
         );
         assert!(matches!(
-            plain(
+            plain_access(
                 &credentials("$ConnectionString", "SharedAccessKeyName=x"),
                 &keys(),
                 0
@@ -235,7 +282,7 @@ mod tests {
         ));
         let other = EMULATOR.replace("RootManageSharedAccessKey", "Listen");
         assert_eq!(
-            plain(&credentials("$ConnectionString", &other), &keys(), 0),
+            plain_access(&credentials("$ConnectionString", &other), &keys(), 0),
             Err(AuthError::UnknownKey("Listen".into()))
         );
     }
@@ -244,7 +291,7 @@ mod tests {
     fn a_key_s_rights_come_with_its_credentials() {
         let keys = vec![SharedAccessKey::parse("SendOnly=c2VjcmV0:Send").unwrap()];
         let text = "Endpoint=sb://localhost;SharedAccessKeyName=SendOnly;SharedAccessKey=c2VjcmV0;EntityPath=sensors";
-        let access = plain(&credentials("$ConnectionString", text), &keys, 0).unwrap();
+        let access = plain_access(&credentials("$ConnectionString", text), &keys, 0).unwrap();
         assert!(access.allows("sensors", Right::Send));
         assert!(!access.allows("sensors", Right::Listen));
         assert!(!access.allows("alarms", Right::Send));
@@ -260,5 +307,28 @@ mod tests {
             oauthbearer(b"n,,\x01\x01", None, 0),
             Err(AuthError::BearerFormat)
         );
+    }
+
+    #[test]
+    fn a_client_counts_as_its_key_and_scope_and_a_token_carries_its_expiry() {
+        let root = plain(&credentials("$ConnectionString", EMULATOR), &keys(), 0).unwrap();
+        assert_eq!(root.principal, "key:RootManageSharedAccessKey@*");
+        assert_eq!(root.expires_at, None);
+        let scoped = format!("{EMULATOR}EntityPath=alarms");
+        let scoped = plain(&credentials("$ConnectionString", &scoped), &keys(), 0).unwrap();
+        assert_eq!(scoped.principal, "key:RootManageSharedAccessKey@alarms");
+        // Two tokens of one key are one principal.
+        let principals: Vec<_> = [2_000_000_000, 2_000_000_100]
+            .into_iter()
+            .map(|expiry| {
+                let token = sas::sign("sb://localhost/alarms", &keys()[0], expiry);
+                let text = format!("Endpoint=sb://localhost;SharedAccessSignature={token}");
+                let client = plain(&credentials("$ConnectionString", &text), &keys(), 0).unwrap();
+                assert_eq!(client.expires_at, Some(expiry));
+                client.principal
+            })
+            .collect();
+        assert_eq!(principals[0], principals[1]);
+        assert_eq!(principals[0], "key:RootManageSharedAccessKey@alarms");
     }
 }

@@ -101,15 +101,12 @@ impl Kafka {
         version: i16,
     ) -> Outcome {
         let result = match session.mechanism.as_deref() {
-            Some(sasl::PLAIN) => {
-                sasl::plain(&r.auth_bytes, &self.namespace.keys, now_secs()).map(|a| (a, 0))
-            }
+            Some(sasl::PLAIN) => sasl::plain(&r.auth_bytes, &self.namespace.keys, now_secs()),
             Some(sasl::OAUTHBEARER) => sasl::oauthbearer(
                 &r.auth_bytes,
                 self.namespace.trusted_issuer.as_ref(),
                 now_secs(),
-            )
-            .map(|(access, expires)| (access, (expires - now_secs()).max(0) * 1000)),
+            ),
             _ => {
                 let mut outcome = respond(
                     &SaslAuthenticateResponse::default()
@@ -122,9 +119,16 @@ impl Kafka {
             }
         };
         match result {
-            Ok((access, lifetime_ms)) => {
-                tracing::debug!(client = %session.client_id, ?access, "Kafka client authenticated");
-                session.access = Some(access);
+            Ok(client) => {
+                tracing::debug!(client = %session.client_id, access = ?client.access, "Kafka client authenticated");
+                // A credential that expires (a token) bounds the session: the client is told
+                // its lifetime, and re-authenticates before it ends (`handle`).
+                let lifetime_ms = client
+                    .expires_at
+                    .map_or(0, |at| (at - now_secs()).max(0) * 1000);
+                session.access = Some(client.access);
+                session.principal = client.principal;
+                session.expires_at = client.expires_at;
                 respond(
                     &SaslAuthenticateResponse::default()
                         .with_session_lifetime_ms(if version >= 1 { lifetime_ms } else { 0 }),
