@@ -265,11 +265,15 @@ impl ProducerStates {
         }
     }
 
-    /// What becomes of `batch` from producer `key` ([`place`]); the key counts as used.
+    /// What becomes of `batch` from producer `key` ([`place`]). A retry counts as a use of the
+    /// key; an appended batch does when it is recorded.
     pub fn place(&self, key: &ProducerKey, batch: Sequenced) -> Placement {
         let mut state = self.state.lock().expect("producers lock");
-        state.touch(key);
-        place(state.known.get(key).map(|k| &k.state), batch)
+        let placement = place(state.known.get(key).map(|k| &k.state), batch);
+        if matches!(placement, Placement::Duplicate { .. }) {
+            state.touch(key);
+        }
+        placement
     }
 
     /// Remembers a batch `key` appended at `epoch` (and journals it).
