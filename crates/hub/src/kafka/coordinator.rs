@@ -208,10 +208,7 @@ impl Coordinator {
     /// Whether `group` has members now (its offsets do not expire meanwhile).
     pub fn has_members(&self, group: &str) -> bool {
         let state = self.state.lock().expect("groups lock");
-        state
-            .groups
-            .get(group)
-            .is_some_and(|g| !g.members().is_empty())
+        state.groups.get(group).is_some_and(Group::has_members)
     }
 
     pub fn views(&self) -> Vec<(String, GroupView)> {

@@ -102,7 +102,8 @@ impl Kafka {
                 .collect(),
             require_known_member_id: version >= 4,
             scope,
-            subscribed: subscribed.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            // `subscribed_hubs` lowercased them.
+            subscribed,
         };
         let response = match self
             .coordinator

@@ -186,6 +186,10 @@ impl Group {
         self.members.keys().cloned().collect()
     }
 
+    pub fn has_members(&self) -> bool {
+        !self.members.is_empty()
+    }
+
     pub fn protocol(&self) -> Option<&str> {
         self.protocol.as_deref()
     }
