@@ -141,13 +141,7 @@ impl OffsetStore {
         let Some(dir) = &self.dir else {
             return Ok(());
         };
-        let lock = self
-            .writing
-            .lock()
-            .expect("offsets writers lock")
-            .entry(group.to_string())
-            .or_default()
-            .clone();
+        let lock = self.file_lock(group);
         let _writing = lock.lock().expect("group file lock");
         // Taken under the group's file lock, so the last writer writes the newest commits.
         let bytes = {
@@ -165,6 +159,16 @@ impl OffsetStore {
         out.sync_data()?;
         std::fs::rename(&temporary, &path)?;
         Ok(())
+    }
+
+    /// The lock held while `group`'s file is written or removed.
+    fn file_lock(&self, group: &str) -> Arc<Mutex<()>> {
+        self.writing
+            .lock()
+            .expect("offsets writers lock")
+            .entry(group.to_string())
+            .or_default()
+            .clone()
     }
 
     /// Forgets the offsets of every group that has had no member (`has_members`) and no commit
@@ -197,13 +201,7 @@ impl OffsetStore {
             for name in &expired {
                 // Under the group's file lock, so that no write of it is under way; a commit
                 // that comes after writes the file again.
-                let lock = self
-                    .writing
-                    .lock()
-                    .expect("offsets writers lock")
-                    .entry(name.clone())
-                    .or_default()
-                    .clone();
+                let lock = self.file_lock(name);
                 let _writing = lock.lock().expect("group file lock");
                 if self.groups.lock().expect("offsets lock").contains_key(name) {
                     // Committed again meanwhile: kept.
@@ -287,13 +285,7 @@ mod tests {
             metadata: None,
         };
         // Another group's file being written (its lock held, as during its fsync)...
-        let other = store
-            .writing
-            .lock()
-            .unwrap()
-            .entry("other".into())
-            .or_default()
-            .clone();
+        let other = store.file_lock("other");
         let _writing = other.lock().unwrap();
         // ...holds up neither this group's commit nor a read of the other's offsets.
         store
