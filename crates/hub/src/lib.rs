@@ -204,6 +204,14 @@ pub async fn serve(
     let admin_token = config.admin_token.clone().unwrap_or_else(admin::new_token);
     let admin = match config.admin_port {
         Some(port) => {
+            // The token is on disk before the port is bound: a client that sees the port open
+            // (the kernel accepts into the backlog from `bind`) finds the token it needs.
+            let token_file = match &config.data_dir {
+                Some(dir) => {
+                    Some(admin::write_token(dir, &admin_token).map_err(HubError::AdminToken)?)
+                }
+                None => None,
+            };
             let (admin_listener, admin_local) =
                 admin::listen(port)
                     .await
@@ -211,12 +219,6 @@ pub async fn serve(
                         address: format!("127.0.0.1:{port} (admin)"),
                         source,
                     })?;
-            let token_file = match &config.data_dir {
-                Some(dir) => {
-                    Some(admin::write_token(dir, &admin_token).map_err(HubError::AdminToken)?)
-                }
-                None => None,
-            };
             Some((
                 tokio::spawn(admin::serve(
                     admin_listener,
