@@ -7,7 +7,7 @@ use hubhost_host::emulate::invoke::{self, InvokeOptions};
 
 /// Send one batch to one function exactly as the Functions host would, and print the host's
 /// view of the answer as JSON: status, each output with what the host would do with it, logs,
-/// return value. Exits non-zero unless every invocation succeeded (2xx).
+/// return value. Exits non-zero unless the host would take every answer (a 2xx JSON object).
 #[derive(clap::Args)]
 pub struct Args {
     /// The function to invoke (a folder of the app with an eventHubTrigger).
@@ -16,7 +16,8 @@ pub struct Args {
     #[arg(long, default_value = "function_app")]
     pub app: PathBuf,
     /// Events to send: a JSON array or NDJSON, each event a body (text or JSON) or an object
-    /// {"body", "partitionKey"?, "properties"?} [default: one sample event].
+    /// {"body", "partitionKey"?, "properties"?, "offset"?, "systemProperties"?} [default: one
+    /// sample event].
     #[arg(long)]
     pub events: Option<PathBuf>,
     /// The partition the batch comes from.
@@ -26,6 +27,10 @@ pub struct Args {
     /// the app's.
     #[arg(long)]
     pub url: Option<String>,
+    /// Also write each request to stderr as the host sends it: its line, its headers and its
+    /// body, byte for byte (the body goes chunked on the wire).
+    #[arg(long)]
+    pub show_request: bool,
 }
 
 pub async fn run(args: Args) -> Result<(), String> {
@@ -35,6 +40,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         events: args.events,
         partition: args.partition,
         url: args.url,
+        show_request: args.show_request,
     };
     let views = invoke::run(&options).await.map_err(|e| e.to_string())?;
     // One invocation (cardinality many) prints its answer; one per event (cardinality one)
@@ -47,10 +53,13 @@ pub async fn run(args: Args) -> Result<(), String> {
     let failed: Vec<String> = views
         .iter()
         .filter(|v| v["succeeded"] != true)
-        .map(|v| match v["error"]["message"].as_str() {
-            Some(message) => format!("{} ({message})", v["status"]),
-            None => v["status"].to_string(),
-        })
+        .map(
+            |v| match (v["error"]["message"].as_str(), v["hostError"].as_str()) {
+                (Some(message), _) => format!("{} ({message})", v["status"]),
+                (None, Some(host)) => format!("{} ({host})", v["status"]),
+                (None, None) => v["status"].to_string(),
+            },
+        )
         .collect();
     if failed.is_empty() {
         Ok(())

@@ -9,6 +9,7 @@ mod demo;
 mod deploy_template;
 mod dev_loop;
 mod function_app_files;
+mod host_request;
 mod new_project;
 mod package;
 

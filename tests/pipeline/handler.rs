@@ -245,6 +245,7 @@ async fn poison_events_are_set_aside_with_their_reason_and_the_rest_processed() 
             enqueued_time: None,
             partition_key: None,
             properties: Default::default(),
+            system_properties: Default::default(),
         });
     }
     let (status, answer) = server

@@ -37,9 +37,22 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         self.answer(200, {})
 
+    def body(self):
+        # The host sends its request chunked (no Content-Length), as .NET sends an
+        # ObjectContent; http.server leaves the framing to the handler.
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
     def do_POST(self):
-        length = int(self.headers.get("Content-Length", "0"))
-        request = json.loads(self.rfile.read(length))
+        request = json.loads(self.body())
         metadata = request["Metadata"]
         context = as_json(metadata["PartitionContext"])
         line = json.dumps(

@@ -182,6 +182,7 @@ impl PartitionFeed {
             offset: Some((seq * 512).to_string()),
             partition_key: Some(home.clone()),
             properties,
+            system_properties: Default::default(),
         };
         self.next_seq += 1;
         self.sensor += 1;

@@ -517,6 +517,7 @@ async fn measure(
                             enqueued_time: Some(minute),
                             partition_key: Some(home.clone()),
                             properties: Default::default(),
+                            system_properties: Default::default(),
                         })
                         .collect();
                     host_request(&spec.name, &trigger, p, &events)

@@ -293,6 +293,7 @@ fn encoder_follows_the_host_rules_and_round_trips() {
             ),
             partition_key: (i != 1).then(|| format!("h{i}")),
             properties: serde_json::Map::from_iter([("k".to_string(), json!(i))]),
+            system_properties: Default::default(),
         })
         .collect();
     let partition = PartitionContext {

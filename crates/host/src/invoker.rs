@@ -1,7 +1,8 @@
 //! Calls a custom handler the way the Functions host does (docs/host-contract.md §1–3):
 //! poll `GET /` every 25 ms until anything answers, then `POST /{FunctionName}` with the host's
-//! headers and JSON body. Used by the emulated host (`emulate`), the demo, the benchmark and
-//! the tests.
+//! headers and JSON body, sent chunked as .NET sends an `ObjectContent`; and reads the answer
+//! as the host reads it ([`read_answer`]). Used by the emulated host (`emulate`), `invoke`,
+//! the demo, the benchmark and the tests.
 
 use std::time::{Duration, Instant};
 
@@ -19,14 +20,16 @@ pub enum InvokeError {
     /// unknown, so this is not a function failure: the caller delivers the batch again.
     #[error("the custom handler gave no answer: {0}")]
     NoAnswer(String),
-    #[error("the custom handler answered {status} with a body that is not JSON")]
-    NotJson { status: u16 },
 }
 
 #[derive(Debug, Clone)]
 pub struct Invocation {
     pub status: u16,
+    /// The answer's body as JSON (its `Outputs`, `Logs` and `ReturnValue` under those names,
+    /// however the handler cased them); `null` when it is not a JSON object.
     pub body: Value,
+    /// Why the host fails this invocation, in the words it logs; `None` when it succeeded.
+    pub refused: Option<String>,
     /// The handler's `traceresponse` header: its invocation span's context (W3C
     /// `traceparent` form), when it exports traces. The host ignores it; the emulated host
     /// stamps the events an `eventHub` output sends with it.
@@ -34,9 +37,105 @@ pub struct Invocation {
 }
 
 impl Invocation {
+    /// Whether the host takes the answer: a 2xx status with a body it can read.
     pub fn succeeded(&self) -> bool {
-        (200..300).contains(&self.status)
+        self.refused.is_none()
     }
+}
+
+/// The members of the host's `HttpScriptInvocationResult`, which Newtonsoft matches however
+/// they are cased.
+const RESULT_MEMBERS: [&str; 3] = ["Outputs", "Logs", "ReturnValue"];
+
+/// An answer as the host's `DefaultHttpWorkerService` reads it (pure): a status outside 2xx
+/// fails the invocation, its body unread (`EnsureSuccessStatusCode`); a 2xx body is read by
+/// the JSON formatter, which takes only `application/json` and `text/json` and needs an
+/// object; anything else fails with "Invalid HttpResponseMessage" and the body. An empty body
+/// or `null` gives the host no result at all: on Azure the invocation then waits until
+/// `functionTimeout`; here it fails at once, saying so.
+///
+/// ```
+/// use hubhost_host::invoker::read_answer;
+///
+/// let (body, refused) = read_answer(200, Some("application/json"), br#"{"outputs":{"o":1}}"#);
+/// assert_eq!((body["Outputs"]["o"].as_i64(), refused), (Some(1), None));
+/// let (_, refused) = read_answer(200, Some("text/plain"), b"{}");
+/// assert!(refused.unwrap().starts_with("Invalid HttpResponseMessage"));
+/// let (_, refused) = read_answer(500, Some("application/json"), b"{}");
+/// assert_eq!(refused.unwrap(), "Response status code does not indicate success: 500 (Internal Server Error).");
+/// ```
+pub fn read_answer(
+    status: u16,
+    content_type: Option<&str>,
+    bytes: &[u8],
+) -> (Value, Option<String>) {
+    let parsed = serde_json::from_slice::<Value>(bytes).ok();
+    let body = match parsed {
+        Some(Value::Object(members)) => Value::Object(with_result_names(members)),
+        _ => Value::Null,
+    };
+    if !(200..300).contains(&status) {
+        let reason = reqwest::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("");
+        return (
+            body,
+            Some(format!(
+                "Response status code does not indicate success: {status} ({reason})."
+            )),
+        );
+    }
+    let media_type = content_type
+        .and_then(|c| c.split(';').next())
+        .map(|m| m.trim().to_ascii_lowercase());
+    let readable = matches!(
+        media_type.as_deref(),
+        Some("application/json" | "text/json")
+    );
+    let text = String::from_utf8_lossy(bytes);
+    if readable && (text.trim().is_empty() || text.trim() == "null") {
+        return (
+            body,
+            Some(format!(
+                "the handler answered {status} with {}: the Functions host gets no result from it and waits for the invocation until functionTimeout, then fails it and restarts the handler; hubhost fails it now. Answer a JSON object, even {{}}",
+                if text.trim().is_empty() {
+                    "an empty body"
+                } else {
+                    "null"
+                }
+            )),
+        );
+    }
+    if !readable || !body.is_object() {
+        let shown = match media_type.as_deref() {
+            Some(m) => format!("Content-Type: {m}"),
+            None => "no Content-Type".to_string(),
+        };
+        return (
+            body,
+            Some(format!(
+                "Invalid HttpResponseMessage:\nStatusCode: {status}, {shown}\n {text}"
+            )),
+        );
+    }
+    (body, None)
+}
+
+/// `members` with `Outputs`, `Logs` and `ReturnValue` under those names, as Newtonsoft binds
+/// them: a member matching one ignoring case sets it, and a later one sets it again.
+fn with_result_names(members: serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
+    let mut out = serde_json::Map::new();
+    for (name, value) in members {
+        match RESULT_MEMBERS
+            .iter()
+            .find(|m| m.eq_ignore_ascii_case(&name))
+        {
+            Some(member) => out.insert(member.to_string(), value),
+            None => out.insert(name, value),
+        };
+    }
+    out
 }
 
 /// Clones share one handler address: [`Invoker::retarget`] moves every clone to a handler
@@ -103,6 +202,28 @@ impl Invoker {
         body: Vec<u8>,
         parent: Option<hubhost_telemetry::TraceParent>,
     ) -> Result<Invocation, InvokeError> {
+        let invocation_id = uuid::Uuid::new_v4().to_string();
+        self.invoke_as(function, &invocation_id, body, parent).await
+    }
+
+    /// The request's line and headers as the host sends them (`--show-request`), for the
+    /// handler at this invoker's address.
+    pub fn request_head(&self, function: &str, invocation_id: &str) -> String {
+        let base = self.base();
+        let host = base.split("://").nth(1).unwrap_or(&base);
+        format!(
+            "POST /{function} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json; charset=utf-8\r\nx-azure-functions-hostversion: {HOST_VERSION}\r\nx-azure-functions-invocationid: {invocation_id}\r\nuser-agent: Azure-Functions-Host/{HOST_VERSION}\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
+    }
+
+    /// [`Invoker::invoke_traced`] with the invocation id given.
+    pub async fn invoke_as(
+        &self,
+        function: &str,
+        invocation_id: &str,
+        body: Vec<u8>,
+        parent: Option<hubhost_telemetry::TraceParent>,
+    ) -> Result<Invocation, InvokeError> {
         let mut request = self.http.post(self.url(function));
         if let Some(parent) = parent {
             request = request.header("traceparent", parent.to_string());
@@ -110,12 +231,13 @@ impl Invoker {
         let resp = request
             .header("Content-Type", "application/json; charset=utf-8")
             .header("X-Azure-Functions-HostVersion", HOST_VERSION)
-            .header(
-                "X-Azure-Functions-InvocationId",
-                uuid::Uuid::new_v4().to_string(),
-            )
+            .header("X-Azure-Functions-InvocationId", invocation_id)
             .header("User-Agent", format!("Azure-Functions-Host/{HOST_VERSION}"))
-            .body(body)
+            // The host's body is an `ObjectContent`, whose length is not computed beforehand:
+            // .NET sends it chunked, with no Content-Length.
+            .body(reqwest::Body::wrap_stream(futures::stream::once(
+                async move { Ok::<_, std::io::Error>(body) },
+            )))
             .send()
             .await
             .map_err(|e| InvokeError::NoAnswer(e.without_url().to_string()))?;
@@ -125,14 +247,20 @@ impl Invoker {
             .get("traceresponse")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let bytes = resp
             .bytes()
             .await
             .map_err(|e| InvokeError::NoAnswer(e.without_url().to_string()))?;
-        let body = serde_json::from_slice(&bytes).map_err(|_| InvokeError::NotJson { status })?;
+        let (body, refused) = read_answer(status, content_type.as_deref(), &bytes);
         Ok(Invocation {
             status,
             body,
+            refused,
             trace_context,
         })
     }

@@ -16,6 +16,7 @@
 //! nothing else connects them, which is why hubhost instances, the Functions host and the SDKs'
 //! processors can share one consumer group.
 
+pub mod amqp_json;
 pub mod balancer;
 pub(crate) mod instance;
 pub(crate) mod options;

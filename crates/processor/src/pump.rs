@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use azure_core_amqp::message::AmqpMessageBody;
 use azure_messaging_eventhubs::error::ErrorKind;
-use azure_messaging_eventhubs::models::{AmqpSimpleValue, ReceivedEventData};
+use azure_messaging_eventhubs::models::ReceivedEventData;
 use azure_messaging_eventhubs::{
     ConsumerClient, EventReceiver, OpenReceiverOptions, StartLocation,
     StartPosition as SdkStartPosition,
@@ -656,7 +656,7 @@ pub fn to_record(event: &ReceivedEventData) -> EventRecord {
             props
                 .0
                 .iter()
-                .map(|(k, v)| (k.clone(), simple_value_json(v)))
+                .map(|(k, v)| (k.clone(), crate::amqp_json::application_property(v)))
                 .collect()
         })
         .unwrap_or_default();
@@ -667,37 +667,7 @@ pub fn to_record(event: &ReceivedEventData) -> EventRecord {
         enqueued_time: event.enqueued_time().map(chrono::DateTime::from),
         partition_key: event.partition_key().clone(),
         properties,
-    }
-}
-
-/// Application properties as the host passes them on: numbers, strings, booleans; others as
-/// their text.
-fn simple_value_json(v: &AmqpSimpleValue) -> Value {
-    use AmqpSimpleValue as V;
-    match v {
-        V::Null => Value::Null,
-        V::Boolean(b) => Value::Bool(*b),
-        V::UByte(n) => (*n).into(),
-        V::Byte(n) => (*n).into(),
-        V::UShort(n) => (*n).into(),
-        V::Short(n) => (*n).into(),
-        V::UInt(n) => (*n).into(),
-        V::Int(n) => (*n).into(),
-        V::ULong(n) => (*n).into(),
-        V::Long(n) => (*n).into(),
-        V::Float(n) => {
-            serde_json::Number::from_f64(f64::from(*n)).map_or(Value::Null, Value::Number)
-        }
-        V::Double(n) => serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number),
-        V::Char(c) => Value::String(c.to_string()),
-        V::String(s) => Value::String(s.clone()),
-        V::Symbol(s) => Value::String(format!("{s:?}")),
-        V::Uuid(u) => Value::String(u.to_string()),
-        V::Binary(b) => Value::String(base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            b,
-        )),
-        other => Value::String(format!("{other:?}")),
+        system_properties: crate::amqp_json::system_properties(message),
     }
 }
 
@@ -789,6 +759,7 @@ mod tests {
             enqueued_time: None,
             partition_key: None,
             properties: Default::default(),
+            system_properties: Default::default(),
         };
         let mut records: Vec<EventRecord> = [88, 89, 90, 91, 90, 91, 92, 90, 91, 92, 93]
             .into_iter()

@@ -36,6 +36,13 @@ pub struct EventRecord {
     pub partition_key: Option<String>,
     /// Application properties set by the producer.
     pub properties: Map<String, Value>,
+    /// The AMQP message's other system properties, in the JSON form the host writes them:
+    /// the properties section (`message-id`, `correlation-id`, `content-type`, …) and the
+    /// message annotations (`iothub-connection-device-id`, …) other than the four the fields
+    /// above already carry (`x-opt-sequence-number`, `x-opt-offset`, `x-opt-enqueued-time`,
+    /// `x-opt-partition-key`). What the emulated host sends; a handler reads the whole set,
+    /// as the host sent it, from [`TriggerBatch::system_properties`].
+    pub system_properties: Map<String, Value>,
 }
 
 impl EventRecord {
@@ -76,6 +83,7 @@ impl EventRecord {
             enqueued_time: None,
             partition_key: None,
             properties: Map::new(),
+            system_properties: Map::new(),
         }
     }
 }
@@ -93,13 +101,37 @@ pub struct RetryContext {
 }
 
 impl RetryContext {
-    /// An exception as the host passes one for a failure described by `message` (what a
-    /// custom handler's failed answer becomes on the host's side).
-    pub fn exception_from(message: &str) -> Value {
-        serde_json::json!({"ClassName": "System.Exception", "Message": message})
+    /// The exception the host passes after a failed attempt of `function`, as Newtonsoft.Json
+    /// writes a .NET exception (its `ISerializable` members): the WebJobs SDK's
+    /// `FunctionInvocationException` ("Exception while executing function: Functions.NAME"),
+    /// with the failure itself as its `InnerException` — of class `inner_class` (for a custom
+    /// handler's non-2xx answer, `System.Net.Http.HttpRequestException`) and `message`.
+    ///
+    /// ```
+    /// use hubhost_trigger::batch::RetryContext;
+    ///
+    /// let e = RetryContext::exception_from("Enrich", "System.Exception", "storage down");
+    /// assert_eq!(e["Message"], "Exception while executing function: Functions.Enrich");
+    /// assert_eq!(e["InnerException"]["Message"], "storage down");
+    /// ```
+    pub fn exception_from(function: &str, inner_class: &str, message: &str) -> Value {
+        let inner = dotnet_exception(inner_class, message, Value::Null);
+        let mut outer = Map::new();
+        outer.insert("InstanceId".into(), uuid::Uuid::new_v4().to_string().into());
+        outer.insert("MethodName".into(), format!("Functions.{function}").into());
+        outer.insert("Handled".into(), false.into());
+        if let Value::Object(base) = dotnet_exception(
+            "Microsoft.Azure.WebJobs.Host.FunctionInvocationException",
+            &format!("Exception while executing function: Functions.{function}"),
+            inner,
+        ) {
+            outer.extend(base);
+        }
+        Value::Object(outer)
     }
 
-    /// The previous attempt's failure message (the exception's `Message`), if any.
+    /// The previous attempt's failure message, if any: the failure inside the host's
+    /// wrapping exception (its `InnerException`'s `Message`), else the exception's own.
     ///
     /// ```
     /// use hubhost_trigger::batch::RetryContext;
@@ -107,19 +139,48 @@ impl RetryContext {
     /// let retry = RetryContext {
     ///     retry_count: 1,
     ///     max_retry_count: 3,
-    ///     exception: Some(serde_json::json!({"ClassName": "System.Exception", "Message": "storage down"})),
+    ///     exception: Some(RetryContext::exception_from("F", "System.Exception", "storage down")),
     /// };
     /// assert_eq!(retry.last_error(), Some("storage down"));
     /// assert!(!retry.is_last_attempt());
     /// ```
     pub fn last_error(&self) -> Option<&str> {
-        self.exception.as_ref()?.get("Message")?.as_str()
+        let exception = self.exception.as_ref()?;
+        exception
+            .get("InnerException")
+            .and_then(|inner| inner.get("Message"))
+            .and_then(Value::as_str)
+            .or_else(|| exception.get("Message")?.as_str())
     }
 
     /// Whether the host gives up after this attempt if it fails too (never, for -1).
     pub fn is_last_attempt(&self) -> bool {
         self.max_retry_count >= 0 && self.retry_count >= self.max_retry_count
     }
+}
+
+/// A .NET `System.Exception`'s members as Newtonsoft.Json writes them through
+/// `ISerializable` (`Exception.GetObjectData`), in that order; no stack trace or source,
+/// which a .NET process would have.
+fn dotnet_exception(class: &str, message: &str, inner: Value) -> Value {
+    let hresult: i64 = match class {
+        "System.InvalidOperationException" => -2146233079,
+        _ => -2146233088,
+    };
+    let mut e = Map::new();
+    e.insert("ClassName".into(), class.into());
+    e.insert("Message".into(), message.into());
+    e.insert("Data".into(), Value::Null);
+    e.insert("InnerException".into(), inner);
+    e.insert("HelpURL".into(), Value::Null);
+    e.insert("StackTraceString".into(), Value::Null);
+    e.insert("RemoteStackTraceString".into(), Value::Null);
+    e.insert("RemoteStackIndex".into(), 0.into());
+    e.insert("ExceptionMethod".into(), Value::Null);
+    e.insert("HResult".into(), hresult.into());
+    e.insert("Source".into(), Value::Null);
+    e.insert("WatsonBuckets".into(), Value::Null);
+    Value::Object(e)
 }
 
 /// One invocation of an Event Hubs-triggered function: a batch of one partition, in order.

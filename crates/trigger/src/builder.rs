@@ -128,7 +128,11 @@ impl BatchBuilder {
             max_retry_count: 1,
             exception: None,
         });
-        retry.exception = Some(RetryContext::exception_from(message));
+        retry.exception = Some(RetryContext::exception_from(
+            &self.function,
+            "System.Exception",
+            message,
+        ));
         self
     }
 
@@ -167,6 +171,7 @@ impl BatchBuilder {
             enqueued_time: Some(enqueued_time),
             partition_key: None,
             properties: Map::new(),
+            system_properties: Map::new(),
         });
         self
     }
@@ -176,6 +181,15 @@ impl BatchBuilder {
         let (event, system) = self.last("partition_key");
         event.partition_key = Some(key.into());
         system.insert("x-opt-partition-key".into(), json!(key));
+        self
+    }
+
+    /// The last event's offset, as the service gives it (a geo-replicated namespace's offsets
+    /// are not numbers).
+    pub fn offset(mut self, offset: &str) -> Self {
+        let (event, system) = self.last("offset");
+        event.offset = Some(offset.into());
+        system.insert("x-opt-offset".into(), json!(offset));
         self
     }
 
@@ -189,8 +203,10 @@ impl BatchBuilder {
     /// A system property of the last event (`message-id`, `content-type`, `correlation-id`, …),
     /// as the host passes it in `SystemPropertiesArray`.
     pub fn system_property(mut self, name: &str, value: impl Into<Value>) -> Self {
-        let (_, system) = self.last("system_property");
-        system.insert(name.into(), value.into());
+        let (event, system) = self.last("system_property");
+        let value = value.into();
+        event.system_properties.insert(name.into(), value.clone());
+        system.insert(name.into(), value);
         self
     }
 

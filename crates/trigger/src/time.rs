@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Datelike, NaiveDateTime, SecondsFormat, Timelike, Utc};
+use chrono::{DateTime, Datelike, NaiveDateTime, Timelike, Utc};
 
 /// Formats like Newtonsoft.Json formats a .NET `DateTime` of kind Unspecified
 /// (`yyyy-MM-ddTHH:mm:ss.FFFFFFF`: up to 7 fraction digits, trailing zeros dropped, no zone).
@@ -115,14 +115,12 @@ fn parse_iso_fast(s: &str) -> Option<DateTime<Utc>> {
     Some(date.and_time(time).and_utc())
 }
 
-/// `UtcNow` in `sys`: seven fraction digits and a `Z`, as .NET's round-trip format writes it.
+/// Like [`dotnet_datetime`] for a `DateTime` of kind Utc (`…Z`): `UtcNow` in `sys`, and an
+/// AMQP timestamp, which the .NET AMQP library reads as a UTC `DateTime`.
 pub fn dotnet_utc_now(t: &DateTime<Utc>) -> String {
-    let s = t.to_rfc3339_opts(SecondsFormat::Nanos, true);
-    // chrono writes 9 digits; .NET writes 7.
-    match s.rfind('.') {
-        Some(dot) => format!("{}Z", &s[..dot + 8]),
-        None => s,
-    }
+    let mut text = dotnet_datetime(t);
+    text.push('Z');
+    text
 }
 
 /// Parses a .NET `TimeSpan` as host.json and function.json write it: `[d.]hh:mm:ss[.fffffff]`.
@@ -178,7 +176,7 @@ mod tests {
         let t = t + chrono::Duration::milliseconds(120);
         assert_eq!(dotnet_datetime(&t), "2024-05-01T12:00:00.12");
         assert_eq!(dotnet_datetime_offset(&t), "2024-05-01T12:00:00.12+00:00");
-        assert_eq!(dotnet_utc_now(&t), "2024-05-01T12:00:00.1200000Z");
+        assert_eq!(dotnet_utc_now(&t), "2024-05-01T12:00:00.12Z");
     }
 
     #[test]

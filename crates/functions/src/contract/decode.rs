@@ -395,6 +395,8 @@ pub fn decode_request(
             enqueued_time: a.enqueued_time.and_then(|t| t.0),
             partition_key: a.partition_key,
             properties: a.properties,
+            // Read when asked, from the batch's `system_properties`: most functions never do.
+            system_properties: Map::new(),
         })
         .collect();
     let system_properties = match trigger.cardinality {

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::json_text::{write_as_text, write_strings_as_text};
+use super::newtonsoft::{OrderedJson, dotnet_string};
 use crate::batch::{EventRecord, PartitionContext, RetryContext};
 use crate::function_app::{Cardinality, DataType, EventHubTrigger};
 use hubhost_trigger::time::{dotnet_datetime, dotnet_utc_now};
@@ -66,51 +67,79 @@ fn as_json_text(v: &Value) -> Value {
     Value::String(v.to_string())
 }
 
+/// `Offset` as the extension gives it: the service's offset when it is a whole number (in
+/// .NET's canonical text), else `-1` — a geo-replicated namespace's offsets are not numbers
+/// (`long.TryParse` fails, and the extension falls back to the start of the stream).
+fn numeric_offset(offset: Option<&str>) -> std::borrow::Cow<'_, str> {
+    let parsed = offset.map(str::trim).and_then(|o| o.parse::<i64>().ok());
+    match (offset, parsed) {
+        (Some(text), Some(n)) if text.len() < 20 && text == n.to_string() => {
+            std::borrow::Cow::Borrowed(text)
+        }
+        (_, Some(n)) => std::borrow::Cow::Owned(n.to_string()),
+        (_, None) => std::borrow::Cow::Borrowed("-1"),
+    }
+}
+
 fn offset_as_long(offset: Option<&str>) -> i64 {
-    offset.and_then(|o| o.parse().ok()).unwrap_or(-1)
+    offset
+        .map(str::trim)
+        .and_then(|o| o.parse().ok())
+        .unwrap_or(-1)
 }
 
-/// An event's `SystemProperties`. The fields are declared in the byte order of their names,
-/// which is the order serde_json's (sorted) maps give the host's other objects here.
-#[derive(Serialize)]
-struct SystemProperties<'a> {
-    #[serde(rename = "EnqueuedTimeUtc", skip_serializing_if = "Option::is_none")]
-    enqueued_time_utc: Option<&'a str>,
-    #[serde(rename = "Offset")]
-    offset: i64,
-    /// Only in the current flavour, where it may be null.
-    #[serde(rename = "OffsetString", skip_serializing_if = "Option::is_none")]
-    offset_string: Option<Option<&'a str>>,
-    #[serde(rename = "PartitionKey")]
-    partition_key: Option<&'a str>,
-    #[serde(rename = "SequenceNumber", skip_serializing_if = "Option::is_none")]
-    sequence_number: Option<i64>,
-    #[serde(
-        rename = "x-opt-enqueued-time",
-        skip_serializing_if = "Option::is_none"
-    )]
-    x_opt_enqueued_time: Option<AtUtc<'a>>,
-    #[serde(rename = "x-opt-offset")]
-    x_opt_offset: i64,
-    #[serde(
-        rename = "x-opt-partition-key",
-        skip_serializing_if = "Option::is_none"
-    )]
-    x_opt_partition_key: Option<&'a str>,
-    #[serde(
-        rename = "x-opt-sequence-number",
-        skip_serializing_if = "Option::is_none"
-    )]
-    x_opt_sequence_number: Option<i64>,
+/// One of the values the extension adds to an event's `SystemProperties`.
+enum Standard<'a> {
+    Text(&'a str),
+    /// Written even when null.
+    Nullable(Option<&'a str>),
+    Long(i64),
+    /// A `DateTimeOffset` at UTC, from [`dotnet_datetime`]'s text.
+    At(&'a str),
 }
 
-/// A `DateTime` as [`dotnet_datetime`] wrote it, as a `DateTimeOffset` at UTC (`…+00:00`,
-/// what `dotnet_datetime_offset` writes) without formatting the time again.
-struct AtUtc<'a>(&'a str);
-
-impl Serialize for AtUtc<'_> {
+impl Serialize for Standard<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&format_args!("{}+00:00", self.0))
+        match self {
+            Standard::Text(t) => serializer.serialize_str(t),
+            Standard::Nullable(t) => t.serialize(serializer),
+            Standard::Long(n) => serializer.serialize_i64(*n),
+            Standard::At(t) => serializer.collect_str(&format_args!("{t}+00:00")),
+        }
+    }
+}
+
+/// An event's `SystemProperties`: the message's own system properties (the record's
+/// `system_properties`: properties section and other annotations) with the extension's
+/// values over them (`GetSystemPropertiesForBinding`: the annotations the service sets,
+/// then `SequenceNumber`, `Offset`, `OffsetString`, `PartitionKey`, `EnqueuedTimeUtc`).
+/// Written in the byte order of the names, the order serde_json's sorted maps give the
+/// host's other objects here.
+struct SystemProperties<'a> {
+    extra: &'a Map<String, Value>,
+    /// Sorted by name; each present only when the event has it.
+    standard: Vec<(&'static str, Standard<'a>)>,
+}
+
+impl Serialize for SystemProperties<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        let mut extra = self.extra.iter().peekable();
+        for (name, value) in &self.standard {
+            while let Some((extra_name, extra_value)) = extra.next_if(|(n, _)| n.as_str() <= *name)
+            {
+                // The extension's own value replaces a same-named one from the message.
+                if extra_name != name {
+                    map.serialize_entry(extra_name, extra_value)?;
+                }
+            }
+            map.serialize_entry(name, value)?;
+        }
+        for (name, value) in extra {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
     }
 }
 
@@ -121,17 +150,40 @@ fn system_properties<'a>(
     enqueued: Option<&'a str>,
     flavor: MetadataFlavor,
 ) -> SystemProperties<'a> {
-    let offset = offset_as_long(e.offset.as_deref());
+    let mut standard = Vec::with_capacity(9);
+    if let Some(t) = enqueued {
+        standard.push(("EnqueuedTimeUtc", Standard::Text(t)));
+    }
+    standard.push((
+        "Offset",
+        Standard::Long(offset_as_long(e.offset.as_deref())),
+    ));
+    if flavor == MetadataFlavor::Current {
+        standard.push(("OffsetString", Standard::Nullable(e.offset.as_deref())));
+    }
+    standard.push((
+        "PartitionKey",
+        Standard::Nullable(e.partition_key.as_deref()),
+    ));
+    if let Some(n) = e.sequence_number {
+        standard.push(("SequenceNumber", Standard::Long(n)));
+    }
+    if let Some(t) = enqueued {
+        standard.push(("x-opt-enqueued-time", Standard::At(t)));
+    }
+    // The service's own annotation, a string (the .NET SDK passes it on as it came).
+    if let Some(o) = e.offset.as_deref() {
+        standard.push(("x-opt-offset", Standard::Text(o)));
+    }
+    if let Some(k) = e.partition_key.as_deref() {
+        standard.push(("x-opt-partition-key", Standard::Text(k)));
+    }
+    if let Some(n) = e.sequence_number {
+        standard.push(("x-opt-sequence-number", Standard::Long(n)));
+    }
     SystemProperties {
-        enqueued_time_utc: enqueued,
-        offset,
-        offset_string: (flavor == MetadataFlavor::Current).then_some(e.offset.as_deref()),
-        partition_key: e.partition_key.as_deref(),
-        sequence_number: e.sequence_number,
-        x_opt_enqueued_time: enqueued.map(AtUtc),
-        x_opt_offset: offset,
-        x_opt_partition_key: e.partition_key.as_deref(),
-        x_opt_sequence_number: e.sequence_number,
+        extra: &e.system_properties,
+        standard,
     }
 }
 
@@ -215,13 +267,14 @@ pub fn encode_request(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
 fn encode_many(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     let events = inv.events;
     // Parsed, as the host parses them (its text is re-serialized, not copied).
+    // Each object keeps its members' order, as Newtonsoft's `JToken` does.
     let parsed_bodies = match inv.trigger.data_type {
         DataType::Unset => Some(
             events
                 .iter()
                 .enumerate()
                 .map(|(index, e)| {
-                    serde_json::from_slice::<Value>(&e.body)
+                    serde_json::from_slice::<OrderedJson>(&e.body)
                         .map_err(|_| EncodeError::BodyNotJson { index })
                 })
                 .collect::<Result<Vec<_>, _>>()?,
@@ -245,14 +298,16 @@ fn encode_many(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     }
     out.extend_from_slice(b"},\"Metadata\":{");
     let context = partition_context(inv);
-    let offsets = Seq(events.iter().map(|e| e.offset.as_deref()));
     member(&mut out, "EnqueuedTimeUtcArray", true);
     write_as_text(&mut out, &times);
     member(&mut out, "OffsetArray", false);
-    write_as_text(&mut out, &offsets);
+    write_as_text(
+        &mut out,
+        &Seq(events.iter().map(|e| numeric_offset(e.offset.as_deref()))),
+    );
     if inv.flavor == MetadataFlavor::Current {
         member(&mut out, "OffsetStringArray", false);
-        write_as_text(&mut out, &offsets);
+        write_as_text(&mut out, &Seq(events.iter().map(|e| e.offset.as_deref())));
     }
     member(&mut out, "PartitionContext", false);
     write_json(&mut out, &context);
@@ -300,8 +355,16 @@ fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     serde_json::to_writer(out, value).expect("a value serializes to a Vec, which cannot fail");
 }
 
+/// The WebJobs SDK's `RetryContext` as Newtonsoft writes it: the host sets the counts and the
+/// exception, and leaves `Instance` null and `State` empty.
 fn retry_context(r: &RetryContext) -> Value {
-    json!({"RetryCount": r.retry_count, "MaxRetryCount": r.max_retry_count, "Exception": r.exception})
+    json!({
+        "RetryCount": r.retry_count,
+        "MaxRetryCount": r.max_retry_count,
+        "Exception": r.exception,
+        "Instance": null,
+        "State": {},
+    })
 }
 
 fn sys(inv: &HostInvocation) -> Value {
@@ -312,88 +375,125 @@ fn sys(inv: &HostInvocation) -> Value {
     })
 }
 
-/// One event, built as `Value`s (cardinality one: it also carries the binding data the host
-/// takes from a JSON object body, which may name any metadata key).
+/// The host's binding data for one invocation: names compared as .NET's
+/// `StringComparer.OrdinalIgnoreCase` compares them, so that a later value under another
+/// casing replaces the earlier one and keeps its name.
+#[derive(Default)]
+struct BindingData(Vec<(String, Value)>);
+
+impl BindingData {
+    fn set(&mut self, name: &str, value: Value) {
+        let folded = name.to_uppercase();
+        match self.0.iter_mut().find(|(n, _)| n.to_uppercase() == folded) {
+            Some(entry) => entry.1 = value,
+            None => self.0.push((name.to_string(), value)),
+        }
+    }
+
+    /// The host's `ToHttpScriptInvocationContext`: each non-null value, except those whose
+    /// names end in "trigger" (the trigger's own value, which `Data` carries).
+    fn into_metadata(self) -> Map<String, Value> {
+        self.0
+            .into_iter()
+            .filter(|(name, value)| {
+                !value.is_null() && !name.to_ascii_lowercase().ends_with("trigger")
+            })
+            .collect()
+    }
+}
+
+/// The host's `Utility.ApplyBindingData`: a JSON object body's top-level members become
+/// binding data, over the extension's. Null and array members are skipped; an object stays an
+/// object; any other value becomes its .NET text (`(string)JToken`: `42` → `"42"`, `true` →
+/// `"True"`), then JSON text like every string (`"\"42\""`). "A JSON object" is as the host's
+/// `Utility.IsJson` sees it: trimmed text between `{` and `}`.
+fn apply_body_fields(binding: &mut BindingData, body: &str) {
+    let trimmed = body.trim();
+    if !(trimmed.starts_with('{') && trimmed.ends_with('}')) {
+        return;
+    }
+    let Ok(OrderedJson::Object(members)) = serde_json::from_str::<OrderedJson>(trimmed) else {
+        return;
+    };
+    for (name, member) in members {
+        let value = match member {
+            OrderedJson::Null | OrderedJson::Array(_) => continue,
+            object @ OrderedJson::Object(_) => {
+                serde_json::to_value(&object).expect("a parsed value serializes")
+            }
+            scalar => {
+                let value = serde_json::to_value(&scalar).expect("a parsed value serializes");
+                match dotnet_string(&value) {
+                    Some(text) => as_json_text(&Value::String(text)),
+                    None => continue,
+                }
+            }
+        };
+        binding.set(&name, value);
+    }
+}
+
+/// One event (cardinality one), its metadata built as the host builds its binding data:
+/// the extension's values (`EventHubTriggerBindingStrategy`), `sys`, then the body's fields;
+/// then the retry context, which the host adds to the request's metadata itself.
 fn encode_one(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     let [e] = inv.events else {
         return Err(EncodeError::NotOneEvent(inv.events.len()));
     };
-    let mut metadata = Map::new();
-    // Binding data the host derives from a JSON object body; it wins over every other key.
-    let mut from_body = Map::new();
-    // The host omits null values (here: no partition key).
-    if let Some(k) = &e.partition_key {
-        metadata.insert("PartitionKey".into(), as_json_text(&json!(k)));
-    }
-    metadata.insert("Offset".into(), as_json_text(&json!(e.offset)));
+    let mut binding = BindingData::default();
+    let context = partition_context(inv);
     if inv.flavor == MetadataFlavor::Current {
-        metadata.insert("OffsetString".into(), as_json_text(&json!(e.offset)));
+        binding.set("TriggerPartitionContext", context.clone());
+    }
+    binding.set("PartitionContext", context);
+    if let Some(k) = &e.partition_key {
+        binding.set("PartitionKey", as_json_text(&json!(k)));
+    }
+    let offset = numeric_offset(e.offset.as_deref());
+    let offset = match inv.flavor {
+        // Early 5.x releases bound the offset as a number.
+        MetadataFlavor::EarlyV5 => as_json_text(&json!(offset_as_long(Some(&offset)))),
+        MetadataFlavor::Current | MetadataFlavor::LegacyV4 => as_json_text(&json!(offset)),
+    };
+    binding.set("Offset", offset);
+    if let (MetadataFlavor::Current, Some(o)) = (inv.flavor, &e.offset) {
+        binding.set("OffsetString", as_json_text(&json!(o)));
     }
     if let Some(seq) = e.sequence_number {
-        metadata.insert("SequenceNumber".into(), as_json_text(&json!(seq)));
+        binding.set("SequenceNumber", as_json_text(&json!(seq)));
     }
     if let Some(t) = &e.enqueued_time {
-        // DateTime values go through DateTime.Parse(ToString()): sub-second precision is lost.
-        let whole_seconds = t.format("%Y-%m-%dT%H:%M:%S").to_string();
-        metadata.insert(
-            "EnqueuedTimeUtc".into(),
-            as_json_text(&json!(whole_seconds)),
+        // A `DateTime` is re-parsed from its `ToString()`, which has no fraction, and then
+        // written once, as a date: not JSON text inside a string.
+        binding.set(
+            "EnqueuedTimeUtc",
+            Value::String(t.format("%Y-%m-%dT%H:%M:%S").to_string()),
         );
     }
-    metadata.insert("Properties".into(), Value::Object(e.properties.clone()));
+    binding.set("Properties", Value::Object(e.properties.clone()));
     let enqueued = e.enqueued_time.as_ref().map(dotnet_datetime);
-    metadata.insert(
-        "SystemProperties".into(),
+    binding.set(
+        "SystemProperties",
         serde_json::to_value(system_properties(e, enqueued.as_deref(), inv.flavor))
             .expect("metadata serializes"),
     );
+    binding.set("sys", sys(inv));
     let data_value = match inv.trigger.data_type {
         DataType::Binary => Value::String(base64_body(e)),
         DataType::String | DataType::Unset => {
             let body = body_text(e);
-            // The host copies a JSON object body's top-level non-array properties into
-            // the binding data, overwriting same-named keys (Utility.ApplyBindingData).
-            if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(&body) {
-                for (k, v) in fields {
-                    match v {
-                        Value::Array(_) | Value::Null => {}
-                        Value::Object(_) => {
-                            from_body.insert(k, v);
-                        }
-                        other => {
-                            from_body.insert(k, as_json_text(&other));
-                        }
-                    }
-                }
-            }
+            apply_body_fields(&mut binding, &body);
             as_json_text(&Value::String(body))
         }
     };
-    Ok(request_from_values(inv, metadata, data_value, from_body))
-}
-
-/// The request from its event metadata and binding value as `Value`s: adds the partition
-/// context, the retry context and `sys`, then `from_body` over everything.
-fn request_from_values(
-    inv: &HostInvocation,
-    mut metadata: Map<String, Value>,
-    data_value: Value,
-    from_body: Map<String, Value>,
-) -> Vec<u8> {
-    let context = partition_context(inv);
-    if inv.flavor == MetadataFlavor::Current {
-        metadata.insert("TriggerPartitionContext".into(), context.clone());
-    }
-    metadata.insert("PartitionContext".into(), context);
+    let mut metadata = binding.into_metadata();
     if let Some(r) = inv.retry {
         metadata.insert("RetryContext".into(), retry_context(r));
     }
-    metadata.insert("sys".into(), sys(inv));
-    metadata.extend(from_body);
     let mut data = Map::new();
     data.insert(inv.trigger.binding_name.clone(), data_value);
     let request = json!({"Data": data, "Metadata": metadata});
-    serde_json::to_vec(&request).expect("a JSON value always serializes")
+    Ok(serde_json::to_vec(&request).expect("a JSON value always serializes"))
 }
 
 #[cfg(test)]
@@ -421,17 +521,23 @@ mod tests {
                     .collect::<Vec<_>>(),
             ),
             DataType::Binary => json_text(&events.iter().map(base64_body).collect::<Vec<_>>()),
-            DataType::Unset => as_json_text(&Value::Array(
-                events
+            DataType::Unset => json_text(
+                &events
                     .iter()
-                    .map(|e| serde_json::from_slice(&e.body).unwrap())
-                    .collect(),
-            )),
+                    .map(|e| serde_json::from_slice::<OrderedJson>(&e.body).unwrap())
+                    .collect::<Vec<_>>(),
+            ),
         };
         let offsets = json_text(
             &events
                 .iter()
                 .map(|e| e.offset.as_deref())
+                .collect::<Vec<_>>(),
+        );
+        let numeric_offsets = json_text(
+            &events
+                .iter()
+                .map(|e| offset_as_long(e.offset.as_deref()).to_string())
                 .collect::<Vec<_>>(),
         );
         let times: Vec<Option<String>> = events
@@ -448,9 +554,9 @@ mod tests {
             ),
         );
         if inv.flavor == MetadataFlavor::Current {
-            metadata.insert("OffsetStringArray".into(), offsets.clone());
+            metadata.insert("OffsetStringArray".into(), offsets);
         }
-        metadata.insert("OffsetArray".into(), offsets);
+        metadata.insert("OffsetArray".into(), numeric_offsets);
         metadata.insert(
             "SequenceNumberArray".into(),
             json_text(&events.iter().map(|e| e.sequence_number).collect::<Vec<_>>()),
@@ -482,7 +588,18 @@ mod tests {
                     .collect::<Vec<_>>(),
             ),
         );
-        request_from_values(inv, metadata, data_value, Map::new())
+        let context = partition_context(inv);
+        if inv.flavor == MetadataFlavor::Current {
+            metadata.insert("TriggerPartitionContext".into(), context.clone());
+        }
+        metadata.insert("PartitionContext".into(), context);
+        if let Some(r) = inv.retry {
+            metadata.insert("RetryContext".into(), retry_context(r));
+        }
+        metadata.insert("sys".into(), sys(inv));
+        let mut data = Map::new();
+        data.insert(inv.trigger.binding_name.clone(), data_value);
+        serde_json::to_vec(&json!({"Data": data, "Metadata": metadata})).unwrap()
     }
 
     /// The request with its random `RandGuid` blanked, to compare two encodings.
@@ -515,6 +632,11 @@ mod tests {
                     e.properties
                         .insert("nested".into(), json!({"b": [1, "x\"y"], "a": true}));
                     e.properties.insert("A".into(), json!("\u{0}"));
+                    e.system_properties
+                        .insert("message-id".into(), json!("m\"1"));
+                    e.system_properties
+                        .insert("Offset".into(), json!("shadowed"));
+                    e.system_properties.insert("zz-last".into(), json!([1]));
                 }
                 e
             })
@@ -534,7 +656,11 @@ mod tests {
         let retry = RetryContext {
             retry_count: 1,
             max_retry_count: 3,
-            exception: Some(RetryContext::exception_from("boom \"x\"")),
+            exception: Some(RetryContext::exception_from(
+                "F",
+                "System.Exception",
+                "boom \"x\"",
+            )),
         };
         for data_type in [DataType::String, DataType::Binary, DataType::Unset] {
             // Without a dataType the host binds only JSON bodies.

@@ -14,6 +14,7 @@
 pub mod decode;
 pub mod encode;
 pub mod json_text;
+pub mod newtonsoft;
 pub mod response;
 
 /// Why a request cannot be decoded. Each message names the offending part of the request.

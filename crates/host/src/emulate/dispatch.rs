@@ -111,11 +111,22 @@ impl FunctionDispatch {
             }
             Ok(())
         } else {
-            Err(InvocationFailure::Function(format!(
-                "the handler answered {}: {}",
-                answer.status, answer.body
+            Err(InvocationFailure::Function(answer.refused.unwrap_or_else(
+                || format!("the handler answered {}", answer.status),
             )))
         }
+    }
+}
+
+/// The .NET exception class the host's failure `message` comes from: a non-2xx answer
+/// (`EnsureSuccessStatusCode`), an answer it cannot read, or any other failure.
+fn failure_class(message: &str) -> &'static str {
+    if message.starts_with("Response status code does not indicate success") {
+        "System.Net.Http.HttpRequestException"
+    } else if message.starts_with("Invalid HttpResponseMessage") {
+        "System.InvalidOperationException"
+    } else {
+        "System.Exception"
     }
 }
 
@@ -227,7 +238,9 @@ impl FunctionDispatch {
                     max_retry_count: p.max_retry_count,
                     // The host passes the previous attempt's exception; a custom handler's failure
                     // reaches it as a plain exception carrying the answer.
-                    exception: last_error.as_deref().map(RetryContext::exception_from),
+                    exception: last_error
+                        .as_deref()
+                        .map(|e| RetryContext::exception_from(&self.function, failure_class(e), e)),
                 }
             });
             let attempt_span = self.attempt_span(context.as_ref());
@@ -310,6 +323,33 @@ mod tests {
 
     /// The `RetryContext.RetryCount` of an invocation request's body (the host sends the
     /// context as a JSON string).
+    /// The body of `request` (headers and what followed them) once it has all arrived:
+    /// `Content-Length` bytes, or the chunks up to the last, empty one.
+    fn whole_body(request: &[u8]) -> Option<Vec<u8>> {
+        let end = request.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+        let mut rest = &request[end + 4..];
+        if head.contains("transfer-encoding: chunked") {
+            let mut body = Vec::new();
+            loop {
+                let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+                let size =
+                    usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).ok()?, 16).ok()?;
+                rest = &rest[line_end + 2..];
+                if size == 0 {
+                    return Some(body);
+                }
+                body.extend_from_slice(rest.get(..size)?);
+                rest = rest.get(size + 2..)?;
+            }
+        }
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok())
+            .unwrap_or(0);
+        rest.get(..length).map(<[u8]>::to_vec)
+    }
+
     fn retry_count_of(body: &[u8]) -> i64 {
         let request: Value = serde_json::from_slice(body).unwrap();
         let retry: Value = match &request["Metadata"]["RetryContext"] {
@@ -386,6 +426,7 @@ mod tests {
                 enqueued_time: Some(Utc::now()),
                 partition_key: None,
                 properties: Default::default(),
+                system_properties: Default::default(),
             }],
         }
     }
@@ -485,27 +526,15 @@ mod tests {
                 tokio::spawn(async move {
                     let mut request = Vec::new();
                     let mut chunk = [0u8; 4096];
-                    // Headers, then a body of Content-Length bytes.
+                    // Headers, then the body: chunked, as the host sends it.
                     let body = loop {
                         let n = socket.read(&mut chunk).await.unwrap_or(0);
                         if n == 0 {
                             return;
                         }
                         request.extend_from_slice(&chunk[..n]);
-                        let text = String::from_utf8_lossy(&request).into_owned();
-                        let Some(end) = text.find("\r\n\r\n") else {
-                            continue;
-                        };
-                        let length: usize = text[..end]
-                            .lines()
-                            .find_map(|l| {
-                                let (name, value) = l.split_once(':')?;
-                                name.eq_ignore_ascii_case("content-length")
-                                    .then(|| value.trim().parse().ok())?
-                            })
-                            .unwrap_or(0);
-                        if request.len() >= end + 4 + length {
-                            break request[end + 4..end + 4 + length].to_vec();
+                        if let Some(body) = whole_body(&request) {
+                            break body;
                         }
                     };
                     let dies = {

@@ -16,8 +16,9 @@ use serde_json::{Map, Value, json};
 
 use super::handler_process::{start_on_free_port, stop_child};
 use super::{AppSettings, EmulateError, EventSender, OutputPlan, resolve_trigger};
-use crate::invoker::{InvokeError, Invoker};
+use crate::invoker::{Invocation, InvokeError, Invoker};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+use hubhost_functions::contract::newtonsoft::OrderedJson;
 use hubhost_functions::function_app::{Cardinality, EventHubTrigger, FunctionApp, FunctionSpec};
 use hubhost_trigger::batch::TriggerBatch;
 
@@ -34,6 +35,8 @@ pub struct InvokeOptions {
     pub partition: String,
     /// A handler already running there, instead of starting the app's.
     pub url: Option<String>,
+    /// Write each request to stderr as it goes on the wire (line, headers, body).
+    pub show_request: bool,
 }
 
 /// Why an invocation could not be made (a failed *answer* is not an error: it is shown).
@@ -56,29 +59,50 @@ pub enum InvokeCommandError {
 /// One event of an events file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventSpec {
-    /// The body: a JSON string is the text itself, any other JSON value its compact text.
-    pub body: Value,
+    /// The body: a JSON string is the text itself, any other JSON value its compact text, its
+    /// objects' members in the order the file gives them.
+    pub body: OrderedJson,
     pub partition_key: Option<String>,
     pub properties: Map<String, Value>,
+    /// The service's offset, when the file gives one (a geo-replicated namespace's is not a
+    /// number) [default: counted from 0, as a new partition's].
+    pub offset: Option<String>,
+    /// System properties the message carries (`message-id`, `content-type`,
+    /// `iothub-connection-device-id`, …), as the host passes them.
+    pub system_properties: Map<String, Value>,
+}
+
+impl EventSpec {
+    /// An event with `body` and nothing else.
+    pub fn body(body: OrderedJson) -> Self {
+        EventSpec {
+            body,
+            partition_key: None,
+            properties: Map::new(),
+            offset: None,
+            system_properties: Map::new(),
+        }
+    }
 }
 
 /// The events of an events file: a JSON array (or a single JSON value), or NDJSON (one JSON
 /// value per line). Each value is an event: an object with `body` and optional
-/// `partitionKey` and `properties`, or else itself the body.
+/// `partitionKey`, `properties`, `offset` and `systemProperties`, or else itself the body.
 ///
 /// ```
 /// use hubhost_host::emulate::invoke::parse_events;
+/// use hubhost_functions::contract::newtonsoft::OrderedJson;
 ///
 /// let events = parse_events(r#"[{"body": {"t": 21}, "partitionKey": "d-1"}, "plain text"]"#)?;
 /// assert_eq!(events.len(), 2);
 /// assert_eq!(events[0].partition_key.as_deref(), Some("d-1"));
-/// assert_eq!(events[1].body, "plain text");
+/// assert_eq!(events[1].body, OrderedJson::String("plain text".into()));
 /// assert_eq!(parse_events("{\"a\":1}\n{\"a\":2}\n")?.len(), 2);
 /// # Ok::<(), String>(())
 /// ```
 pub fn parse_events(text: &str) -> Result<Vec<EventSpec>, String> {
-    let values = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Array(values)) => values,
+    let values = match serde_json::from_str::<OrderedJson>(text) {
+        Ok(OrderedJson::Array(values)) => values,
         Ok(value) => vec![value],
         Err(whole) => text
             .lines()
@@ -104,21 +128,20 @@ pub fn parse_events(text: &str) -> Result<Vec<EventSpec>, String> {
         .collect()
 }
 
-fn event_spec(value: Value) -> Result<EventSpec, String> {
-    let Value::Object(mut fields) = value else {
-        return Ok(EventSpec {
-            body: value,
-            partition_key: None,
-            properties: Map::new(),
-        });
+fn event_spec(value: OrderedJson) -> Result<EventSpec, String> {
+    let OrderedJson::Object(members) = value else {
+        return Ok(EventSpec::body(value));
     };
-    let Some(body) = fields.remove("body") else {
-        return Ok(EventSpec {
-            body: Value::Object(fields),
-            partition_key: None,
-            properties: Map::new(),
-        });
+    let Some(at) = members.iter().position(|(name, _)| name == "body") else {
+        return Ok(EventSpec::body(OrderedJson::Object(members)));
     };
+    let mut members = members;
+    let (_, body) = members.remove(at);
+    // The other fields' order does not matter.
+    let mut fields: Map<String, Value> = members
+        .into_iter()
+        .map(|(name, value)| (name, serde_json::to_value(value).expect("JSON serializes")))
+        .collect();
     let partition_key = match fields.remove("partitionKey") {
         None | Some(Value::Null) => None,
         Some(Value::String(key)) => Some(key),
@@ -129,25 +152,36 @@ fn event_spec(value: Value) -> Result<EventSpec, String> {
         Some(Value::Object(properties)) => properties,
         Some(other) => return Err(format!("properties must be an object, not {other}")),
     };
+    let offset = match fields.remove("offset") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(offset)) => Some(offset),
+        Some(other) => return Err(format!("offset must be a string, not {other}")),
+    };
+    let system_properties = match fields.remove("systemProperties") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(system)) => system,
+        Some(other) => return Err(format!("systemProperties must be an object, not {other}")),
+    };
     if let Some(unknown) = fields.keys().next() {
         return Err(format!(
-            "unknown field {unknown:?} (an event has body, partitionKey and properties)"
+            "unknown field {unknown:?} (an event has body, partitionKey, properties, offset and systemProperties)"
         ));
     }
     Ok(EventSpec {
         body,
         partition_key,
         properties,
+        offset,
+        system_properties,
     })
 }
 
 /// The event sent when no events file is given.
 pub fn sample_events() -> Vec<EventSpec> {
-    vec![EventSpec {
-        body: json!({"message": "hello from hubhost invoke"}),
-        partition_key: None,
-        properties: Map::new(),
-    }]
+    vec![EventSpec::body(OrderedJson::Object(vec![(
+        "message".into(),
+        OrderedJson::String("hello from hubhost invoke".into()),
+    )]))]
 }
 
 /// The batches the host would deliver for `events` to `spec`, whose trigger (its `%Setting%`
@@ -181,7 +215,7 @@ pub fn batches(
             }
             for event in group {
                 builder = match &event.body {
-                    Value::String(text) => builder.text(text.clone()),
+                    OrderedJson::String(text) => builder.text(text.clone()),
                     other => builder.json(other),
                 };
                 if let Some(key) = &event.partition_key {
@@ -189,6 +223,12 @@ pub fn batches(
                 }
                 for (name, value) in &event.properties {
                     builder = builder.property(name, value.clone());
+                }
+                if let Some(offset) = &event.offset {
+                    builder = builder.offset(offset);
+                }
+                for (name, value) in &event.system_properties {
+                    builder = builder.system_property(name, value.clone());
                 }
             }
             builder.build()
@@ -198,17 +238,24 @@ pub fn batches(
 
 /// An answer as the host reads it: `status`, `succeeded`, `outputs` (per output binding, what
 /// the host would do with it), `logs`, `returnValue`, and the handler's `error` if it gave one.
-pub fn host_view(status: u16, answer: &Value, outputs: &OutputPlan) -> Value {
-    let succeeded = (200..300).contains(&status);
+///
+/// A failed answer shows `hostError`, the host's reason in the words it logs, and nothing
+/// of its body but the handler's own `error`: the host reads neither its outputs nor its logs.
+pub fn host_view(answer: &Invocation, outputs: &OutputPlan) -> Value {
+    let body = &answer.body;
+    let succeeded = answer.succeeded();
     let mut view = json!({
-        "status": status,
+        "status": answer.status,
         "succeeded": succeeded,
         // The host carries out outputs only for a successful invocation.
-        "outputs": if succeeded { Value::Object(outputs.describe(answer)) } else { json!({}) },
-        "logs": answer.get("Logs").cloned().unwrap_or(json!([])),
-        "returnValue": answer.get("ReturnValue").cloned().unwrap_or(Value::Null),
+        "outputs": if succeeded { Value::Object(outputs.describe(body)) } else { json!({}) },
+        "logs": if succeeded { body.get("Logs").cloned().unwrap_or(json!([])) } else { json!([]) },
+        "returnValue": if succeeded { body.get("ReturnValue").cloned().unwrap_or(Value::Null) } else { Value::Null },
     });
-    if let Some(error) = answer.get("error") {
+    if let Some(reason) = &answer.refused {
+        view["hostError"] = Value::String(reason.clone());
+    }
+    if let Some(error) = body.get("error") {
         view["error"] = error.clone();
     }
     view
@@ -274,8 +321,22 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
             path: opts.events.clone().unwrap_or_default(),
             problem: e.to_string(),
         })?;
-        match invoker.invoke(&spec.name, body).await {
-            Ok(answer) => views.push(host_view(answer.status, &answer.body, &outputs)),
+        let invocation_id = uuid::Uuid::new_v4().to_string();
+        if opts.show_request {
+            // The line and headers, then the body as one chunk would carry it.
+            let mut shown = invoker
+                .request_head(&spec.name, &invocation_id)
+                .into_bytes();
+            shown.extend_from_slice(&body);
+            shown.push(b'\n');
+            std::io::Write::write_all(&mut std::io::stderr(), &shown)
+                .map_err(|e| InvokeCommandError::NoAnswer(InvokeError::NoAnswer(e.to_string())))?;
+        }
+        match invoker
+            .invoke_as(&spec.name, &invocation_id, body, None)
+            .await
+        {
+            Ok(answer) => views.push(host_view(&answer, &outputs)),
             Err(e) => {
                 outcome = Err(e.into());
                 break;
@@ -309,14 +370,22 @@ mod tests {
             r#"[{"body": "a", "partitionKey": "k", "properties": {"n": 1}}, {"x": 1}, 7]"#,
         )
         .unwrap();
-        assert_eq!(events[0].body, "a");
+        let text = |e: &EventSpec| serde_json::to_string(&e.body).unwrap();
+        assert_eq!(text(&events[0]), r#""a""#);
         assert_eq!(events[0].properties["n"], 1);
         assert_eq!(
-            events[1].body,
-            json!({"x": 1}),
+            text(&events[1]),
+            r#"{"x":1}"#,
             "an object without body is the body"
         );
-        assert_eq!(events[2].body, 7);
+        assert_eq!(text(&events[2]), "7");
+        let ordered = parse_events(r#"[{"body": {"z": 1, "a": 2}, "offset": "g:1"}]"#).unwrap();
+        assert_eq!(
+            text(&ordered[0]),
+            r#"{"z":1,"a":2}"#,
+            "members keep their order"
+        );
+        assert_eq!(ordered[0].offset.as_deref(), Some("g:1"));
         assert_eq!(parse_events("\"one\"").unwrap().len(), 1);
         assert!(parse_events("[]").unwrap_err().contains("no events"));
         assert!(
@@ -361,11 +430,26 @@ mod tests {
 
     #[test]
     fn a_failed_answer_carries_out_no_output() {
-        let answer = json!({"Outputs": {"x": [1]}, "Logs": ["l"], "ReturnValue": null, "error": {"code": "c", "message": "m"}});
-        let view = host_view(500, &answer, &OutputPlan::default());
+        let body = br#"{"Outputs": {"x": [1]}, "Logs": ["l"], "ReturnValue": null, "error": {"code": "c", "message": "m"}}"#;
+        let (body, refused) = crate::invoker::read_answer(500, Some("application/json"), body);
+        let answer = Invocation {
+            status: 500,
+            body,
+            refused,
+            trace_context: None,
+        };
+        let view = host_view(&answer, &OutputPlan::default());
         assert_eq!(view["succeeded"], false);
         assert_eq!(view["outputs"], json!({}));
-        assert_eq!(view["logs"], json!(["l"]));
+        assert_eq!(
+            view["logs"],
+            json!([]),
+            "the host reads no logs from a failed answer"
+        );
+        assert_eq!(
+            view["hostError"],
+            "Response status code does not indicate success: 500 (Internal Server Error)."
+        );
         assert_eq!(view["error"]["code"], "c");
     }
 }
