@@ -10,6 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+use hubhost_functions::contract::decode::decode_request;
+use hubhost_functions::function_app::{Cardinality, DataType, EventHubTrigger};
 use hubhost_testkit as kit;
 use serde_json::{Value, json};
 
@@ -142,6 +144,18 @@ fn write_app(app: &Path) {
                 "eventHubName": "sensors", "connection": "Hub", "cardinality": cardinality}],
                 "retry": {"strategy": "fixedDelay", "maxRetryCount": 2, "delayInterval": "00:00:01"}}),
         );
+    }
+}
+
+/// The trigger every function of [`write_app`] has, with `cardinality`.
+fn trigger(cardinality: Cardinality) -> EventHubTrigger {
+    EventHubTrigger {
+        binding_name: "ev".into(),
+        event_hub_name: "sensors".into(),
+        consumer_group: "$Default".into(),
+        cardinality,
+        data_type: DataType::Unset,
+        connection: Some("Hub".into()),
     }
 }
 
@@ -302,6 +316,24 @@ fn invoke_sends_what_the_functions_host_sends_and_reads_the_answer_as_it_does() 
         assert!(!m.contains_key(absent), "{absent}: {m:?}");
     }
 
+    // hubhost-functions reads the host's exact forms back: the date written once, the
+    // geo-replicated offset, the message's system properties, the retry context.
+    let batch = decode_request("One", &trigger(Cardinality::One), &requests[0].body).unwrap();
+    let event = &batch.events[0];
+    assert_eq!(event.offset.as_deref(), Some("g1:0:12"));
+    assert_eq!(event.partition_key.as_deref(), Some("k"));
+    assert_eq!(event.sequence_number, Some(0));
+    assert!(
+        event.enqueued_time.is_some(),
+        "EnqueuedTimeUtc read as a plain date"
+    );
+    assert_eq!(&event.body[..], br#"{"z":1,"a":"x"}"#);
+    let system = batch.system_properties.of(0).unwrap().unwrap();
+    assert_eq!(system["iothub-connection-device-id"], "dev-1");
+    let retry = batch.retry.unwrap();
+    assert_eq!((retry.retry_count, retry.max_retry_count), (0, 2));
+    assert_eq!(retry.last_error(), None);
+
     // Cardinality many: one invocation; bodies parsed and written again in their own order.
     let (code, answer, _) = invoke(dir.path(), "Many", &base);
     assert_eq!(code, 0, "{answer}");
@@ -334,6 +366,13 @@ fn invoke_sends_what_the_functions_host_sends_and_reads_the_answer_as_it_does() 
     assert!(
         m.get("count").is_none(),
         "a batch's bodies add no binding data"
+    );
+    let batch = decode_request("Many", &trigger(Cardinality::Many), &request.body).unwrap();
+    assert_eq!(batch.events.len(), 2);
+    assert_eq!(batch.events[0].offset.as_deref(), Some("g1:0:12"));
+    assert_eq!(
+        &batch.events[1].body[..],
+        br#"{"count":42,"flag":true,"ratio":1.5,"offset":"x","myTrigger":"t","nested":{"b":1},"list":[1],"nothing":null}"#
     );
 
     // Answers the host refuses: an empty body and a text/plain one.

@@ -55,9 +55,57 @@ macro_rules! scalar_json {
 
 /// An application property's value.
 pub fn application_property(v: &AmqpSimpleValue) -> Value {
-    // .NET reads an AMQP decimal as a `decimal`; hubhost does not decode IEEE 754 decimals,
-    // and passes their bytes' text.
-    scalar_json!(v, AmqpSimpleValue).unwrap_or_else(|| Value::String(format!("{v:?}")))
+    if let Some(scalar) = scalar_json!(v, AmqpSimpleValue) {
+        return scalar;
+    }
+    match v {
+        AmqpSimpleValue::Decimal32(b) => decimal(&b[..], 101),
+        AmqpSimpleValue::Decimal64(b) => decimal(&b[..], 398),
+        AmqpSimpleValue::Decimal128(b) => decimal(&b[..], 6176),
+        other => Value::String(format!("{other:?}")),
+    }
+}
+
+/// An AMQP decimal (IEEE 754-2008, binary integer decimal, big-endian; `bias` 101, 398 or
+/// 6176 for 32, 64 and 128 bits) as a JSON number: .NET reads it as a `decimal`, which
+/// Newtonsoft writes as a number. Infinities and NaN, which a .NET `decimal` cannot hold, are
+/// null; so is a value past a double's range.
+fn decimal(bytes: &[u8], bias: i32) -> Value {
+    let bits = bytes.len() * 8;
+    let raw = bytes
+        .iter()
+        .fold(0u128, |acc, b| (acc << 8) | u128::from(*b));
+    let exponent_bits = match bits {
+        32 => 8,
+        64 => 10,
+        _ => 14,
+    };
+    let negative = raw >> (bits - 1) & 1 == 1;
+    let top_two = raw >> (bits - 3) & 0b11;
+    let (exponent, coefficient) = if top_two == 0b11 {
+        if raw >> (bits - 5) & 0b11 == 0b11 {
+            return Value::Null; // infinity or NaN
+        }
+        let exponent = raw >> (bits - 3 - exponent_bits) & ((1 << exponent_bits) - 1);
+        let rest = bits - 3 - exponent_bits;
+        (
+            exponent,
+            (0b100 << (rest - 2)) | (raw & ((1 << (rest - 2)) - 1)),
+        )
+    } else {
+        let exponent = raw >> (bits - 1 - exponent_bits) & ((1 << exponent_bits) - 1);
+        let rest = bits - 1 - exponent_bits;
+        (exponent, raw & ((1 << rest) - 1))
+    };
+    let text = format!(
+        "{}{coefficient}e{}",
+        if negative { "-" } else { "" },
+        exponent as i32 - bias
+    );
+    text.parse::<f64>()
+        .ok()
+        .filter(|f| f.is_finite())
+        .map_or(Value::Null, double)
 }
 
 /// Any AMQP value (a message annotation's): the scalars as [`application_property`] writes
@@ -213,6 +261,34 @@ mod tests {
             ),
             (AmqpSimpleValue::Boolean(true), Value::Bool(true)),
         ];
+        // Decimals, big-endian BID: 1.5 (15 × 10^-1) and -250 (−25 × 10^1).
+        let decimal32 = |negative: u32, exponent: u32, coefficient: u32| {
+            (negative << 31 | exponent << 23 | coefficient).to_be_bytes()
+        };
+        let decimal64 =
+            |exponent: u64, coefficient: u64| (exponent << 53 | coefficient).to_be_bytes();
+        let cases = cases.into_iter().chain([
+            (
+                AmqpSimpleValue::Decimal32(decimal32(0, 100, 15)),
+                serde_json::json!(1.5),
+            ),
+            (
+                AmqpSimpleValue::Decimal32(decimal32(1, 102, 25)),
+                serde_json::json!(-250.0),
+            ),
+            (
+                AmqpSimpleValue::Decimal64(decimal64(396, 12345)),
+                serde_json::json!(123.45),
+            ),
+            (
+                AmqpSimpleValue::Decimal128((6174u128 << 113 | 7).to_be_bytes()),
+                serde_json::json!(0.07),
+            ),
+            (
+                AmqpSimpleValue::Decimal32((0b0_11110u32 << 26).to_be_bytes()),
+                Value::Null,
+            ),
+        ]);
         for (amqp, json) in cases {
             assert_eq!(application_property(&amqp), json, "{amqp:?}");
         }

@@ -381,10 +381,13 @@ impl PartitionPump {
             .last()
             .and_then(|e| e.sequence_number.map(|s| (s, e.offset.clone())));
         let first = events.first().and_then(|e| e.sequence_number);
-        let batch = PartitionBatch {
-            context: self.context.clone(),
-            events,
-        };
+        // The extension tells the function whether this batch is checkpointed after it
+        // (`UpdateCheckpointContext`): with `batchCheckpointFrequency` N, every N-th batch.
+        let frequency = self.consumer.options.batch_checkpoint_frequency;
+        let mut context = self.context.clone();
+        context.is_checkpointing_after_invocation =
+            Some(checkpoints_after(self.unsaved_batches, frequency));
+        let batch = PartitionBatch { context, events };
         let span = self.consumer.handler.span(&batch);
         let mut delay = RETRY_MIN;
         loop {
@@ -438,10 +441,9 @@ impl PartitionPump {
         if last.is_some() {
             self.last = last;
         }
+        let checkpoint_now = checkpoints_after(self.unsaved_batches, frequency);
         self.unsaved_batches += 1;
-        if self.unsaved_batches >= self.consumer.options.batch_checkpoint_frequency
-            && !self.control.is_lost()
-        {
+        if checkpoint_now && !self.control.is_lost() {
             let checkpoint_span = self.checkpoint_span(&span);
             self.checkpoint_if_unsaved()
                 .instrument(checkpoint_span)
@@ -609,6 +611,14 @@ fn stream_ended() -> azure_messaging_eventhubs::EventHubsError {
     ))
 }
 
+/// Whether the batch after `unsaved` batches not yet checkpointed is checkpointed once it is
+/// processed, with `batchCheckpointFrequency` `frequency`: every `frequency`-th batch (the
+/// extension's `UpdateCheckpointContext`). What the pump does and what the batch's
+/// `IsCheckpointingAfterInvocation` tells the function, from one rule.
+fn checkpoints_after(unsaved: u32, frequency: u32) -> bool {
+    unsaved.saturating_add(1) >= frequency
+}
+
 /// Keeps only events newer than `last` handed out and than every event before them in
 /// `records`: sequence numbers strictly increase in what a batch hands out (pure).
 fn skip_repeated(records: &mut Vec<EventRecord>, last: Option<i64>) {
@@ -748,6 +758,22 @@ mod tests {
             last_enqueued_time: None,
             is_empty: last < 0,
         }
+    }
+
+    #[test]
+    fn only_every_nth_batch_says_it_is_checkpointed_after_it() {
+        let told = |frequency: u32| {
+            let mut unsaved = 0;
+            (0..6)
+                .map(|_| {
+                    let checkpointed = checkpoints_after(unsaved, frequency);
+                    unsaved = if checkpointed { 0 } else { unsaved + 1 };
+                    checkpointed
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(told(1), [true; 6]);
+        assert_eq!(told(3), [false, false, true, false, false, true]);
     }
 
     #[test]

@@ -708,4 +708,66 @@ mod tests {
             }
         }
     }
+
+    /// The host's rules for one event, key by key: body members over the extension's values
+    /// ignoring case (the extension's name kept), `…trigger` names and nulls left out, the
+    /// retry context added after.
+    #[test]
+    fn one_events_binding_data_is_built_as_the_host_builds_it() {
+        let mut event = EventRecord::new(
+            r#" {"OFFSET": 7, "SYS": "s", "RetryContext": "mine", "retrycontext": 1,
+                "queueTrigger": "q", "when": "2024-05-01T12:00:00Z", "big": 1e21,
+                "none": null} "#,
+        );
+        event.offset = Some("12".into());
+        event.sequence_number = Some(3);
+        event.enqueued_time = Some(Utc.timestamp_opt(1_714_564_800, 500_000_000).unwrap());
+        let trigger = EventHubTrigger {
+            binding_name: "ev".into(),
+            event_hub_name: "sensors".into(),
+            consumer_group: "$Default".into(),
+            cardinality: Cardinality::One,
+            data_type: DataType::Unset,
+            connection: None,
+        };
+        let retry = RetryContext {
+            retry_count: 1,
+            max_retry_count: 2,
+            exception: Some(RetryContext::exception_from("F", "System.Exception", "x")),
+        };
+        let request = encode_request(&HostInvocation {
+            function: "F",
+            trigger: &trigger,
+            partition: &PartitionContext::default(),
+            events: std::slice::from_ref(&event),
+            retry: Some(&retry),
+            flavor: MetadataFlavor::Current,
+            now: Utc::now(),
+        })
+        .unwrap();
+        let request: Value = serde_json::from_slice(&request).unwrap();
+        let m = request["Metadata"].as_object().unwrap();
+        assert_eq!(
+            m["Offset"], "\"7\"",
+            "the body's OFFSET, under the extension's name"
+        );
+        assert_eq!(m["OffsetString"], "\"12\"");
+        assert_eq!(m["sys"], "\"s\"");
+        assert_eq!(m["EnqueuedTimeUtc"], "2024-05-01T12:00:00");
+        assert_eq!(m["when"], "\"05/01/2024 12:00:00\"");
+        assert_eq!(m["big"], "\"1E+21\"");
+        assert_eq!(m["RetryContext"]["RetryCount"], 1);
+        assert_eq!(m["RetryContext"]["State"], json!({}));
+        assert_eq!(
+            m["RetryContext"]["Exception"]["InnerException"]["Message"],
+            "x"
+        );
+        // The body's two casings are one binding data entry, which the host's own retry
+        // context then replaces.
+        for absent in ["OFFSET", "SYS", "retrycontext", "queueTrigger", "none"] {
+            assert!(!m.contains_key(absent), "{absent}");
+        }
+        assert_eq!(m["SystemProperties"]["x-opt-offset"], "12");
+        assert_eq!(m["SystemProperties"]["Offset"], 12);
+    }
 }
