@@ -67,20 +67,9 @@ fn as_json_text(v: &Value) -> Value {
     Value::String(v.to_string())
 }
 
-/// `Offset` as the extension gives it: the service's offset when it is a whole number (in
-/// .NET's canonical text), else `-1` — a geo-replicated namespace's offsets are not numbers
-/// (`long.TryParse` fails, and the extension falls back to the start of the stream).
-fn numeric_offset(offset: Option<&str>) -> std::borrow::Cow<'_, str> {
-    let parsed = offset.map(str::trim).and_then(|o| o.parse::<i64>().ok());
-    match (offset, parsed) {
-        (Some(text), Some(n)) if text.len() < 20 && text == n.to_string() => {
-            std::borrow::Cow::Borrowed(text)
-        }
-        (_, Some(n)) => std::borrow::Cow::Owned(n.to_string()),
-        (_, None) => std::borrow::Cow::Borrowed("-1"),
-    }
-}
-
+/// `Offset` as the extension gives it: the service's offset when it is a whole number, else
+/// `-1` — a geo-replicated namespace's offsets are not numbers (`long.TryParse` fails, and the
+/// extension falls back to the start of the stream). Its text is .NET's `ToString()` of it.
 fn offset_as_long(offset: Option<&str>) -> i64 {
     offset
         .map(str::trim)
@@ -117,8 +106,8 @@ impl Serialize for Standard<'_> {
 /// host's other objects here.
 struct SystemProperties<'a> {
     extra: &'a Map<String, Value>,
-    /// Sorted by name; each present only when the event has it.
-    standard: Vec<(&'static str, Standard<'a>)>,
+    /// Sorted by name; `None` where the event has no such value.
+    standard: [(&'static str, Option<Standard<'a>>); 9],
 }
 
 impl Serialize for SystemProperties<'_> {
@@ -126,7 +115,11 @@ impl Serialize for SystemProperties<'_> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(None)?;
         let mut extra = self.extra.iter().peekable();
-        for (name, value) in &self.standard {
+        for (name, value) in self
+            .standard
+            .iter()
+            .filter_map(|(n, v)| Some((n, v.as_ref()?)))
+        {
             while let Some((extra_name, extra_value)) = extra.next_if(|(n, _)| n.as_str() <= *name)
             {
                 // The extension's own value replaces a same-named one from the message.
@@ -150,37 +143,27 @@ fn system_properties<'a>(
     enqueued: Option<&'a str>,
     flavor: MetadataFlavor,
 ) -> SystemProperties<'a> {
-    let mut standard = Vec::with_capacity(9);
-    if let Some(t) = enqueued {
-        standard.push(("EnqueuedTimeUtc", Standard::Text(t)));
-    }
-    standard.push((
-        "Offset",
-        Standard::Long(offset_as_long(e.offset.as_deref())),
-    ));
-    if flavor == MetadataFlavor::Current {
-        standard.push(("OffsetString", Standard::Nullable(e.offset.as_deref())));
-    }
-    standard.push((
-        "PartitionKey",
-        Standard::Nullable(e.partition_key.as_deref()),
-    ));
-    if let Some(n) = e.sequence_number {
-        standard.push(("SequenceNumber", Standard::Long(n)));
-    }
-    if let Some(t) = enqueued {
-        standard.push(("x-opt-enqueued-time", Standard::At(t)));
-    }
-    // The service's own annotation, a string (the .NET SDK passes it on as it came).
-    if let Some(o) = e.offset.as_deref() {
-        standard.push(("x-opt-offset", Standard::Text(o)));
-    }
-    if let Some(k) = e.partition_key.as_deref() {
-        standard.push(("x-opt-partition-key", Standard::Text(k)));
-    }
-    if let Some(n) = e.sequence_number {
-        standard.push(("x-opt-sequence-number", Standard::Long(n)));
-    }
+    let offset = e.offset.as_deref();
+    let key = e.partition_key.as_deref();
+    let current = flavor == MetadataFlavor::Current;
+    let standard = [
+        ("EnqueuedTimeUtc", enqueued.map(Standard::Text)),
+        ("Offset", Some(Standard::Long(offset_as_long(offset)))),
+        (
+            "OffsetString",
+            current.then_some(Standard::Nullable(offset)),
+        ),
+        ("PartitionKey", Some(Standard::Nullable(key))),
+        ("SequenceNumber", e.sequence_number.map(Standard::Long)),
+        ("x-opt-enqueued-time", enqueued.map(Standard::At)),
+        // The service's own annotation, a string (the .NET SDK passes it on as it came).
+        ("x-opt-offset", offset.map(Standard::Text)),
+        ("x-opt-partition-key", key.map(Standard::Text)),
+        (
+            "x-opt-sequence-number",
+            e.sequence_number.map(Standard::Long),
+        ),
+    ];
     SystemProperties {
         extra: &e.system_properties,
         standard,
@@ -303,7 +286,9 @@ fn encode_many(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     member(&mut out, "OffsetArray", false);
     write_as_text(
         &mut out,
-        &Seq(events.iter().map(|e| numeric_offset(e.offset.as_deref()))),
+        &Seq(events
+            .iter()
+            .map(|e| offset_as_long(e.offset.as_deref()).to_string())),
     );
     if inv.flavor == MetadataFlavor::Current {
         member(&mut out, "OffsetStringArray", false);
@@ -449,11 +434,13 @@ fn encode_one(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     if let Some(k) = &e.partition_key {
         binding.set("PartitionKey", as_json_text(&json!(k)));
     }
-    let offset = numeric_offset(e.offset.as_deref());
+    let offset = offset_as_long(e.offset.as_deref());
     let offset = match inv.flavor {
         // Early 5.x releases bound the offset as a number.
-        MetadataFlavor::EarlyV5 => as_json_text(&json!(offset_as_long(Some(&offset)))),
-        MetadataFlavor::Current | MetadataFlavor::LegacyV4 => as_json_text(&json!(offset)),
+        MetadataFlavor::EarlyV5 => as_json_text(&json!(offset)),
+        MetadataFlavor::Current | MetadataFlavor::LegacyV4 => {
+            as_json_text(&json!(offset.to_string()))
+        }
     };
     binding.set("Offset", offset);
     if let (MetadataFlavor::Current, Some(o)) = (inv.flavor, &e.offset) {
