@@ -28,8 +28,8 @@ pub struct Invocation {
     /// The answer's body as JSON (its `Outputs`, `Logs` and `ReturnValue` under those names,
     /// however the handler cased them); `null` when it is not a JSON object.
     pub body: Value,
-    /// Why the host fails this invocation, in the words it logs; `None` when it succeeded.
-    pub refused: Option<String>,
+    /// Why the host fails this invocation; `None` when it succeeded.
+    pub refused: Option<HostFailure>,
     /// The handler's `traceresponse` header: its invocation span's context (W3C
     /// `traceparent` form), when it exports traces. The host ignores it; the emulated host
     /// stamps the events an `eventHub` output sends with it.
@@ -40,6 +40,37 @@ impl Invocation {
     /// Whether the host takes the answer: a 2xx status with a body it can read.
     pub fn succeeded(&self) -> bool {
         self.refused.is_none()
+    }
+}
+
+/// Why the host fails an invocation: the exception it raises (its .NET class) and its
+/// message, the words it logs. The next attempt's `RetryContext` carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostFailure {
+    /// For an answer: `System.Net.Http.HttpRequestException` for a non-2xx status, else
+    /// `System.InvalidOperationException`; `System.Exception` for any other failure.
+    pub exception_class: &'static str,
+    pub message: String,
+}
+
+impl HostFailure {
+    fn new(exception_class: &'static str, message: String) -> Self {
+        HostFailure {
+            exception_class,
+            message,
+        }
+    }
+
+    /// A failure that is not about the answer (an output the host could not carry out, a
+    /// batch it could not bind).
+    pub fn other(message: String) -> Self {
+        HostFailure::new("System.Exception", message)
+    }
+}
+
+impl std::fmt::Display for HostFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }
 
@@ -60,15 +91,16 @@ const RESULT_MEMBERS: [&str; 3] = ["Outputs", "Logs", "ReturnValue"];
 /// let (body, refused) = read_answer(200, Some("application/json"), br#"{"outputs":{"o":1}}"#);
 /// assert_eq!((body["Outputs"]["o"].as_i64(), refused), (Some(1), None));
 /// let (_, refused) = read_answer(200, Some("text/plain"), b"{}");
-/// assert!(refused.unwrap().starts_with("Invalid HttpResponseMessage"));
-/// let (_, refused) = read_answer(500, Some("application/json"), b"{}");
-/// assert_eq!(refused.unwrap(), "Response status code does not indicate success: 500 (Internal Server Error).");
+/// assert!(refused.unwrap().message.starts_with("Invalid HttpResponseMessage"));
+/// let refused = read_answer(500, Some("application/json"), b"{}").1.unwrap();
+/// assert_eq!(refused.message, "Response status code does not indicate success: 500 (Internal Server Error).");
+/// assert_eq!(refused.exception_class, "System.Net.Http.HttpRequestException");
 /// ```
 pub fn read_answer(
     status: u16,
     content_type: Option<&str>,
     bytes: &[u8],
-) -> (Value, Option<String>) {
+) -> (Value, Option<HostFailure>) {
     let parsed = serde_json::from_slice::<Value>(bytes).ok();
     let body = match parsed {
         Some(Value::Object(members)) => Value::Object(with_result_names(members)),
@@ -81,8 +113,9 @@ pub fn read_answer(
             .unwrap_or("");
         return (
             body,
-            Some(format!(
-                "Response status code does not indicate success: {status} ({reason})."
+            Some(HostFailure::new(
+                "System.Net.Http.HttpRequestException",
+                format!("Response status code does not indicate success: {status} ({reason})."),
             )),
         );
     }
@@ -97,13 +130,16 @@ pub fn read_answer(
     if readable && (text.trim().is_empty() || text.trim() == "null") {
         return (
             body,
-            Some(format!(
-                "the handler answered {status} with {}: the Functions host gets no result from it and waits for the invocation until functionTimeout, then fails it and restarts the handler; hubhost fails it now. Answer a JSON object, even {{}}",
-                if text.trim().is_empty() {
-                    "an empty body"
-                } else {
-                    "null"
-                }
+            Some(HostFailure::new(
+                INVALID,
+                format!(
+                    "the handler answered {status} with {}: the Functions host gets no result from it and waits for the invocation until functionTimeout, then fails it and restarts the handler; hubhost fails it now. Answer a JSON object, even {{}}",
+                    if text.trim().is_empty() {
+                        "an empty body"
+                    } else {
+                        "null"
+                    }
+                ),
             )),
         );
     }
@@ -114,13 +150,17 @@ pub fn read_answer(
         };
         return (
             body,
-            Some(format!(
-                "Invalid HttpResponseMessage:\nStatusCode: {status}, {shown}\n {text}"
+            Some(HostFailure::new(
+                INVALID,
+                format!("Invalid HttpResponseMessage:\nStatusCode: {status}, {shown}\n {text}"),
             )),
         );
     }
     (body, None)
 }
+
+/// The exception of an answer the host cannot take a result from.
+const INVALID: &str = "System.InvalidOperationException";
 
 /// `members` with `Outputs`, `Logs` and `ReturnValue` under those names, as Newtonsoft binds
 /// them: a member matching one ignoring case sets it, and a later one sets it again.
@@ -136,6 +176,16 @@ fn with_result_names(members: serde_json::Map<String, Value>) -> serde_json::Map
         };
     }
     out
+}
+
+/// The headers the host sends with an invocation, besides its framing.
+fn host_headers(invocation_id: &str) -> [(&'static str, String); 4] {
+    [
+        ("Content-Type", "application/json; charset=utf-8".into()),
+        ("X-Azure-Functions-HostVersion", HOST_VERSION.into()),
+        ("X-Azure-Functions-InvocationId", invocation_id.into()),
+        ("User-Agent", format!("Azure-Functions-Host/{HOST_VERSION}")),
+    ]
 }
 
 /// Clones share one handler address: [`Invoker::retarget`] moves every clone to a handler
@@ -211,9 +261,12 @@ impl Invoker {
     pub fn request_head(&self, function: &str, invocation_id: &str) -> String {
         let base = self.base();
         let host = base.split("://").nth(1).unwrap_or(&base);
-        format!(
-            "POST /{function} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json; charset=utf-8\r\nx-azure-functions-hostversion: {HOST_VERSION}\r\nx-azure-functions-invocationid: {invocation_id}\r\nuser-agent: Azure-Functions-Host/{HOST_VERSION}\r\ntransfer-encoding: chunked\r\n\r\n"
-        )
+        let mut head = format!("POST /{function} HTTP/1.1\r\nhost: {host}\r\n");
+        for (name, value) in host_headers(invocation_id) {
+            head.push_str(&format!("{}: {value}\r\n", name.to_ascii_lowercase()));
+        }
+        head.push_str("transfer-encoding: chunked\r\n\r\n");
+        head
     }
 
     /// [`Invoker::invoke_traced`] with the invocation id given.
@@ -228,11 +281,10 @@ impl Invoker {
         if let Some(parent) = parent {
             request = request.header("traceparent", parent.to_string());
         }
+        for (name, value) in host_headers(invocation_id) {
+            request = request.header(name, value);
+        }
         let resp = request
-            .header("Content-Type", "application/json; charset=utf-8")
-            .header("X-Azure-Functions-HostVersion", HOST_VERSION)
-            .header("X-Azure-Functions-InvocationId", invocation_id)
-            .header("User-Agent", format!("Azure-Functions-Host/{HOST_VERSION}"))
             // The host's body is an `ObjectContent`, whose length is not computed beforehand:
             // .NET sends it chunked, with no Content-Length.
             .body(reqwest::Body::wrap_stream(futures::stream::once(

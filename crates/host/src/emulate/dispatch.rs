@@ -17,7 +17,7 @@ use tracing::{Instrument, Span};
 
 use super::faults::FaultSwitch;
 use super::outputs::OutputPlan;
-use crate::invoker::{InvokeError, Invoker};
+use crate::invoker::{HostFailure, InvokeError, Invoker};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
 use hubhost_functions::function_app::{EventHubTrigger, RetryPolicy, RetryStrategy};
 use hubhost_processor::{BatchHandler, BatchOutcome, PartitionBatch};
@@ -44,9 +44,10 @@ pub struct FunctionDispatch {
 
 /// Why one invocation did not succeed.
 enum InvocationFailure {
-    /// The function ran and failed (a non-2xx answer, or one that is not JSON): the retry
-    /// policy applies, and after it the host's rule (checkpoint anyway).
-    Function(String),
+    /// The function ran and failed (a non-2xx answer, or one the host cannot read; or an
+    /// output that could not be carried out): the retry policy applies, and after it the
+    /// host's rule (checkpoint anyway).
+    Function(HostFailure),
     /// The handler gave no answer (down, restarting, died mid-request): the function may
     /// never have seen the batch, so it is neither a failure nor a success.
     NoAnswer(String),
@@ -75,7 +76,7 @@ impl FunctionDispatch {
             flavor: MetadataFlavor::Current,
             now: Utc::now(),
         })
-        .map_err(|e| InvocationFailure::Function(e.to_string()))?;
+        .map_err(|e| InvocationFailure::Function(HostFailure::other(e.to_string())))?;
         let parent = hubhost_telemetry::traceparent_of(span);
         let answer = match self
             .invoker
@@ -86,7 +87,11 @@ impl FunctionDispatch {
             Err(e @ InvokeError::NoAnswer(_)) => {
                 return Err(InvocationFailure::NoAnswer(e.to_string()));
             }
-            Err(e) => return Err(InvocationFailure::Function(e.to_string())),
+            Err(e) => {
+                return Err(InvocationFailure::Function(HostFailure::other(
+                    e.to_string(),
+                )));
+            }
         };
         if answer.succeeded() {
             // As in the host, an output that cannot be carried out fails the invocation.
@@ -100,7 +105,11 @@ impl FunctionDispatch {
                     self.faults.as_deref(),
                 )
                 .await
-                .map_err(|e| InvocationFailure::Function(format!("output binding failed: {e}")))?;
+                .map_err(|e| {
+                    InvocationFailure::Function(HostFailure::other(format!(
+                        "output binding failed: {e}"
+                    )))
+                })?;
             // The host writes a handler's `Logs` to its own log as the function's; here at
             // debug level (target `hubhost::function`), one line per batch being too many for
             // a terminal. `bench chaos` counts deliveries from them.
@@ -112,21 +121,9 @@ impl FunctionDispatch {
             Ok(())
         } else {
             Err(InvocationFailure::Function(answer.refused.unwrap_or_else(
-                || format!("the handler answered {}", answer.status),
+                || HostFailure::other(format!("the handler answered {}", answer.status)),
             )))
         }
-    }
-}
-
-/// The .NET exception class the host's failure `message` comes from: a non-2xx answer
-/// (`EnsureSuccessStatusCode`), an answer it cannot read, or any other failure.
-fn failure_class(message: &str) -> &'static str {
-    if message.starts_with("Response status code does not indicate success") {
-        "System.Net.Http.HttpRequestException"
-    } else if message.starts_with("Invalid HttpResponseMessage") {
-        "System.InvalidOperationException"
-    } else {
-        "System.Exception"
     }
 }
 
@@ -228,7 +225,7 @@ impl FunctionDispatch {
         let partition = &batch.context.partition_id;
         // When the stop came, once it has (`Some(None)`: not stopping when first asked).
         let mut draining: Option<Option<tokio::time::Instant>> = None;
-        let (mut attempt, mut last_error) = (0, None::<String>);
+        let (mut attempt, mut last_error) = (0, None::<HostFailure>);
         // Attempts the function answered with a failure: the ones the policy's maximum counts.
         let mut verdicts: i64 = 0;
         loop {
@@ -236,11 +233,10 @@ impl FunctionDispatch {
                 RetryContext {
                     retry_count: i64::from(attempt),
                     max_retry_count: p.max_retry_count,
-                    // The host passes the previous attempt's exception; a custom handler's failure
-                    // reaches it as a plain exception carrying the answer.
-                    exception: last_error
-                        .as_deref()
-                        .map(|e| RetryContext::exception_from(&self.function, failure_class(e), e)),
+                    // The host passes the previous attempt's exception.
+                    exception: last_error.as_ref().map(|e| {
+                        RetryContext::exception_from(&self.function, e.exception_class, &e.message)
+                    }),
                 }
             });
             let attempt_span = self.attempt_span(context.as_ref());
@@ -269,14 +265,14 @@ impl FunctionDispatch {
                 // too, so that the outputs `Once` claimed on the attempt before are given by
                 // this instance's retry. Not a verdict on the function, so not counted towards
                 // the policy's maximum.
-                Err(InvocationFailure::NoAnswer(e)) => e,
+                Err(InvocationFailure::NoAnswer(e)) => HostFailure::other(e),
                 Err(InvocationFailure::Function(e)) => {
                     verdicts += 1;
                     e
                 }
             };
             let Some(policy) = &self.retry else {
-                return BatchOutcome::Failed(error);
+                return BatchOutcome::Failed(error.message);
             };
             if policy.max_retry_count >= 0 && verdicts > policy.max_retry_count {
                 return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
@@ -321,8 +317,6 @@ mod tests {
 
     use super::*;
 
-    /// The `RetryContext.RetryCount` of an invocation request's body (the host sends the
-    /// context as a JSON string).
     /// The body of `request` (headers and what followed them) once it has all arrived:
     /// `Content-Length` bytes, or the chunks up to the last, empty one.
     fn whole_body(request: &[u8]) -> Option<Vec<u8>> {
@@ -350,6 +344,8 @@ mod tests {
         rest.get(..length).map(<[u8]>::to_vec)
     }
 
+    /// The `RetryContext.RetryCount` of an invocation request's body (the host sends the
+    /// context as a JSON string).
     fn retry_count_of(body: &[u8]) -> i64 {
         let request: Value = serde_json::from_slice(body).unwrap();
         let retry: Value = match &request["Metadata"]["RetryContext"] {

@@ -142,26 +142,10 @@ fn event_spec(value: OrderedJson) -> Result<EventSpec, String> {
         .into_iter()
         .map(|(name, value)| (name, serde_json::to_value(value).expect("JSON serializes")))
         .collect();
-    let partition_key = match fields.remove("partitionKey") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(key)) => Some(key),
-        Some(other) => return Err(format!("partitionKey must be a string, not {other}")),
-    };
-    let properties = match fields.remove("properties") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(properties)) => properties,
-        Some(other) => return Err(format!("properties must be an object, not {other}")),
-    };
-    let offset = match fields.remove("offset") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(offset)) => Some(offset),
-        Some(other) => return Err(format!("offset must be a string, not {other}")),
-    };
-    let system_properties = match fields.remove("systemProperties") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(system)) => system,
-        Some(other) => return Err(format!("systemProperties must be an object, not {other}")),
-    };
+    let partition_key = optional_string(&mut fields, "partitionKey")?;
+    let properties = optional_object(&mut fields, "properties")?;
+    let offset = optional_string(&mut fields, "offset")?;
+    let system_properties = optional_object(&mut fields, "systemProperties")?;
     if let Some(unknown) = fields.keys().next() {
         return Err(format!(
             "unknown field {unknown:?} (an event has body, partitionKey, properties, offset and systemProperties)"
@@ -174,6 +158,27 @@ fn event_spec(value: OrderedJson) -> Result<EventSpec, String> {
         offset,
         system_properties,
     })
+}
+
+/// The event field `name`, a string if present.
+fn optional_string(fields: &mut Map<String, Value>, name: &str) -> Result<Option<String>, String> {
+    match fields.remove(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text)),
+        Some(other) => Err(format!("{name} must be a string, not {other}")),
+    }
+}
+
+/// The event field `name`, an object if present (empty if not).
+fn optional_object(
+    fields: &mut Map<String, Value>,
+    name: &str,
+) -> Result<Map<String, Value>, String> {
+    match fields.remove(name) {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(object)) => Ok(object),
+        Some(other) => Err(format!("{name} must be an object, not {other}")),
+    }
 }
 
 /// The event sent when no events file is given.
@@ -253,7 +258,7 @@ pub fn host_view(answer: &Invocation, outputs: &OutputPlan) -> Value {
         "returnValue": if succeeded { body.get("ReturnValue").cloned().unwrap_or(Value::Null) } else { Value::Null },
     });
     if let Some(reason) = &answer.refused {
-        view["hostError"] = Value::String(reason.clone());
+        view["hostError"] = Value::String(reason.message.clone());
     }
     if let Some(error) = body.get("error") {
         view["error"] = error.clone();
