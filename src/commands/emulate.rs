@@ -160,6 +160,7 @@ pub async fn run(
             instance_id,
             foreign_ownership_expiry,
             metrics: metrics_port.map(|port| (metrics_bind, port).into()),
+            metrics_bound: None,
             watch,
             faults,
             drain: None,

@@ -95,6 +95,12 @@ pub struct Args {
     /// The trusted issuer's signing keys: a JWKS file, the format Entra ID publishes.
     #[arg(long, requires = "entra_issuer")]
     pub entra_jwks: Option<std::path::PathBuf>,
+    /// Serve a local managed identity endpoint on 127.0.0.1:PORT (0: any free port) whose
+    /// tokens this hub accepts: an app signs in with an identity-based connection as on Azure
+    /// (`{conn}__fullyQualifiedNamespace`), given the IDENTITY_ENDPOINT and IDENTITY_HEADER the
+    /// hub prints at start (docs/identity.md).
+    #[arg(long, value_name = "PORT", conflicts_with = "entra_issuer")]
+    pub identity_port: Option<u16>,
     /// Trace each send and each chunk delivered to a receiver as spans (`enqueue <hub>`,
     /// `deliver <hub>`), linked to the producers' contexts the events carry, and export them
     /// by the standard OpenTelemetry variables (OTEL_EXPORTER_OTLP_ENDPOINT, …).
@@ -421,6 +427,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         keys,
         entra_issuer,
         entra_jwks,
+        identity_port,
         traces,
         transports,
         limits,
@@ -460,6 +467,12 @@ pub async fn run(args: Args) -> Result<(), String> {
             .iter()
             .map(|k| hubhost_hub::sas::SharedAccessKey::parse(k))
             .collect::<Result<_, _>>()?;
+    }
+    if let Some(port) = identity_port {
+        let identity = hubhost_hub::local_identity::LocalIdentity::generate()?;
+        config.trusted_issuer = Some(identity.trusted_issuer());
+        config.local_identity = Some(std::sync::Arc::new(identity));
+        config.identity_port = Some(port);
     }
     if let (Some(issuer), Some(jwks)) = (entra_issuer, entra_jwks) {
         let text = std::fs::read_to_string(&jwks)

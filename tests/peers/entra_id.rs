@@ -820,3 +820,67 @@ fn a_kafka_client_signs_in_with_an_entra_id_token() {
         }
     }
 }
+
+/// `hubhost hub --identity-port 0` is a managed identity endpoint of its own: with the
+/// IDENTITY_ENDPOINT and IDENTITY_HEADER it prints, an app's identity-based connection signs in
+/// to that hub as it would to Event Hubs on Azure (docs/identity.md); a wrong header is
+/// refused with the endpoint's reason.
+#[test]
+fn the_hubs_own_identity_endpoint_signs_apps_in_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let out = dir.path().join("hub.out");
+    let mut hub = common::KilledOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_hubhost"))
+            .args(["hub", "--in-memory", "--port", &port.to_string()])
+            .args(["--identity-port", "0"])
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::wait_for_port(port, "hubhost hub");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let printed = std::fs::read_to_string(&out).unwrap_or_default();
+        if let Some(line) = printed
+            .lines()
+            .find(|l| l.starts_with("managed identity: "))
+        {
+            break line.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no managed identity line: {printed}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let value = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} in {line}"))
+            .to_string()
+    };
+    let (endpoint, header) = (value("IDENTITY_ENDPOINT"), value("IDENTITY_HEADER"));
+    let namespace = format!("localhost:{port}");
+    let env = |header: &str| {
+        vec![
+            ("IDENTITY_ENDPOINT".to_string(), endpoint.clone()),
+            ("IDENTITY_HEADER".to_string(), header.to_string()),
+        ]
+    };
+    let (code, stdout, stderr) = simulate(&namespace, 50, &env(&header));
+    assert_eq!(code, 0, "{stderr}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["events"], 50, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+
+    let (code, _, stderr) = simulate(&namespace, 5, &env("not-the-header"));
+    assert_ne!(code, 0, "a wrong IDENTITY_HEADER signs nobody in");
+    assert!(stderr.contains("X-IDENTITY-HEADER"), "{stderr}");
+    assert!(
+        !stderr.contains(&header),
+        "the secret never reaches the output"
+    );
+    hub.stop();
+}

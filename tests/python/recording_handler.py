@@ -2,20 +2,32 @@
 
 Started by `hubhost emulate` exactly as the Functions host starts a custom handler
 (FUNCTIONS_CUSTOMHANDLER_PORT). Each invocation appends one JSON line to RECORD_FILE —
-instance, function, partition and the batch's sequence numbers — before it answers, so the
-file is the handler's own account of what it processed. A test that kills the instance with
-kill -9 reads what was recorded up to then.
+instance, function, partition, event hub, the batch's sequence numbers, its retry context and
+this process's pid — before it answers, so the file is the handler's own account of what it
+processed. A test that kills the instance with kill -9 reads what was recorded up to then.
+
+For the tests of how the handler is started and stopped: arguments, if any, must be the port
+alone (as host.json's `%FUNCTIONS_CUSTOMHANDLER_PORT%` gives it); PID_FILE gets this process's
+pid at start; START_DELAY seconds pass before it listens; and the first invocation of
+SLOW_FUNCTION (by any process: a file SLOW_MARK marks it) takes SLOW_SECONDS.
 """
 
 import json
 import os
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PORT = int(os.environ["FUNCTIONS_CUSTOMHANDLER_PORT"])
+assert sys.argv[1:] in ([], [str(PORT)]), f"arguments {sys.argv[1:]!r}, port {PORT}"
 RECORD = open(os.environ["RECORD_FILE"], "a", buffering=1)
 INSTANCE = os.environ.get("RECORD_INSTANCE", "?")
 LOCK = threading.Lock()
+if "PID_FILE" in os.environ:
+    with open(os.environ["PID_FILE"], "a") as f:
+        f.write(f"{os.getpid()}\n")
+time.sleep(float(os.environ.get("START_DELAY", "0")))
 
 
 def as_json(value):
@@ -55,13 +67,20 @@ class Handler(BaseHTTPRequestHandler):
         request = json.loads(self.body())
         metadata = request["Metadata"]
         context = as_json(metadata["PartitionContext"])
+        function = self.path.strip("/")
+        mark = os.environ.get("SLOW_MARK", "slowed")
+        if function == os.environ.get("SLOW_FUNCTION") and not os.path.exists(mark):
+            open(mark, "w").close()
+            time.sleep(float(os.environ["SLOW_SECONDS"]))
         line = json.dumps(
             {
                 "instance": INSTANCE,
-                "function": self.path.strip("/"),
+                "function": function,
                 "partition": context["PartitionId"],
+                "hub": context["EventHubName"],
                 "seqs": as_json(metadata["SequenceNumberArray"]),
                 "retry": as_json(metadata.get("RetryContext")),
+                "pid": os.getpid(),
             }
         )
         with LOCK:

@@ -305,16 +305,9 @@ pub(crate) fn print_runs<T: serde::Serialize>(
     Ok(())
 }
 
-/// A host.json time span, `hh:mm:ss.fff`.
+/// A host.json time span, as .NET writes one.
 fn timespan(d: Duration) -> String {
-    let ms = d.as_millis();
-    format!(
-        "{:02}:{:02}:{:02}.{:03}",
-        ms / 3_600_000,
-        ms / 60_000 % 60,
-        ms / 1000 % 60,
-        ms % 1000
-    )
+    hubhost_trigger::time::dotnet_timespan(d)
 }
 
 /// The instances the scale controller started and has not stopped, from its lines
@@ -374,7 +367,7 @@ mod tests {
         for d in [Duration::from_millis(1500), Duration::from_secs(3723)] {
             assert_eq!(hubhost_trigger::time::parse_timespan(&timespan(d)), Some(d));
         }
-        assert_eq!(timespan(Duration::from_millis(250)), "00:00:00.250");
+        assert_eq!(timespan(Duration::from_millis(250)), "00:00:00.2500000");
     }
 
     #[test]

@@ -239,7 +239,9 @@ impl fmt::Debug for EventHubTarget {
 
 impl EventHubTarget {
     /// Reads `Endpoint` (and `UseDevelopmentEmulator`) of a connection string. The hub name is
-    /// the connection string's `EntityPath` when it has one and `hub` is `None`.
+    /// the connection string's `EntityPath` when it has one, whatever `hub` says: the
+    /// extension's rule (`NormalizeEventHubName`), which Microsoft's binding reference states as
+    /// "that value overrides this property at runtime".
     pub fn parse(connection_string: &str, hub: Option<&str>) -> Result<Self, EventHubsError> {
         let mut endpoint = None;
         let mut emulator = false;
@@ -281,9 +283,13 @@ impl EventHubTarget {
         if host.is_empty() {
             return Err(EventHubsError::BadConnectionString("Endpoint has no host"));
         }
-        let hub = hub.or(entity_path).filter(|h| !h.is_empty()).ok_or(
-            EventHubsError::BadConnectionString("no event hub name (give one, or EntityPath)"),
-        )?;
+        let hub = entity_path
+            .filter(|h| !h.is_empty())
+            .or(hub)
+            .filter(|h| !h.is_empty())
+            .ok_or(EventHubsError::BadConnectionString(
+                "no event hub name (give one, or EntityPath)",
+            ))?;
         // `localhost` may resolve to ::1 first, where a hub bound to 127.0.0.1 is not.
         let dial_host = if host.eq_ignore_ascii_case("localhost") {
             "127.0.0.1"
@@ -494,7 +500,7 @@ impl EventHubTarget {
         let hub = producer
             .get_eventhub_properties()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| error_chain(&e))?;
         let mut ends = Vec::with_capacity(hub.partition_ids.len());
         for id in hub.partition_ids {
             let p = producer
@@ -587,6 +593,23 @@ pub const EVENTHUB_CONNECTION_SETTING: &str = "EventHubConnection";
 /// The fully qualified namespace of the Event Hubs connection setting: the host of its
 /// `Endpoint=sb://…/`, or of `EventHubConnection__fullyQualifiedNamespace` (`localhost` for a
 /// local hub). Only the host is taken; the key never leaves this function.
+/// An error with the messages of its sources that say more than it does: the SDK wraps the
+/// service's reason (a 401's "the token's signature does not match the key …") in errors
+/// whose own text only says "Error authorizing management path".
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        let message = inner.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = inner.source();
+    }
+    text
+}
+
 pub fn eventhub_namespace(env: impl Fn(&str) -> Option<String>) -> Option<String> {
     let endpoint = match env(EVENTHUB_CONNECTION_SETTING) {
         Some(conn) => connection_string_parts(&conn)
@@ -668,6 +691,13 @@ mod tests {
         assert_eq!(t.hub, "orders");
         assert_eq!(t.custom_endpoint, None);
         assert!(!format!("{t:?}").contains("secret"));
+        // The extension's rule: EntityPath overrides the binding's eventHubName.
+        let t = EventHubTarget::parse(
+            "Endpoint=sb://MyNs.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=secret;EntityPath=orders",
+            Some("other"),
+        )
+        .unwrap();
+        assert_eq!(t.hub, "orders");
     }
 
     #[test]

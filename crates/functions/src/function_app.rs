@@ -35,7 +35,8 @@ pub enum DataType {
 pub struct EventHubTrigger {
     /// The binding's `name`: the key of the events in the request's `Data`.
     pub binding_name: String,
-    /// `eventHubName` (may hold `%Setting%`).
+    /// `eventHubName` (may hold `%Setting%`); empty when function.json leaves it to the
+    /// connection string's `EntityPath`, which wins over it when both are given.
     pub event_hub_name: String,
     /// `consumerGroup` (default `$Default`).
     pub consumer_group: String,
@@ -216,6 +217,10 @@ pub struct FunctionSpec {
     pub bindings: Vec<BindingSpec>,
 }
 
+/// The host's `functionTimeout` when host.json sets none, on every plan but the older
+/// Consumption plan (5 min there): 30 minutes (`ScriptJobHostOptionsSetup`).
+pub const DEFAULT_FUNCTION_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
 /// A function app folder (script root): host.json and the functions beside it.
 #[derive(Debug, Clone)]
 pub struct FunctionApp {
@@ -223,10 +228,19 @@ pub struct FunctionApp {
     /// current directory when the app is loaded, so that paths built on it (host.json's
     /// executable, its working directory) stay right in a process started elsewhere.
     pub root: PathBuf,
-    /// host.json as read.
+    /// host.json as the host reads it: comments skipped, `AzureFunctionsJobHost__` settings
+    /// applied over it, its keys under their documented names (see [`crate::app_config`]).
     pub host_json: Value,
     /// The functions it declares (host.json's `functions` list honoured).
     pub functions: Vec<FunctionSpec>,
+    /// The functions an app setting disables (`AzureWebJobs.{name}.Disabled`), each with that
+    /// setting's name: the host loads them but starts no listener for them.
+    pub disabled: std::collections::BTreeMap<String, String>,
+    /// The `AzureFunctionsJobHost__` settings applied over host.json.
+    pub overrides: Vec<String>,
+    /// What the host ignores though the files say it (function.json's `disabled`, the older
+    /// extensions' host.json names), one line each, for the emulator to print.
+    pub ignored: Vec<String>,
 }
 
 /// What is wrong with a function's declaration (its function.json, or the functions a handler
@@ -248,9 +262,6 @@ pub enum DeclarationError {
     /// An `eventHubTrigger`'s `dataType` is neither `string` nor `binary`.
     #[error("dataType \"{0}\" is not supported for eventHubTrigger (use string or binary)")]
     UnsupportedDataType(String),
-    /// An `eventHubTrigger` names no event hub (`eventHubName`, or `path`).
-    #[error("the eventHubTrigger binding has no \"eventHubName\"")]
-    NoEventHubName,
     /// A binding is not a JSON object.
     #[error("a binding is not a JSON object")]
     BindingNotAnObject,
@@ -284,6 +295,9 @@ pub enum DeclarationError {
         /// Its text.
         value: String,
     },
+    /// host.json's `functionTimeout` is not a time span.
+    #[error("host.json functionTimeout is not a time span like 00:05:00 (or -1): {0}")]
+    BadFunctionTimeout(String),
     /// The `retry` section has no integer `maxRetryCount`.
     #[error("retry policy needs an integer \"maxRetryCount\"")]
     NoMaxRetryCount,
@@ -331,6 +345,9 @@ pub enum FunctionAppError {
         /// The parser's error.
         source: serde_json::Error,
     },
+    /// local.settings.json cannot be read.
+    #[error(transparent)]
+    Settings(#[from] crate::app_config::SettingsFileError),
     /// A file is JSON but not a valid declaration.
     #[error("{path}: {problem}")]
     Invalid {
@@ -342,14 +359,27 @@ pub enum FunctionAppError {
 }
 
 impl FunctionApp {
-    /// Loads host.json and every `*/function.json` beside it. Honours host.json's `functions`
-    /// list, which restricts the functions the host loads.
+    /// Loads host.json and every `*/function.json` beside it, with the app settings of
+    /// local.settings.json and the environment ([`crate::app_config::app_settings`]). Honours
+    /// host.json's `functions` list, which restricts the functions the host loads.
     pub fn load(root: &Path) -> Result<Self, FunctionAppError> {
+        let settings = crate::app_config::app_settings(root)?;
+        Self::load_with_settings(root, &settings)
+    }
+
+    /// [`FunctionApp::load`] with these app settings: they override host.json
+    /// (`AzureFunctionsJobHost__…`) and disable functions (`AzureWebJobs.{name}.Disabled`).
+    pub fn load_with_settings(
+        root: &Path,
+        settings: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, FunctionAppError> {
         let host_path = root.join("host.json");
         if !host_path.is_file() {
             return Err(FunctionAppError::NoHostJson(root.to_path_buf()));
         }
-        let host_json = read_json(&host_path)?;
+        let mut host_json = read_json(&host_path)?;
+        let overrides = crate::app_config::apply_overrides(&mut host_json, settings);
+        crate::app_config::canonical_keys(&mut host_json);
         let only: Option<Vec<String>> =
             host_json
                 .get("functions")
@@ -361,6 +391,7 @@ impl FunctionApp {
                         .collect()
                 });
         let mut functions = Vec::new();
+        let mut ignored = crate::app_config::legacy_host_json_keys(&host_json);
         let entries = std::fs::read_dir(root).map_err(|source| FunctionAppError::Io {
             path: root.to_path_buf(),
             source,
@@ -385,6 +416,14 @@ impl FunctionApp {
             }
             let path = dir.join("function.json");
             let json = read_json(&path)?;
+            if json
+                .get("disabled")
+                .is_some_and(|d| d != &Value::Bool(false))
+            {
+                ignored.push(format!(
+                    "{name}/function.json: \"disabled\" is ignored by the Functions host since version 2; set the app setting AzureWebJobs.{name}.Disabled to true instead"
+                ));
+            }
             functions.push(FunctionSpec::from_json(&name, &json).map_err(|problem| {
                 FunctionAppError::Invalid {
                     path: path.clone(),
@@ -392,6 +431,12 @@ impl FunctionApp {
                 }
             })?);
         }
+        let disabled = functions
+            .iter()
+            .filter_map(|f| {
+                crate::app_config::disabling_setting(&f.name, settings).map(|s| (f.name.clone(), s))
+            })
+            .collect();
         Ok(FunctionApp {
             root: std::path::absolute(root).map_err(|source| FunctionAppError::Io {
                 path: root.to_path_buf(),
@@ -399,7 +444,34 @@ impl FunctionApp {
             })?,
             host_json,
             functions,
+            disabled,
+            overrides,
+            ignored,
         })
+    }
+
+    /// The app setting that disables function `name`, if one does.
+    pub fn disabled_by(&self, name: &str) -> Option<&str> {
+        self.disabled
+            .iter()
+            .find(|(f, _)| f.eq_ignore_ascii_case(name))
+            .map(|(_, s)| s.as_str())
+    }
+
+    /// How long an invocation may run before the host fails it: host.json's
+    /// `functionTimeout`, [`DEFAULT_FUNCTION_TIMEOUT`] when it is not set, `None` for `-1` (no
+    /// limit, which only Premium and Dedicated plans allow).
+    pub fn function_timeout(&self) -> Result<Option<Duration>, DeclarationError> {
+        match self.host_json.get("functionTimeout") {
+            None | Some(Value::Null) => Ok(Some(DEFAULT_FUNCTION_TIMEOUT)),
+            Some(Value::String(s)) if s.trim().is_empty() => Ok(Some(DEFAULT_FUNCTION_TIMEOUT)),
+            Some(Value::String(s)) if s.trim() == "-1" => Ok(None),
+            Some(Value::String(s)) => hubhost_trigger::time::parse_timespan(s)
+                .map(Some)
+                .ok_or_else(|| DeclarationError::BadFunctionTimeout(s.clone())),
+            Some(Value::Number(n)) if n.as_i64() == Some(-1) => Ok(None),
+            Some(other) => Err(DeclarationError::BadFunctionTimeout(other.to_string())),
+        }
     }
 
     /// Function names are case-insensitive in Azure Functions.
@@ -415,7 +487,7 @@ fn read_json(path: &Path) -> Result<Value, FunctionAppError> {
         path: path.to_path_buf(),
         source,
     })?;
-    serde_json::from_str(&text).map_err(|source| FunctionAppError::BadJson {
+    crate::app_config::parse_json(&text).map_err(|source| FunctionAppError::BadJson {
         path: path.to_path_buf(),
         source,
     })
@@ -463,9 +535,11 @@ impl FunctionSpec {
                 };
                 Trigger::EventHub(EventHubTrigger {
                     binding_name,
+                    // None given: the connection string's EntityPath names it (the emulated
+                    // host says so when that is missing too).
                     event_hub_name: text("eventHubName")
                         .or_else(|| text("path"))
-                        .ok_or(DeclarationError::NoEventHubName)?,
+                        .unwrap_or_default(),
                     consumer_group: text("consumerGroup").unwrap_or_else(|| "$Default".into()),
                     cardinality,
                     data_type,

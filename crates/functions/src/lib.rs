@@ -5,7 +5,9 @@
 //!   shape the host sends for an `eventHubTrigger` into a typed [`batch::TriggerBatch`];
 //!   [`contract::encode`] builds the request the host would send (for emulation and tests);
 //!   [`contract::response`] is the `{"Outputs","Logs","ReturnValue"}` answer.
-//! - [`function_app`]: host.json and `*/function.json` discovery, trigger and retry settings.
+//! - [`function_app`]: host.json and `*/function.json` discovery, trigger and retry settings;
+//!   [`app_config`]: the app's files and settings read as the host reads them (comments,
+//!   `AzureFunctionsJobHost__` overrides, keys in any case, disabled functions).
 //! - [`function`]: what a function is ([`function::EventHubFunction`]) and how it fails;
 //!   [`context`]: what it is told about an invocation and where it logs; [`counters`]: what it
 //!   counts; [`server`]: the HTTP server the host calls, hosting the functions you register;
@@ -24,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub use hubhost_trigger::batch;
+pub mod app_config;
 pub mod context;
 pub mod contract;
 pub mod counters;

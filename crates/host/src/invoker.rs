@@ -66,6 +66,18 @@ impl HostFailure {
     pub fn other(message: String) -> Self {
         HostFailure::new("System.Exception", message)
     }
+
+    /// An invocation that outlived host.json's `functionTimeout`, in the WebJobs SDK's words
+    /// (`FunctionExecutor.TryHandleTimeoutAsync`).
+    pub fn timeout(limit: std::time::Duration, function: &str) -> Self {
+        HostFailure::new(
+            "Microsoft.Azure.WebJobs.Host.FunctionTimeoutException",
+            format!(
+                "Timeout value of {} was exceeded by function: Functions.{function}",
+                hubhost_trigger::time::dotnet_timespan(limit)
+            ),
+        )
+    }
 }
 
 impl std::fmt::Display for HostFailure {

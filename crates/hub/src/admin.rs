@@ -723,12 +723,29 @@ struct AdminConnection(Arc<super::connections::Slot>);
 /// request's header has not arrived within [`HEADER_READ_TIMEOUT`] (axum's own `serve` waits
 /// for it forever): stalled sockets hold neither descriptors nor the endpoint.
 pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
+    serve_routes(listener, router(state), "admin", |request, slot| {
+        request.extensions_mut().insert(AdminConnection(slot));
+    })
+    .await
+}
+
+/// Serves `routes` on `listener` as [`serve`] describes, `mark` giving each request its
+/// connection's slot (a route that authenticates the client keeps the slot).
+pub(crate) async fn serve_routes(
+    listener: tokio::net::TcpListener,
+    routes: Router,
+    what: &'static str,
+    mark: impl Fn(&mut hyper::Request<hyper::body::Incoming>, Arc<super::connections::Slot>)
+    + Clone
+    + Send
+    + Sync
+    + 'static,
+) {
     use tower::ServiceExt;
-    let routes = router(state);
     // Its requests' sizes are bounded by the HTTP server; only the slots are counted here.
     let slots = super::connections::Slots::new(MAX_CONNECTIONS, usize::MAX);
     loop {
-        let (stream, _) = super::connections::accept(&listener, "admin", &slots).await;
+        let (stream, _) = super::connections::accept(&listener, what, &slots).await;
         let Some((slot, _)) = slots.take() else {
             continue; // every slot is held by a client that presented the token: closed
         };
@@ -736,10 +753,9 @@ pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
         let evicted = slot.evicted();
         let routes = routes.clone();
         let connection_slot = slot.clone();
+        let mark = mark.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
-            request
-                .extensions_mut()
-                .insert(AdminConnection(connection_slot.clone()));
+            mark(&mut request, connection_slot.clone());
             routes.clone().oneshot(request.map(axum::body::Body::new))
         });
         tokio::spawn(async move {
@@ -750,10 +766,10 @@ pub async fn serve(listener: tokio::net::TcpListener, state: AdminState) {
             tokio::select! {
                 result = connection => {
                     if let Err(error) = result {
-                        tracing::debug!(%error, "an admin connection ended");
+                        tracing::debug!(%error, what, "a connection ended");
                     }
                 }
-                () = evicted => tracing::debug!("an admin connection made way for a newer one"),
+                () = evicted => tracing::debug!(what, "a connection made way for a newer one"),
             }
             drop(slot);
         });

@@ -20,6 +20,11 @@ pub struct HubConfig {
     pub keys: Vec<SharedAccessKey>,
     /// An Entra ID issuer whose tokens (`$cbs` type `jwt`) the hub accepts besides SAS.
     pub trusted_issuer: Option<crate::entra::TrustedIssuer>,
+    /// A local managed identity endpoint on 127.0.0.1 whose tokens the hub accepts (its
+    /// issuer is then the trusted one); `None`: none.
+    pub local_identity: Option<std::sync::Arc<crate::local_identity::LocalIdentity>>,
+    /// Its port (`0` or `None`: any free one).
+    pub identity_port: Option<u16>,
     /// The admin endpoint's port on 127.0.0.1 (`0`: any free one); `None`: no endpoint.
     pub admin_port: Option<u16>,
     /// The token the admin endpoint requires (`Authorization: Bearer …`); `None`: a random one,
@@ -373,6 +378,8 @@ impl HubConfig {
             retention: Duration::from_secs(24 * 3600),
             keys: vec![SharedAccessKey::emulator()],
             trusted_issuer: None,
+            local_identity: None,
+            identity_port: None,
             admin_port: None,
             admin_token: None,
             segment_bytes: 64 * 1024 * 1024,

@@ -7,7 +7,8 @@
 //! (`$cbs` put-token, `$management` reads) or `links` (a producer's link appends to a
 //! `Partition`; a consumer's link reads from one) → `log` (segment files or memory). The
 //! namespace's model — hubs, partitions, and which receivers hold a partition — is `namespace`;
-//! this module starts the listeners over it.
+//! this module starts the listeners over it. `local_identity` is a managed identity endpoint
+//! whose tokens the hub accepts, for apps with identity-based connections.
 
 pub mod admin;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod fuzzing;
 pub(crate) mod inbound;
 pub mod kafka;
 pub(crate) mod links;
+pub mod local_identity;
 pub mod log;
 pub(crate) mod namespace;
 pub mod partition_key;
@@ -71,6 +73,8 @@ pub struct Listening {
     pub admin_token: Option<String>,
     /// Where that token is written for the CLI (a hub with a data directory).
     pub admin_token_file: Option<PathBuf>,
+    /// The local managed identity endpoint's token URL (`IDENTITY_ENDPOINT`), when configured.
+    pub identity_endpoint: Option<String>,
 }
 
 /// What `hubhost hub` prints once it listens: where, and the connection string to use.
@@ -123,6 +127,13 @@ fn print_connection(config: &HubConfig, namespace: &Arc<Namespace>, local: Liste
             (None, Some(token)) => println!("admin: http://{admin} (token: {token})"),
             (None, None) => println!("admin: http://{admin}"),
         }
+    }
+    if let (Some(endpoint), Some(identity)) = (&local.identity_endpoint, &config.local_identity) {
+        // Like an in-memory hub's admin token: the user's terminal, never the log.
+        println!(
+            "managed identity: IDENTITY_ENDPOINT={endpoint} IDENTITY_HEADER={}",
+            identity.header_secret()
+        );
     }
 }
 
@@ -234,6 +245,29 @@ pub async fn serve(
         }
         None => None,
     };
+    let identity = match &config.local_identity {
+        Some(identity) => {
+            let port = config.identity_port.unwrap_or(0);
+            let (listener, local) =
+                admin::listen(port)
+                    .await
+                    .map_err(|source| HubError::Listen {
+                        address: format!("127.0.0.1:{port} (managed identity)"),
+                        source,
+                    })?;
+            let routes = identity.clone().router();
+            Some((
+                tokio::spawn(admin::serve_routes(
+                    listener,
+                    routes,
+                    "managed identity",
+                    |_, _| {},
+                )),
+                format!("http://{local}{}", local_identity::TOKEN_PATH),
+            ))
+        }
+        None => None,
+    };
     for hub in namespace.hubs() {
         tracing::info!(
             hub = %hub.name,
@@ -254,6 +288,7 @@ pub async fn serve(
             admin: admin.as_ref().map(|(_, a, _)| *a),
             admin_token: admin.as_ref().map(|_| admin_token.clone()),
             admin_token_file: admin.as_ref().and_then(|(_, _, file)| file.clone()),
+            identity_endpoint: identity.as_ref().map(|(_, url)| url.clone()),
         },
     );
     let retention = {

@@ -120,12 +120,31 @@ impl EventProcessor {
     /// The event hub's partition ids, retried until the hub answers (it may still be starting).
     async fn partition_ids(&self) -> Result<Vec<String>, ProcessorError> {
         let mut wait = Duration::from_millis(500);
+        // The same failure is said once (a wrong key fails every attempt alike), then again
+        // only when it changes; the retries go on meanwhile.
+        let mut said = None::<String>;
         loop {
             match self.consumer.target.partition_ends().await {
-                Ok(ends) => return Ok(ends.into_iter().map(|e| e.partition_id).collect()),
+                Ok(ends) => {
+                    if said.is_some() {
+                        tracing::info!(function = %self.consumer.function, "the event hub answers now");
+                    }
+                    return Ok(ends.into_iter().map(|e| e.partition_id).collect());
+                }
                 Err(e @ EventHubsError::BadConnectionString(_)) => return Err(e.into()),
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?wait, "cannot read the event hub's partitions yet");
+                    let error = e.to_string();
+                    if said.as_ref() != Some(&error) {
+                        tracing::warn!(
+                            function = %self.consumer.function,
+                            connection = %self.consumer.connection,
+                            %error,
+                            "cannot read the event hub's partitions; retrying until it answers (this is said again only if the error changes)"
+                        );
+                        said = Some(error);
+                    } else {
+                        tracing::debug!(function = %self.consumer.function, retry_in = ?wait, "the event hub still does not answer");
+                    }
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_secs(10));
                 }

@@ -64,6 +64,8 @@ pub struct ProcessorStats {
 pub struct Consumer {
     /// The function this consumer feeds (named in logs and metrics).
     pub function: String,
+    /// The app setting its connection comes from (named in errors).
+    pub connection: String,
     pub target: EventHubTarget,
     pub key: ConsumerGroupKey,
     pub store: CheckpointStore,

@@ -20,8 +20,11 @@ pub struct ProcessorOptions {
     pub max_wait_time: Duration,
     /// `batchCheckpointFrequency` (1): checkpoint after every N-th batch.
     pub batch_checkpoint_frequency: u32,
-    /// `prefetchCount` (300): credit the receiver keeps open.
+    /// `prefetchCount` (300): credit the receiver keeps open (0: none beyond the batch).
     pub prefetch: u32,
+    /// `enableCheckpointing` (true): with `false` no checkpoint is written, and a partition
+    /// starts again from its last checkpoint (or `initialOffsetOptions`) whenever it moves.
+    pub enable_checkpointing: bool,
     /// `initialOffsetOptions`: where a partition without any checkpoint starts.
     pub initial_position: InitialPosition,
     /// Skip the checkpoint of a batch whose invocation failed and deliver it again
@@ -41,6 +44,7 @@ impl Default for ProcessorOptions {
             max_wait_time: Duration::from_secs(60),
             batch_checkpoint_frequency: 1,
             prefetch: 300,
+            enable_checkpointing: true,
             initial_position: InitialPosition::Earliest,
             checkpoint_on_success: false,
             target_unprocessed_event_threshold: None,
@@ -53,9 +57,15 @@ impl Default for ProcessorOptions {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum OptionsError {
     #[error(
-        "host.json extensions.eventHubs.{key} must be a whole number of at least 1, not {value}"
+        "host.json extensions.eventHubs.{key} must be a whole number of at least {least}, not {value}"
     )]
-    NotACount { key: String, value: Value },
+    NotACount {
+        key: String,
+        value: Value,
+        least: u64,
+    },
+    #[error("host.json extensions.eventHubs.{key} must be true or false, not {value}")]
+    NotASwitch { key: String, value: Value },
     #[error("host.json extensions.eventHubs.{key} is not a time span like 00:00:05: {text}")]
     BadTimeSpan { key: String, text: String },
     #[error(
@@ -91,14 +101,40 @@ impl ProcessorOptions {
         let Some(section) = host.pointer("/extensions/eventHubs") else {
             return Ok(options);
         };
-        let count = |key: &str| -> Result<Option<u64>, OptionsError> {
+        // Values as .NET's configuration binder reads them: text, so `10` and `"10"` alike.
+        let number = |key: &str, least: u64| -> Result<Option<u64>, OptionsError> {
+            let refused = |v: &Value| OptionsError::NotACount {
+                key: key.into(),
+                value: v.clone(),
+                least,
+            };
             match section.get(key) {
                 None | Some(Value::Null) => Ok(None),
-                Some(v) => v.as_u64().filter(|n| *n >= 1).map(Some).ok_or_else(|| {
-                    OptionsError::NotACount {
-                        key: key.into(),
-                        value: v.clone(),
-                    }
+                Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+                Some(v @ Value::String(s)) => s
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n >= least)
+                    .map(Some)
+                    .ok_or_else(|| refused(v)),
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| *n >= least)
+                    .map(Some)
+                    .ok_or_else(|| refused(v)),
+            }
+        };
+        let count = |key: &str| number(key, 1);
+        let switch = |key: &str| -> Result<Option<bool>, OptionsError> {
+            match section.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Bool(b)) => Ok(Some(*b)),
+                Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("true") => Ok(Some(true)),
+                Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("false") => Ok(Some(false)),
+                Some(v) => Err(OptionsError::NotASwitch {
+                    key: key.into(),
+                    value: v.clone(),
                 }),
             }
         };
@@ -132,8 +168,12 @@ impl ProcessorOptions {
         if let Some(n) = count("batchCheckpointFrequency")? {
             options.batch_checkpoint_frequency = u32::try_from(n).unwrap_or(u32::MAX);
         }
-        if let Some(n) = count("prefetchCount")? {
+        // 0 is the SDK's "no prefetch": credit only for the batch being read.
+        if let Some(n) = number("prefetchCount", 0)? {
             options.prefetch = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(on) = switch("enableCheckpointing")? {
+            options.enable_checkpointing = on;
         }
         if let Some(n) = count("targetUnprocessedEventThreshold")? {
             options.target_unprocessed_event_threshold = Some(u32::try_from(n).unwrap_or(u32::MAX));
@@ -221,6 +261,30 @@ mod tests {
         assert_eq!(end.initial_position, InitialPosition::Latest);
     }
 
+    /// .NET's binder reads values as text: numbers and switches written as strings are read
+    /// like the others, and `prefetchCount` 0 (no prefetch) is a value.
+    #[test]
+    fn values_are_read_as_text_as_the_configuration_binder_reads_them() {
+        let o = ProcessorOptions::from_host_json(&json!({"extensions": {"eventHubs": {
+            "maxEventBatchSize": "10", "prefetchCount": 0, "maxWaitTime": "00:01",
+            "enableCheckpointing": "false"
+        }}}))
+        .unwrap();
+        assert_eq!((o.max_batch_size, o.prefetch), (10, 0));
+        assert_eq!(o.max_wait_time, Duration::from_secs(60));
+        assert!(!o.enable_checkpointing);
+        let e = ProcessorOptions::from_host_json(
+            &json!({"extensions": {"eventHubs": {"enableCheckpointing": "perhaps"}}}),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("enableCheckpointing"), "{e}");
+        let e = ProcessorOptions::from_host_json(
+            &json!({"extensions": {"eventHubs": {"maxEventBatchSize": "0"}}}),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("at least 1"), "{e}");
+    }
+
     #[test]
     fn bad_values_name_the_key() {
         for (host, key) in [
@@ -231,7 +295,7 @@ mod tests {
             ),
             (json!({"maxWaitTime": "five"}), "maxWaitTime"),
             (
-                json!({"batchCheckpointFrequency": "1"}),
+                json!({"batchCheckpointFrequency": "one"}),
                 "batchCheckpointFrequency",
             ),
             (

@@ -260,7 +260,11 @@ impl PartitionPump {
         .map_err(|e| e.to_string())?;
         let options = OpenReceiverOptions {
             owner_level: Some(0),
-            prefetch: Some(self.consumer.options.prefetch),
+            // `prefetchCount` 0, the SDK's "no prefetch": credit for one batch at a time.
+            prefetch: Some(match self.consumer.options.prefetch {
+                0 => u32::try_from(self.consumer.options.max_batch_size).unwrap_or(u32::MAX),
+                n => n,
+            }),
             start_position: Some(sdk_position(position)),
             receive_timeout: None,
         };
@@ -385,8 +389,10 @@ impl PartitionPump {
         // (`UpdateCheckpointContext`): with `batchCheckpointFrequency` N, every N-th batch.
         let frequency = self.consumer.options.batch_checkpoint_frequency;
         let mut context = self.context.clone();
-        context.is_checkpointing_after_invocation =
-            Some(checkpoints_after(self.unsaved_batches, frequency));
+        context.is_checkpointing_after_invocation = Some(
+            self.consumer.options.enable_checkpointing
+                && checkpoints_after(self.unsaved_batches, frequency),
+        );
         let batch = PartitionBatch { context, events };
         let span = self.consumer.handler.span(&batch);
         let mut delay = RETRY_MIN;
@@ -473,6 +479,10 @@ impl PartitionPump {
     }
 
     async fn checkpoint_if_unsaved(&mut self) {
+        // `enableCheckpointing: false`: the extension writes none, at stop neither.
+        if !self.consumer.options.enable_checkpointing {
+            return;
+        }
         let Some((seq, offset)) = self.last.clone() else {
             return;
         };

@@ -101,7 +101,9 @@ pub struct LocalApp {
 /// One emulated Functions instance of a [`LocalApp`].
 struct Instance {
     id: String,
-    metrics: SocketAddr,
+    /// Where its `/metrics` listens, once bound (it binds port 0: a port picked beforehand
+    /// could be taken by another process before the instance binds it).
+    metrics: std::sync::Arc<std::sync::OnceLock<SocketAddr>>,
     faults: std::sync::Arc<FaultSwitch>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     emulate: tokio::task::JoinHandle<Result<(), EmulateError>>,
@@ -228,9 +230,7 @@ impl LocalApp {
     /// Starts one more instance of the app under owner id `id` (a scale-out: it takes its share
     /// of the partitions, its own handler process), and waits until it runs.
     pub async fn start_instance(&mut self, id: &str) -> Result<(), LocalAppError> {
-        let port = hubhost_process::child::free_listen_port()
-            .map_err(|e| LocalAppError::Io(format!("no free port: {e}")))?;
-        let metrics = SocketAddr::from(([127, 0, 0, 1], port));
+        let metrics = std::sync::Arc::new(std::sync::OnceLock::new());
         let faults = FaultSwitch::new(self.events_handed_out.clone(), self.answered.clone());
         let options = EmulateOptions {
             handler_settings: Vec::new(),
@@ -239,7 +239,8 @@ impl LocalApp {
             checkpoint_on_success: true,
             instance_id: Some(id.into()),
             foreign_ownership_expiry: self.foreign_ownership_expiry,
-            metrics: Some(metrics),
+            metrics: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            metrics_bound: Some(metrics.clone()),
             watch: false,
             faults: Some(faults.clone()),
             drain: self.drain,
@@ -319,7 +320,10 @@ impl LocalApp {
     ) -> Result<(), LocalAppError> {
         let deadline = Instant::now() + within;
         loop {
-            if self.metrics_page(instance.metrics).await.is_ok() {
+            let bound = instance.metrics.get().copied();
+            if let Some(metrics) = bound
+                && self.metrics_page(metrics).await.is_ok()
+            {
                 return Ok(());
             }
             if instance.emulate.is_finished() {
@@ -379,7 +383,10 @@ impl LocalApp {
     pub async fn processed(&self, function: &str) -> Result<u64, LocalAppError> {
         let mut total = 0;
         for instance in &self.instances {
-            let samples = self.metrics_page(instance.metrics).await?;
+            let metrics = instance.metrics.get().copied().ok_or_else(|| {
+                LocalAppError::Io(format!("instance {} has no metrics endpoint", instance.id))
+            })?;
+            let samples = self.metrics_page(metrics).await?;
             total += hubhost_metrics::sum(
                 &samples,
                 "hubhost_events_processed_total",

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semantics};
 use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings, copy_tree};
 use crate::plan::{self, Fault, FaultKind, OWNERSHIP_EXPIRY, Scheduled};
-use hubhost_functions::function_app::FunctionApp;
+use hubhost_functions::function_app::{DEFAULT_FUNCTION_TIMEOUT, FunctionApp};
 use hubhost_host::emulate::faults::FaultSwitch;
 use hubhost_host::emulate::{AppSettings, resolve_trigger};
 
@@ -296,7 +296,7 @@ impl Rehearsal {
         let spec = app
             .functions
             .iter()
-            .filter(|f| f.event_hub_trigger().is_some())
+            .filter(|f| f.event_hub_trigger().is_some() && app.disabled_by(&f.name).is_none())
             .find(|f| self.function.as_deref().is_none_or(|n| n == f.name))
             .ok_or_else(|| {
                 LocalAppError::Io(match &self.function {
@@ -607,18 +607,15 @@ async fn collect_effects(
     Ok(effects)
 }
 
-/// host.json's `functionTimeout` [default: 30 minutes, Flex Consumption's]: how long the
+/// host.json's `functionTimeout` (30 minutes when unset or unlimited): how long the
 /// platform's drain mode lets an execution under way finish when it removes an instance.
 fn function_timeout(function_app: &Path) -> Duration {
-    std::fs::read_to_string(function_app.join("host.json"))
+    FunctionApp::load(function_app)
         .ok()
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-        .and_then(|host| {
-            host["functionTimeout"]
-                .as_str()
-                .and_then(hubhost_trigger::time::parse_timespan)
+        .and_then(|app| app.function_timeout().ok())
+        .map_or(DEFAULT_FUNCTION_TIMEOUT, |t| {
+            t.unwrap_or(DEFAULT_FUNCTION_TIMEOUT)
         })
-        .unwrap_or(Duration::from_secs(30 * 60))
 }
 
 fn generated_inputs(n: usize) -> Vec<Vec<u8>> {

@@ -123,9 +123,31 @@ pub fn dotnet_utc_now(t: &DateTime<Utc>) -> String {
     text
 }
 
-/// Parses a .NET `TimeSpan` as host.json and function.json write it: `[d.]hh:mm:ss[.fffffff]`.
+/// A `Duration` as .NET writes a `TimeSpan` (`TimeSpan.ToString()`): `[d.]hh:mm:ss[.fffffff]`.
+pub fn dotnet_timespan(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (days, hours, minutes, seconds) =
+        (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    let mut text = if days > 0 {
+        format!("{days}.{hours:02}:{minutes:02}:{seconds:02}")
+    } else {
+        format!("{hours:02}:{minutes:02}:{seconds:02}")
+    };
+    let ticks = d.subsec_nanos() / 100;
+    if ticks > 0 {
+        text.push_str(&format!(".{ticks:07}"));
+    }
+    text
+}
+
+/// Parses a .NET `TimeSpan` as host.json and function.json write it: `[d.]hh:mm[:ss[.fffffff]]`,
+/// or a whole number of days.
 pub fn parse_timespan(s: &str) -> Option<Duration> {
     let s = s.trim();
+    // A whole number alone is days, as `TimeSpan.Parse("2")` reads it.
+    if let Ok(days) = s.parse::<u64>() {
+        return days.checked_mul(86_400).map(Duration::from_secs);
+    }
     let (days, rest) = match s.split_once('.') {
         Some((d, r)) if !d.contains(':') => (d.parse::<u64>().ok()?, r),
         _ => (0, s),
@@ -133,7 +155,11 @@ pub fn parse_timespan(s: &str) -> Option<Duration> {
     let mut parts = rest.split(':');
     let hours: u64 = parts.next()?.parse().ok()?;
     let minutes: u64 = parts.next()?.parse().ok()?;
-    let seconds: f64 = parts.next()?.parse().ok()?;
+    // `hh:mm` has no seconds: "00:01" is a minute.
+    let seconds: f64 = match parts.next() {
+        Some(text) => text.parse().ok()?,
+        None => 0.0,
+    };
     if parts.next().is_some() || minutes >= 60 || !(0.0..60.0).contains(&seconds) {
         return None;
     }
@@ -154,6 +180,16 @@ mod tests {
     #[test]
     fn timespans_parse_like_dotnet() {
         assert_eq!(parse_timespan("00:00:05"), Some(Duration::from_secs(5)));
+        assert_eq!(dotnet_timespan(Duration::from_secs(5)), "00:00:05");
+        assert_eq!(
+            dotnet_timespan(Duration::from_millis(90_061_500)),
+            "1.01:01:01.5000000"
+        );
+        // `hh:mm` and a day count alone, as `TimeSpan.Parse` takes them.
+        assert_eq!(parse_timespan("00:01"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_timespan("1"), Some(Duration::from_secs(86_400)));
+        assert_eq!(parse_timespan("1.00:00"), Some(Duration::from_secs(86_400)));
+        assert_eq!(parse_timespan("00"), Some(Duration::ZERO));
         // Too long for a Duration: refused, not an overflow.
         assert_eq!(parse_timespan("009223372036854775807:02:00"), None);
         assert_eq!(parse_timespan("18446744073709551615.00:00:00"), None);

@@ -40,6 +40,10 @@ pub struct FunctionDispatch {
     pub faults: Option<Arc<FaultSwitch>>,
     /// How long a batch's retries go on once the instance stops ([`DRAIN`]).
     pub drain: Duration,
+    /// host.json's `functionTimeout`: an invocation still running then has failed.
+    pub function_timeout: Option<Duration>,
+    /// Told of each invocation that timed out, so the instance restarts the handler.
+    pub timed_out: Arc<tokio::sync::Notify>,
 }
 
 /// Why one invocation did not succeed.
@@ -78,11 +82,23 @@ impl FunctionDispatch {
         })
         .map_err(|e| InvocationFailure::Function(HostFailure::other(e.to_string())))?;
         let parent = hubhost_telemetry::traceparent_of(span);
-        let answer = match self
-            .invoker
-            .invoke_traced(&self.function, body, parent)
-            .await
-        {
+        let invocation = self.invoker.invoke_traced(&self.function, body, parent);
+        let answered = match self.function_timeout {
+            Some(limit) => match tokio::time::timeout(limit, invocation).await {
+                Ok(answered) => answered,
+                Err(_) => {
+                    // The host's rule: the invocation fails with FunctionTimeoutException, and
+                    // the host restarts the worker (`WebScriptHostExceptionHandler`).
+                    self.timed_out.notify_one();
+                    return Err(InvocationFailure::Function(HostFailure::timeout(
+                        limit,
+                        &self.function,
+                    )));
+                }
+            },
+            None => invocation.await,
+        };
+        let answer = match answered {
             Ok(answer) => answer,
             Err(e @ InvokeError::NoAnswer(_)) => {
                 return Err(InvocationFailure::NoAnswer(e.to_string()));
@@ -405,6 +421,8 @@ mod tests {
             }),
             outputs: Arc::default(),
             faults: None,
+            function_timeout: None,
+            timed_out: Default::default(),
             drain: Duration::ZERO,
         }
     }

@@ -12,8 +12,11 @@ use super::{AppSettings, EmulateError, HandlerStartProblem, HostJsonProblem};
 use crate::invoker::Invoker;
 use hubhost_functions::function_app::FunctionApp;
 
-/// The host's `customHandler.initializationTimeout` default.
+/// The host's `customHandler.initializationTimeout` default (`HttpWorkerOptions`).
 const HANDLER_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a stopped handler's process group has to exit after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// The custom handler process, started and restarted the way the host does.
 pub(super) struct HandlerProcess {
@@ -23,8 +26,60 @@ pub(super) struct HandlerProcess {
     env: Vec<(String, String)>,
     /// The port the handler is told to listen on.
     port: u16,
+    /// host.json's `customHandler.port`: the handler always gets this one.
+    fixed_port: Option<u16>,
+    /// host.json's `customHandler.initializationTimeout`: how long the first `GET /` may take.
+    initialization_timeout: Duration,
     /// The handler's stdout goes to this process's stderr (when stdout carries a result).
     stdout_to_stderr: bool,
+    /// The process group of the handler started last, with its watchdog: every process the
+    /// handler starts (a wrapper's server, say) goes with it.
+    group: std::sync::Mutex<Option<ProcessGroup>>,
+}
+
+/// A started handler's process group (its id is the handler's pid) and a watchdog that kills
+/// the whole group when this process goes away, even by `kill -9`: a `sh` reading a pipe only
+/// this process writes to, which sees end-of-file however this process ends. The kernel's
+/// parent-death signal reaches only the handler itself, not what it started.
+struct ProcessGroup {
+    id: u32,
+    watchdog: Option<std::process::Child>,
+}
+
+impl ProcessGroup {
+    fn start(id: u32) -> Self {
+        let watchdog = std::process::Command::new("/bin/sh")
+            .args(["-c", "read _ignored; kill -s KILL -- \"-$0\"", &id.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .inspect_err(|e| {
+                tracing::warn!(%e, "no watchdog for the handler's process group: a kill -9 of this process would leave what the handler started running");
+            })
+            .ok();
+        ProcessGroup { id, watchdog }
+    }
+
+    /// Signals every process of the group.
+    fn signal(&self, signal: i32) {
+        #[cfg(unix)]
+        // SAFETY: a signal to a process group this process created.
+        unsafe {
+            libc::kill(-(self.id as libc::pid_t), signal);
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+        if let Some(mut watchdog) = self.watchdog.take() {
+            // Its pipe closes: it exits, its kill finding nothing left.
+            drop(watchdog.stdin.take());
+            let _ = watchdog.wait();
+        }
+    }
 }
 
 impl HandlerProcess {
@@ -44,13 +99,16 @@ impl HandlerProcess {
             .map_err(|e| EmulateError::HostJson(e.into()))
     }
 
-    fn description(app: &FunctionApp) -> Result<&Value, EmulateError> {
-        let section = app
-            .host_json
+    /// host.json's `customHandler` (or the older `httpWorker`).
+    fn section(app: &FunctionApp) -> Result<&Value, EmulateError> {
+        app.host_json
             .get("customHandler")
             .or_else(|| app.host_json.get("httpWorker"))
-            .ok_or(EmulateError::HostJson(HostJsonProblem::NoCustomHandler))?;
-        section
+            .ok_or(EmulateError::HostJson(HostJsonProblem::NoCustomHandler))
+    }
+
+    fn description(app: &FunctionApp) -> Result<&Value, EmulateError> {
+        Self::section(app)?
             .get("description")
             .ok_or(EmulateError::HostJson(HostJsonProblem::NoDescription))
     }
@@ -77,16 +135,27 @@ impl HandlerProcess {
             path = format!("{}:{path}", dir.display());
         }
         let program = super::executable::program(&declared, &app.root, &path)?;
-        let mut arguments = Vec::new();
-        for a in description
-            .get("arguments")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
-            arguments.push(expand(a)?);
-        }
+        let section = Self::section(app)?;
+        let fixed_port = match section.get("port") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                text_of(v)
+                    .and_then(|t| t.trim().parse::<u16>().ok())
+                    .ok_or_else(|| {
+                        EmulateError::HostJson(HostJsonProblem::BadPort(v.to_string()))
+                    })?,
+            )
+            .filter(|p| *p != 0),
+        };
+        let port = fixed_port.unwrap_or(port);
+        let initialization_timeout = match section.get("initializationTimeout") {
+            None | Some(Value::Null) => HANDLER_START_TIMEOUT,
+            Some(v) => text_of(v)
+                .and_then(|t| hubhost_trigger::time::parse_timespan(&t))
+                .ok_or_else(|| {
+                    EmulateError::HostJson(HostJsonProblem::BadInitializationTimeout(v.to_string()))
+                })?,
+        };
         let working_directory = match text("workingDirectory").filter(|d| !d.is_empty()) {
             Some(d) => app.root.join(expand(d)?),
             None => app.root.clone(),
@@ -98,13 +167,39 @@ impl HandlerProcess {
             .collect();
         env.push(("PATH".into(), path));
         let worker_id = uuid::Uuid::new_v4().to_string();
-        for (k, v) in [
+        let worker_env = [
             ("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string()),
             ("FUNCTIONS_HTTPWORKER_PORT", port.to_string()),
             ("FUNCTIONS_CUSTOMHANDLER_WORKER_ID", worker_id.clone()),
             ("FUNCTIONS_HTTPWORKER_ID", worker_id),
             ("FUNCTIONS_APP_ROOT_PATH", app.root.display().to_string()),
-        ] {
+        ];
+        // As the host builds the command line: app settings, then the worker's own variables
+        // (the port among them), and what is still unset dropped with a warning.
+        let arguments = description
+            .get("arguments")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter_map(|a| {
+                let (expanded, unset) = expand_argument(a, |name| {
+                    settings.get(name).or_else(|| {
+                        worker_env
+                            .iter()
+                            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                            .map(|(_, v)| v.clone())
+                    })
+                });
+                for name in &unset {
+                    tracing::warn!(argument = a, "the custom handler's argument uses %{name}%, which is not set: dropped, as the host drops it");
+                }
+                // The host joins the arguments into one command line, where an argument that
+                // expanded to nothing is no argument at all.
+                (!expanded.is_empty() || unset.is_empty()).then_some(expanded)
+            })
+            .collect();
+        for (k, v) in worker_env {
             env.push((k.into(), v));
         }
         Ok(HandlerProcess {
@@ -113,7 +208,10 @@ impl HandlerProcess {
             working_directory,
             env,
             port,
+            fixed_port,
+            initialization_timeout,
             stdout_to_stderr: false,
+            group: std::sync::Mutex::new(None),
         })
     }
 
@@ -140,20 +238,53 @@ impl HandlerProcess {
     }
 
     pub(super) fn spawn(&self) -> Result<tokio::process::Child, EmulateError> {
-        // The host's worker does not outlive the host, even after `kill -9`.
+        // What the previous start left (a wrapper's server, still holding the port) goes first.
+        self.group.lock().expect("group lock").take();
+        // The host's worker does not outlive the host, even after `kill -9`: the handler in a
+        // process group of its own, which its stop and its watchdog kill whole.
         let mut cmd = hubhost_process::child::command(&self.program);
         cmd.args(&self.arguments)
             .current_dir(&self.working_directory)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(std::process::Stdio::null());
+            .stdin(std::process::Stdio::null())
+            .process_group(0);
         if self.stdout_to_stderr {
             cmd.stdout(std::io::stderr());
         }
-        cmd.spawn().map_err(|e| EmulateError::HandlerStart {
+        let child = cmd.spawn().map_err(|e| EmulateError::HandlerStart {
             command: self.describe(),
             problem: HandlerStartProblem::Spawn(e),
-        })
+        })?;
+        if let Some(pid) = child.id() {
+            *self.group.lock().expect("group lock") = Some(ProcessGroup::start(pid));
+        }
+        Ok(child)
+    }
+
+    /// Stops the handler as the host stops a worker, and every process it started: SIGTERM
+    /// to its process group, a moment to finish, then SIGKILL to what is left.
+    pub(super) async fn stop(&self, child: &mut tokio::process::Child) {
+        let group = self.group.lock().expect("group lock").take();
+        match &group {
+            Some(group) => group.signal(libc::SIGTERM),
+            None => {
+                if let Some(pid) = child.id() {
+                    // SAFETY: a signal to our own child's pid.
+                    unsafe {
+                        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+                    }
+                }
+            }
+        }
+        if tokio::time::timeout(STOP_GRACE, child.wait())
+            .await
+            .is_err()
+        {
+            let _ = child.kill().await;
+        }
+        // Dropping the group kills what is left of it.
+        drop(group);
     }
 }
 
@@ -180,21 +311,36 @@ async fn start_or_exit(
         exited: false,
         error,
     })?;
+    let timeout = process.initialization_timeout;
+    let not_ready = |e| NotStarted {
+        exited: false,
+        error: EmulateError::HandlerStart {
+            command: process.describe(),
+            problem: HandlerStartProblem::NotReady(e),
+        },
+    };
+    let ready = invoker.wait_ready(timeout);
+    tokio::pin!(ready);
     tokio::select! {
-        ready = invoker.wait_ready(HANDLER_START_TIMEOUT) => {
-            ready.map_err(|e| NotStarted {
-                exited: false,
-                error: EmulateError::HandlerStart { command: process.describe(), problem: HandlerStartProblem::NotReady(e) },
-            })?;
-        }
+        ready = &mut ready => ready.map_err(not_ready)?,
         status = child.wait() => {
-            return Err(NotStarted {
-                exited: true,
-                error: EmulateError::HandlerStart {
-                    command: process.describe(),
-                    problem: HandlerStartProblem::Exited(status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())),
-                },
-            });
+            match status {
+                // A wrapper that started the server and exited 0: the host does not restart
+                // a worker that exits 0, and keeps polling its port until the timeout.
+                Ok(status) if status.success() => {
+                    ready.await.map_err(not_ready)?;
+                    tracing::warn!("the custom handler's first process exited 0 and its port answers: running on, as the host does; the process group is stopped with the instance");
+                }
+                status => {
+                    return Err(NotStarted {
+                        exited: true,
+                        error: EmulateError::HandlerStart {
+                            command: process.describe(),
+                            problem: HandlerStartProblem::Exited(status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())),
+                        },
+                    });
+                }
+            }
         }
     }
     Ok(child)
@@ -231,7 +377,7 @@ pub(super) async fn start_on_free_port(
             Err(NotStarted {
                 exited: true,
                 error,
-            }) if attempt < HANDLER_PORT_ATTEMPTS => {
+            }) if attempt < HANDLER_PORT_ATTEMPTS && process.fixed_port.is_none() => {
                 tracing::warn!(port, %error, "the custom handler exited before answering; trying another port");
             }
             Err(not_started) => return Err(not_started.error),
@@ -247,7 +393,11 @@ pub(super) async fn restart_handler(
     process: &mut HandlerProcess,
     invoker: &Invoker,
 ) -> Result<tokio::process::Child, EmulateError> {
-    if std::net::TcpListener::bind(("127.0.0.1", process.port)).is_err() {
+    // Its previous process group first: a leftover of it may hold the port.
+    process.group.lock().expect("group lock").take();
+    if process.fixed_port.is_none()
+        && std::net::TcpListener::bind(("127.0.0.1", process.port)).is_err()
+    {
         let port =
             hubhost_process::child::free_listen_port().map_err(|e| EmulateError::HandlerStart {
                 command: process.describe(),
@@ -264,22 +414,36 @@ pub(super) async fn restart_handler(
     start_handler(process, invoker).await
 }
 
-/// SIGTERM, a moment to finish, then SIGKILL.
-pub(super) async fn stop_child(child: &mut tokio::process::Child) {
-    #[cfg(unix)]
-    if let Some(pid) = child.id() {
-        // SAFETY: sending a signal to our own child's pid.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+/// `text` with each `%NAME%` replaced by `lookup(NAME)`, and the names `lookup` does not know
+/// (replaced by nothing, as the host's `SanitizeExpandedArgument` removes them).
+fn expand_argument(text: &str, lookup: impl Fn(&str) -> Option<String>) -> (String, Vec<String>) {
+    let mut out = String::new();
+    let mut unset = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find('%') {
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('%').filter(|e| *e > 0) else {
+            break;
+        };
+        out.push_str(&rest[..start]);
+        let name = &after[..end];
+        match lookup(name) {
+            Some(value) => out.push_str(&value),
+            None => unset.push(name.to_string()),
         }
-        if tokio::time::timeout(Duration::from_secs(3), child.wait())
-            .await
-            .is_ok()
-        {
-            return;
-        }
+        rest = &after[end + 1..];
     }
-    let _ = child.kill().await;
+    out.push_str(rest);
+    (out, unset)
+}
+
+/// A host.json value as the configuration binder sees it: text (a number's or a string's).
+fn text_of(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -320,7 +484,7 @@ mod tests {
              exec python3 -m http.server --bind 127.0.0.1 \"$FUNCTIONS_CUSTOMHANDLER_PORT\"\n",
         );
 
-        let (_, invoker, mut child, port) = start_on_free_port(&app, &settings, true)
+        let (process, invoker, mut child, port) = start_on_free_port(&app, &settings, true)
             .await
             .expect("the second start answers");
         let ports = ports_started_on(app_dir.path());
@@ -330,7 +494,7 @@ mod tests {
             .wait_ready(Duration::from_secs(5))
             .await
             .expect("it answers on that port");
-        stop_child(&mut child).await;
+        process.stop(&mut child).await;
     }
 
     /// A handler that died while another process took its port is restarted on a new port,
@@ -371,7 +535,7 @@ mod tests {
             child.try_wait().unwrap().is_none(),
             "the restarted handler is still up"
         );
-        stop_child(&mut child).await;
+        process.stop(&mut child).await;
     }
 
     /// A handler that always exits before answering is given up after the attempts, with its

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 
-use super::handler_process::{start_on_free_port, stop_child};
+use super::handler_process::start_on_free_port;
 use super::{AppSettings, EmulateError, EventSender, OutputPlan, resolve_trigger};
 use crate::invoker::{Invocation, InvokeError, Invoker};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
@@ -282,6 +282,13 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
                 .collect::<Vec<_>>()
                 .join(", "),
         })?;
+    if let Some(setting) = app.disabled_by(&spec.name) {
+        // The host's admin endpoint runs a disabled function too; only its listener is off.
+        eprintln!(
+            "hubhost invoke: {} is disabled by the app setting {setting}; invoked anyway, as the host's admin API invokes it",
+            spec.name
+        );
+    }
     let Some((trigger, target)) = resolve_trigger(spec, &settings)? else {
         return Err(InvokeCommandError::NotEventHub {
             function: spec.name.clone(),
@@ -302,12 +309,12 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
     // Refuses, as emulate does, an output it would not carry out.
     let outputs = OutputPlan::resolve(spec, &settings, &EventSender::start())?;
 
-    let (invoker, mut child) = match &opts.url {
+    let (invoker, mut handler) = match &opts.url {
         Some(url) => (Invoker::new(url.trim_end_matches('/')), None),
         None => {
             // stdout is the answer's: the handler's own output goes to stderr.
-            let (_, invoker, child, _) = start_on_free_port(&app, &settings, true).await?;
-            (invoker, Some(child))
+            let (process, invoker, child, _) = start_on_free_port(&app, &settings, true).await?;
+            (invoker, Some((process, child)))
         }
     };
     let mut views = Vec::new();
@@ -348,8 +355,8 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
             }
         }
     }
-    if let Some(child) = &mut child {
-        stop_child(child).await;
+    if let Some((process, child)) = &mut handler {
+        process.stop(child).await;
     }
     outcome.map(|()| views)
 }

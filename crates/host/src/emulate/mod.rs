@@ -46,9 +46,7 @@ pub use owner_id::{IdentityError, IdentitySource, InstanceIdentity};
 pub use settings::{AppSettings, ExpandError};
 pub use triggers::{Delivery, InstanceTriggers, TriggerCounts};
 
-use handler_process::{
-    HandlerProcess, restart_handler, start_handler, start_on_free_port, stop_child,
-};
+use handler_process::{HandlerProcess, restart_handler, start_handler, start_on_free_port};
 use metrics::{LastEnqueued, MetricsPage};
 
 /// The setting a trigger without `connection` uses.
@@ -89,7 +87,7 @@ pub enum EmulateError {
         kind: String,
         problem: Box<BindingProblem>,
     },
-    #[error("the app has no function with an eventHubTrigger; nothing to run")]
+    #[error("the app has no enabled function with an eventHubTrigger; nothing to run")]
     NoEventHubFunctions,
     #[error("the custom handler ({command}) could not start: {problem}")]
     HandlerStart {
@@ -167,6 +165,10 @@ pub enum HostJsonProblem {
     Expand(#[from] ExpandError),
     #[error("extensions.eventHubs: the concurrency for scaling must be at least 1")]
     NoScalingConcurrency,
+    #[error("customHandler.port must be a port number (0 or none: a free one), not {0}")]
+    BadPort(String),
+    #[error("customHandler.initializationTimeout is not a time span like 00:00:30: {0}")]
+    BadInitializationTimeout(String),
 }
 
 /// Why local.settings.json cannot be read.
@@ -204,8 +206,11 @@ pub struct EmulateOptions {
     /// How long a foreign owner's ownership stays active without renewal [default: the
     /// `hubhost_checkpoints::FOREIGN_OWNERSHIP_EXPIRY`, or hubhost's own expiry if that is longer].
     pub foreign_ownership_expiry: Option<Duration>,
-    /// Where to serve Prometheus `/metrics` (none: no endpoint).
+    /// Where to serve Prometheus `/metrics` (none: no endpoint); port 0 picks a free one.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Told the address `/metrics` listens on once it is bound, so a caller that gave port 0
+    /// learns it without reading stdout (a port picked beforehand can be taken meanwhile).
+    pub metrics_bound: Option<Arc<std::sync::OnceLock<std::net::SocketAddr>>>,
     /// Build the handler (host.json's executable, in a Cargo target folder) before starting,
     /// and again, restarting only the handler, when its sources change.
     pub watch: bool,
@@ -247,15 +252,25 @@ pub fn resolve_trigger(
     let mut trigger = trigger.clone();
     trigger.event_hub_name = expand(&trigger.event_hub_name)?;
     trigger.consumer_group = expand(&trigger.consumer_group)?;
-    let setting = trigger
-        .connection
-        .clone()
-        .unwrap_or_else(|| DEFAULT_CONNECTION_SETTING.to_string());
+    // `connection` may itself be `%Setting%`, which the extension resolves first.
+    let setting = match &trigger.connection {
+        Some(name) => expand(name)?,
+        None => DEFAULT_CONNECTION_SETTING.to_string(),
+    };
     // A connection string in the setting, else an identity-based connection, as in the host;
     // both read from local.settings.json Values or the environment.
     let target =
         EventHubTarget::from_settings(&setting, &trigger.event_hub_name, |k| settings.get(k))
-            .map_err(|source| bad(SettingProblem::Connection { setting, source }))?;
+            .map_err(|source| {
+                bad(SettingProblem::Connection {
+                    setting: setting.clone(),
+                    source,
+                })
+            })?;
+    // The connection string's EntityPath wins over eventHubName: the hub read is the one the
+    // function is told of.
+    trigger.event_hub_name = target.hub.clone();
+    trigger.connection = Some(setting);
     Ok(Some((trigger, target)))
 }
 
@@ -342,6 +357,22 @@ async fn sources_changed(rebuilder: &mut Option<build::Rebuilder>) {
     }
 }
 
+/// Prints what of the app's settings changes how it runs: host.json overrides, disabled
+/// functions, and what the host ignores though the files say it.
+pub fn report_app_reading(app: &FunctionApp) {
+    for name in &app.overrides {
+        println!("hubhost emulate: host.json overridden by the app setting {name}");
+    }
+    for (function, setting) in &app.disabled {
+        println!(
+            "hubhost emulate: {function} is disabled by the app setting {setting}: it receives nothing"
+        );
+    }
+    for line in &app.ignored {
+        eprintln!("hubhost emulate: warning: {line}");
+    }
+}
+
 pub async fn run(
     opts: EmulateOptions,
     shutdown: impl std::future::Future<Output = ()>,
@@ -360,7 +391,14 @@ pub async fn run(
             .validate()
             .map_err(EmulateError::ForeignExpiry)?;
     }
-    let functions = event_hub_functions(&app.functions, &settings, &EventSender::start())?;
+    report_app_reading(&app);
+    let enabled: Vec<FunctionSpec> = app
+        .functions
+        .iter()
+        .filter(|f| app.disabled_by(&f.name).is_none())
+        .cloned()
+        .collect();
+    let functions = event_hub_functions(&enabled, &settings, &EventSender::start())?;
 
     let storage =
         hubhost_storage::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;
@@ -401,6 +439,13 @@ pub async fn run(
     let (mut process, invoker, mut child, port) =
         start_on_free_port(&app, &settings, false).await?;
 
+    let function_timeout = app.function_timeout().map_err(|problem| {
+        EmulateError::App(hubhost_functions::function_app::FunctionAppError::Invalid {
+            path: app.root.join("host.json"),
+            problem,
+        })
+    })?;
+    let timed_out = Arc::new(tokio::sync::Notify::new());
     let stop = CancellationToken::new();
     let mut triggers = InstanceTriggers::start(
         &functions,
@@ -412,6 +457,8 @@ pub async fn run(
         &Delivery {
             drain: opts.drain.unwrap_or(DRAIN),
             faults: opts.faults.clone(),
+            function_timeout,
+            timed_out: timed_out.clone(),
         },
     )?;
     let counts = triggers.counts().clone();
@@ -441,6 +488,9 @@ pub async fn run(
                 .local_addr()
                 .map_err(|source| EmulateError::Metrics { addr, source })?;
             println!("  metrics: http://{local}/metrics");
+            if let Some(bound) = &opts.metrics_bound {
+                let _ = bound.set(local);
+            }
             let last_enqueued = Arc::new(LastEnqueued::default());
             tokio::spawn(last_enqueued.clone().refresh(
                 consumers.iter().map(|c| c.target.clone()).collect(),
@@ -460,6 +510,7 @@ pub async fn run(
 
     tokio::pin!(shutdown);
     let mut restarts = 0;
+    let mut watching_handler = true;
     let outcome = loop {
         tokio::select! {
             _ = &mut shutdown => break Ok(()),
@@ -472,6 +523,18 @@ pub async fn run(
                     Ok(c) => c,
                     Err(e) => break Err(e),
                 };
+                watching_handler = true;
+            }
+            () = timed_out.notified() => {
+                // The host restarts the worker after a function timeout; the other batches it
+                // was running fail with it and are delivered again.
+                tracing::error!(?function_timeout, "an invocation exceeded functionTimeout; restarting the custom handler, as the host does");
+                process.stop(&mut child).await;
+                child = match start_handler(&process, &invoker).await {
+                    Ok(c) => c,
+                    Err(e) => break Err(e),
+                };
+                watching_handler = true;
             }
             () = sources_changed(&mut rebuilder) => {
                 let rebuilder = rebuilder.as_mut().expect("changes come from a rebuilder");
@@ -480,7 +543,7 @@ pub async fn run(
                     Ok(()) => {
                         // Only the handler restarts: the processors keep their partitions, and a
                         // batch in flight is delivered again to the new handler.
-                        stop_child(&mut child).await;
+                        process.stop(&mut child).await;
                         child = match start_handler(&process, &invoker).await {
                             Ok(c) => c,
                             Err(e) => break Err(e),
@@ -490,7 +553,17 @@ pub async fn run(
                     Err(e) => eprintln!("hubhost emulate: {e}; the running handler stays until the next change"),
                 }
             }
-            status = child.wait() => {
+            status = child.wait(), if watching_handler => {
+                // A first process that exited 0 while its port answers (a wrapper that started
+                // the server) is not restarted, as the host does not restart a worker that
+                // exits 0; its process group is stopped with the instance.
+                if status.as_ref().is_ok_and(|s| s.success())
+                    && invoker.wait_ready(Duration::from_millis(500)).await.is_ok()
+                {
+                    tracing::warn!("the custom handler's process exited 0 and its port still answers: not restarted, as the host does not restart it");
+                    watching_handler = false;
+                    continue;
+                }
                 restarts += 1;
                 tracing::error!(status = ?status.ok(), restarts, "the custom handler exited; restarting it");
                 if restarts > HANDLER_RESTARTS {
@@ -512,7 +585,7 @@ pub async fn run(
     if let Some(server) = metrics {
         let _ = server.await;
     }
-    stop_child(&mut child).await;
+    process.stop(&mut child).await;
     println!("hubhost emulate: instance {instance_id} stopped");
     drop(identity);
     outcome

@@ -212,9 +212,13 @@ impl OutputPlan {
                     .event_hub_name()
                     .ok_or_else(|| bad(BindingProblem::NoEventHubName))?;
                 let hub = expand(hub)?;
-                let setting = binding
-                    .setting("connection")
-                    .unwrap_or(DEFAULT_CONNECTION_SETTING);
+                // `connection` may be `%Setting%` too; EntityPath wins over eventHubName.
+                let setting = expand(
+                    binding
+                        .setting("connection")
+                        .unwrap_or(DEFAULT_CONNECTION_SETTING),
+                )?;
+                let setting = setting.as_str();
                 let target = EventHubTarget::from_settings(setting, &hub, |k| settings.get(k))
                     .map_err(|source| {
                         bad(SettingProblem::Connection {

@@ -5,8 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_json::Value;
-
 use super::{EmulateError, LocalSettingsProblem};
 
 /// App settings: local.settings.json `Values`, the process environment winning.
@@ -16,40 +14,33 @@ pub struct AppSettings {
 }
 
 impl AppSettings {
+    /// The app's settings, read as the host reads them
+    /// ([`hubhost_functions::app_config::app_settings`]).
     pub fn load(app_root: &Path) -> Result<Self, EmulateError> {
-        let path = app_root.join("local.settings.json");
-        let mut values = BTreeMap::new();
-        if path.is_file() {
-            let problem = |problem: LocalSettingsProblem| EmulateError::Settings {
-                path: path.clone(),
-                problem,
-            };
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| problem(LocalSettingsProblem::Read(e)))?;
-            values = Self::parse_values(&text).map_err(|e| problem(e.into()))?;
-        }
-        for (k, v) in std::env::vars() {
-            values.insert(k, v);
-        }
+        use hubhost_functions::app_config::SettingsFileError;
+        let values =
+            hubhost_functions::app_config::app_settings(app_root).map_err(|e| match e {
+                SettingsFileError::Read { path, source } => EmulateError::Settings {
+                    path,
+                    problem: LocalSettingsProblem::Read(source),
+                },
+                SettingsFileError::BadJson { path, source } => EmulateError::Settings {
+                    path,
+                    problem: source.into(),
+                },
+            })?;
         Ok(AppSettings { values })
     }
 
     /// The `Values` of a local.settings.json text (numbers and booleans as their JSON text,
-    /// nulls left out), or what is wrong with it.
+    /// nulls left out, comments skipped), or what is wrong with it.
     pub fn parse_values(text: &str) -> Result<BTreeMap<String, String>, serde_json::Error> {
-        let json: Value = serde_json::from_str(text)?;
-        let mut values = BTreeMap::new();
-        if let Some(map) = json.get("Values").and_then(Value::as_object) {
-            for (k, v) in map {
-                let v = match v {
-                    Value::String(s) => s.clone(),
-                    Value::Null => continue,
-                    other => other.to_string(),
-                };
-                values.insert(k.clone(), v);
-            }
-        }
-        Ok(values)
+        hubhost_functions::app_config::local_settings_values(text)
+    }
+
+    /// Every setting, by name.
+    pub fn values(&self) -> &BTreeMap<String, String> {
+        &self.values
     }
 
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
@@ -61,8 +52,9 @@ impl AppSettings {
         }
     }
 
+    /// A setting, its name in any case (.NET's configuration ignores case).
     pub fn get(&self, name: &str) -> Option<String> {
-        self.values.get(name).cloned()
+        hubhost_functions::app_config::setting(&self.values, name).map(str::to_string)
     }
 
     /// `%Name%` → the setting's value, as the host resolves binding expressions.

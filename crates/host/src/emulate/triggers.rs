@@ -28,6 +28,10 @@ pub struct Delivery {
     pub drain: std::time::Duration,
     /// A rehearsal's switches, when one runs.
     pub faults: Option<Arc<FaultSwitch>>,
+    /// host.json's `functionTimeout` (none: no limit).
+    pub function_timeout: Option<std::time::Duration>,
+    /// Told when an invocation outlived `function_timeout`: the host then restarts the handler.
+    pub timed_out: Arc<tokio::sync::Notify>,
 }
 
 impl Default for Delivery {
@@ -35,6 +39,8 @@ impl Default for Delivery {
         Delivery {
             drain: super::DRAIN,
             faults: None,
+            function_timeout: None,
+            timed_out: Arc::new(tokio::sync::Notify::new()),
         }
     }
 }
@@ -205,6 +211,7 @@ fn consumers(
             )?;
             Ok(Arc::new(Consumer {
                 function: f.spec.name.clone(),
+                connection: f.trigger.connection.clone().unwrap_or_default(),
                 target: f.target.clone(),
                 key,
                 store: store.clone(),
@@ -218,6 +225,8 @@ fn consumers(
                     outputs: f.outputs.clone(),
                     faults: delivery.faults.clone(),
                     drain: delivery.drain,
+                    function_timeout: delivery.function_timeout,
+                    timed_out: delivery.timed_out.clone(),
                 }),
                 stats: Arc::new(ProcessorStats::default()),
                 ends: Default::default(),

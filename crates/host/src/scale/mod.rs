@@ -119,6 +119,9 @@ fn load(opts: &ScaleOptions) -> Result<Loaded, EmulateError> {
     ))?;
     let mut functions = Vec::new();
     for spec in &app.functions {
+        if app.disabled_by(&spec.name).is_some() {
+            continue;
+        }
         let Some((trigger, target)) = resolve_trigger(spec, &settings)? else {
             continue;
         };
