@@ -10,7 +10,9 @@
 //!   `initializationTimeout`;
 //! - `functionTimeout`: the invocation fails with the host's message, is retried as the policy
 //!   says, and the handler is restarted;
-//! - no process of the handler's tree is left once `emulate` stops, by SIGTERM or `kill -9`.
+//! - no process of the handler's tree is left once `emulate` stops, by SIGTERM or `kill -9`,
+//!   and a wrapper that starts the server and exits 0 runs on, as the host lets it;
+//! - a wrong key said once, with its reason, the function and the setting.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -365,5 +367,78 @@ fn a_wrong_key_is_reported_once_naming_the_function_and_its_setting() {
     assert!(
         !output.contains("bm90LXRoZS1rZXk="),
         "the key never reaches the log"
+    );
+}
+
+/// A wrapper that starts the server in the background and exits 0: the host does not restart a
+/// worker that exits 0 and keeps polling its port, so `emulate` runs on with the server that
+/// answers, and stops it with the instance.
+#[test]
+fn a_wrapper_that_starts_the_server_and_exits_0_runs_on_and_leaves_nothing() {
+    let hub = Hub::start_serving_hubs(&["sensors:2"]);
+    let dir = app(
+        "",
+        "",
+        &[("Alpha", function("sensors", "HubConnection", "many"))],
+    );
+    let root = dir.path();
+    let wrapper = std::fs::read_to_string(root.join("run.sh")).unwrap();
+    let backgrounded = wrapper.replace("\"$@\"\n", "\"$@\" &\nexit 0\n");
+    assert_ne!(wrapper, backgrounded);
+    std::fs::write(root.join("run.sh"), backgrounded).unwrap();
+    local_settings(root, json!({"HubConnection": hub.connection_string(KEY)}));
+    let sent = hub.python("send-to", &["0", "5", "background"]);
+    assert_eq!(sent["sent"], 5, "{sent}");
+    let mut emulate = Emulate::start(root, &[]);
+    wait_records(root, &emulate, "Alpha gets the 5 events", |r| {
+        events_of(r, "Alpha") >= 5
+    });
+    let started = pids(root);
+    assert_eq!(started.len(), 1, "started once, not restarted: {started:?}");
+    assert!(
+        emulate.output().contains("exited 0"),
+        "{}",
+        emulate.output()
+    );
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(emulate.child.id() as i32, libc::SIGTERM) };
+    let status = kit::wait_within(&mut emulate.child, Duration::from_secs(60), "emulate");
+    assert!(status.success(), "{status}: {}", emulate.output());
+    wait_gone(started[0], "emulate stopped");
+}
+
+/// `hubhost invoke` fails an invocation that outlives `functionTimeout` as the host does.
+#[test]
+fn invoke_fails_an_invocation_slower_than_function_timeout() {
+    let dir = app(
+        r#""functionTimeout": "00:00:02","#,
+        "",
+        &[("Slow", function("sensors", "HubConnection", "many"))],
+    );
+    let root = dir.path();
+    local_settings(
+        root,
+        json!({"HubConnection": "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=a2V5;UseDevelopmentEmulator=true"}),
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+    kit::without_test_run_env(&mut command)
+        .args(["invoke", "Slow", "--app", "."])
+        .current_dir(root)
+        .env("SLOW_FUNCTION", "Slow")
+        .env("SLOW_SECONDS", "30");
+    let started = Instant::now();
+    let out = kit::output_within(&mut command, kit::COMMAND_LIMIT);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "not after the handler's 30 s"
+    );
+    assert!(
+        stdout.contains("Timeout value of 00:00:02 was exceeded by function: Functions.Slow"),
+        "{stdout}{stderr}"
     );
 }

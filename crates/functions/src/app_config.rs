@@ -18,8 +18,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-/// The prefix of an app setting that overrides a host.json value.
-pub const JOB_HOST_OVERRIDE_PREFIX: &str = "AzureFunctionsJobHost__";
+/// The configuration section host.json is read into: an app setting named after it, then
+/// `__` (or `:`) and a path, overrides that host.json value.
+pub const JOB_HOST_SECTION: &str = "AzureFunctionsJobHost";
 
 /// JSON as the host's Newtonsoft reader takes it: comments and trailing commas skipped.
 pub fn parse_json(text: &str) -> Result<Value, serde_json::Error> {
@@ -179,12 +180,11 @@ pub fn disabling_setting(name: &str, settings: &BTreeMap<String, String>) -> Opt
 pub fn apply_overrides(host: &mut Value, settings: &BTreeMap<String, String>) -> Vec<String> {
     let mut applied = Vec::new();
     for (name, value) in settings {
-        let section = "AzureFunctionsJobHost";
-        let Some(prefix) = name.get(..section.len()) else {
+        let Some(prefix) = name.get(..JOB_HOST_SECTION.len()) else {
             continue;
         };
-        let rest = &name[section.len()..];
-        if !prefix.eq_ignore_ascii_case(section)
+        let rest = &name[JOB_HOST_SECTION.len()..];
+        if !prefix.eq_ignore_ascii_case(JOB_HOST_SECTION)
             || !(rest.starts_with("__") || rest.starts_with(':'))
         {
             continue;

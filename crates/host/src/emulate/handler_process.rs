@@ -75,9 +75,10 @@ impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.signal(libc::SIGKILL);
         if let Some(mut watchdog) = self.watchdog.take() {
-            // Its pipe closes: it exits, its kill finding nothing left.
+            // Its pipe closes: it exits, its kill finding nothing left. Reaped off the async
+            // workers (a drop can happen on one).
             drop(watchdog.stdin.take());
-            let _ = watchdog.wait();
+            std::thread::spawn(move || watchdog.wait());
         }
     }
 }

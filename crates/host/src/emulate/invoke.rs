@@ -241,6 +241,18 @@ pub fn batches(
         .collect()
 }
 
+/// An invocation that outlived host.json's `functionTimeout`: failed, with no answer.
+fn timed_out_view(limit: std::time::Duration, function: &str) -> Value {
+    json!({
+        "status": Value::Null,
+        "succeeded": false,
+        "outputs": {},
+        "logs": [],
+        "returnValue": Value::Null,
+        "hostError": crate::invoker::HostFailure::timeout(limit, function).message,
+    })
+}
+
 /// An answer as the host reads it: `status`, `succeeded`, `outputs` (per output binding, what
 /// the host would do with it), `logs`, `returnValue`, and the handler's `error` if it gave one.
 ///
@@ -308,6 +320,7 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
     };
     // Refuses, as emulate does, an output it would not carry out.
     let outputs = OutputPlan::resolve(spec, &settings, &EventSender::start())?;
+    let function_timeout = super::function_timeout(&app)?;
 
     let (invoker, mut handler) = match &opts.url {
         Some(url) => (Invoker::new(url.trim_end_matches('/')), None),
@@ -344,10 +357,19 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
             std::io::Write::write_all(&mut std::io::stderr(), &shown)
                 .map_err(|e| InvokeCommandError::NoAnswer(InvokeError::NoAnswer(e.to_string())))?;
         }
-        match invoker
-            .invoke_as(&spec.name, &invocation_id, body, None)
-            .await
-        {
+        let invocation = invoker.invoke_as(&spec.name, &invocation_id, body, None);
+        let answered = match function_timeout {
+            Some(limit) => match tokio::time::timeout(limit, invocation).await {
+                Ok(answered) => answered,
+                Err(_) => {
+                    // As the host: the invocation has failed, whatever the handler does next.
+                    views.push(timed_out_view(limit, &spec.name));
+                    continue;
+                }
+            },
+            None => invocation.await,
+        };
+        match answered {
             Ok(answer) => views.push(host_view(&answer, &outputs)),
             Err(e) => {
                 outcome = Err(e.into());

@@ -357,6 +357,16 @@ async fn sources_changed(rebuilder: &mut Option<build::Rebuilder>) {
     }
 }
 
+/// host.json's `functionTimeout` (`None`: no limit), or what is wrong with it.
+pub(crate) fn function_timeout(app: &FunctionApp) -> Result<Option<Duration>, EmulateError> {
+    app.function_timeout().map_err(|problem| {
+        EmulateError::App(hubhost_functions::function_app::FunctionAppError::Invalid {
+            path: app.root.join("host.json"),
+            problem,
+        })
+    })
+}
+
 /// Prints what of the app's settings changes how it runs: host.json overrides, disabled
 /// functions, and what the host ignores though the files say it.
 pub fn report_app_reading(app: &FunctionApp) {
@@ -439,12 +449,7 @@ pub async fn run(
     let (mut process, invoker, mut child, port) =
         start_on_free_port(&app, &settings, false).await?;
 
-    let function_timeout = app.function_timeout().map_err(|problem| {
-        EmulateError::App(hubhost_functions::function_app::FunctionAppError::Invalid {
-            path: app.root.join("host.json"),
-            problem,
-        })
-    })?;
+    let function_timeout = function_timeout(&app)?;
     let timed_out = Arc::new(tokio::sync::Notify::new());
     let stop = CancellationToken::new();
     let mut triggers = InstanceTriggers::start(
