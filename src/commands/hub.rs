@@ -469,7 +469,8 @@ pub async fn run(args: Args) -> Result<(), String> {
             .collect::<Result<_, _>>()?;
     }
     if let Some(port) = identity_port {
-        let identity = hubhost_hub::local_identity::LocalIdentity::generate()?;
+        let identity = hubhost_hub::local_identity::LocalIdentity::generate()
+            .map_err(|e| format!("--identity-port: {e}"))?;
         config.trusted_issuer = Some(identity.trusted_issuer());
         config.local_identity = Some(std::sync::Arc::new(identity));
         config.identity_port = Some(port);

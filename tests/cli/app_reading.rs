@@ -120,6 +120,13 @@ impl Emulate {
     fn output(&self) -> String {
         std::fs::read_to_string(&self.out).unwrap_or_default()
     }
+
+    /// Stops it as a user's Ctrl-C or a platform's stop does (SIGTERM) and waits for its exit.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        kit::wait_within(&mut self.child, Duration::from_secs(60), "emulate")
+    }
 }
 
 impl Drop for Emulate {
@@ -251,10 +258,7 @@ fn emulate_reads_the_app_as_the_host_reads_it_and_stops_the_handlers_whole_tree(
         assert!(alive(handler));
         match stop {
             "SIGTERM" => {
-                // SAFETY: a signal to our own child.
-                unsafe { libc::kill(emulate.child.id() as i32, libc::SIGTERM) };
-                let status =
-                    kit::wait_within(&mut emulate.child, Duration::from_secs(60), "emulate");
+                let status = emulate.terminate();
                 assert!(status.success(), "{status}: {}", emulate.output());
             }
             _ => {
@@ -354,9 +358,7 @@ fn a_wrong_key_is_reported_once_naming_the_function_and_its_setting() {
     }
     // Several retries' worth (0.5 s, 1 s, 2 s, …).
     std::thread::sleep(Duration::from_secs(5));
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(emulate.child.id() as i32, libc::SIGTERM) };
-    kit::wait_within(&mut emulate.child, Duration::from_secs(60), "emulate");
+    emulate.terminate();
     let output = emulate.output();
     let lines: Vec<&str> = output.lines().filter(|l| l.contains("401")).collect();
     assert_eq!(lines.len(), 1, "one line for the failure:\n{output}");
@@ -400,9 +402,7 @@ fn a_wrapper_that_starts_the_server_and_exits_0_runs_on_and_leaves_nothing() {
         "{}",
         emulate.output()
     );
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(emulate.child.id() as i32, libc::SIGTERM) };
-    let status = kit::wait_within(&mut emulate.child, Duration::from_secs(60), "emulate");
+    let status = emulate.terminate();
     assert!(status.success(), "{status}: {}", emulate.output());
     wait_gone(started[0], "emulate stopped");
 }

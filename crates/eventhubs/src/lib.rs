@@ -590,9 +590,6 @@ impl EventHubTarget {
 /// The app setting holding the Event Hubs connection string (function.json `connection`).
 pub const EVENTHUB_CONNECTION_SETTING: &str = "EventHubConnection";
 
-/// The fully qualified namespace of the Event Hubs connection setting: the host of its
-/// `Endpoint=sb://…/`, or of `EventHubConnection__fullyQualifiedNamespace` (`localhost` for a
-/// local hub). Only the host is taken; the key never leaves this function.
 /// An error with the messages of its sources that say more than it does: the SDK wraps the
 /// service's reason (a 401's "the token's signature does not match the key …") in errors
 /// whose own text only says "Error authorizing management path".
@@ -610,6 +607,9 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// The fully qualified namespace of the Event Hubs connection setting: the host of its
+/// `Endpoint=sb://…/`, or of `EventHubConnection__fullyQualifiedNamespace` (`localhost` for a
+/// local hub). Only the host is taken; the key never leaves this function.
 pub fn eventhub_namespace(env: impl Fn(&str) -> Option<String>) -> Option<String> {
     let endpoint = match env(EVENTHUB_CONNECTION_SETTING) {
         Some(conn) => connection_string_parts(&conn)

@@ -80,6 +80,20 @@ impl HostFailure {
     }
 }
 
+/// `invocation`'s outcome, or the `functionTimeout` it outlived (`Err`); without a limit it
+/// may take as long as it takes.
+pub async fn within_function_timeout<T>(
+    limit: Option<Duration>,
+    invocation: impl std::future::Future<Output = T>,
+) -> Result<T, Duration> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, invocation)
+            .await
+            .map_err(|_| limit),
+        None => Ok(invocation.await),
+    }
+}
+
 impl std::fmt::Display for HostFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str(&self.message)

@@ -31,6 +31,17 @@ const LIFETIME_SECONDS: i64 = 3600;
 /// The key id the tokens' header names.
 const KID: &str = "hubhost-local";
 
+/// Why no local identity could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalIdentityError {
+    /// No RSA key could be generated.
+    #[error("cannot make a signing key: {0}")]
+    Generate(rcgen::Error),
+    /// The key made could not be read back for signing.
+    #[error("cannot read the signing key made: {0}")]
+    Read(ring::error::KeyRejected),
+}
+
 /// The signing key and the secret a caller shows.
 pub struct LocalIdentity {
     key: ring::rsa::KeyPair,
@@ -45,11 +56,11 @@ impl std::fmt::Debug for LocalIdentity {
 
 impl LocalIdentity {
     /// A new RSA key (2048 bits) and a new header secret.
-    pub fn generate() -> Result<Self, String> {
+    pub fn generate() -> Result<Self, LocalIdentityError> {
         let generated = rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256)
-            .map_err(|e| format!("cannot make a signing key: {e}"))?;
+            .map_err(LocalIdentityError::Generate)?;
         let key = ring::rsa::KeyPair::from_pkcs8(&generated.serialize_der())
-            .map_err(|e| format!("cannot read the signing key made: {e}"))?;
+            .map_err(LocalIdentityError::Read)?;
         Ok(LocalIdentity {
             key,
             header: crate::admin::new_token(),

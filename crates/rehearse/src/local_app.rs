@@ -135,8 +135,8 @@ impl LocalApp {
         handler: &Path,
         timings: Timings,
     ) -> Result<Self, LocalAppError> {
-        let app = FunctionApp::load(function_app)?;
         let settings = AppSettings::load(function_app)?;
+        let app = FunctionApp::load_with_settings(function_app, settings.values())?;
         let expand = |s: &str| settings.expand(s).map_err(LocalAppError::Setting);
 
         let mut hubs: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -291,8 +291,8 @@ impl Rehearsal {
         &self,
         local: &mut LocalApp,
     ) -> Result<(Run, chrono::DateTime<chrono::Utc>), LocalAppError> {
-        let app = FunctionApp::load(local.app_folder())?;
         let settings = AppSettings::load(local.app_folder())?;
+        let app = FunctionApp::load_with_settings(local.app_folder(), settings.values())?;
         let spec = app
             .functions
             .iter()

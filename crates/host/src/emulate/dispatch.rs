@@ -17,7 +17,7 @@ use tracing::{Instrument, Span};
 
 use super::faults::FaultSwitch;
 use super::outputs::OutputPlan;
-use crate::invoker::{HostFailure, InvokeError, Invoker};
+use crate::invoker::{HostFailure, InvokeError, Invoker, within_function_timeout};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
 use hubhost_functions::function_app::{EventHubTrigger, RetryPolicy, RetryStrategy};
 use hubhost_processor::{BatchHandler, BatchOutcome, PartitionBatch};
@@ -83,20 +83,17 @@ impl FunctionDispatch {
         .map_err(|e| InvocationFailure::Function(HostFailure::other(e.to_string())))?;
         let parent = hubhost_telemetry::traceparent_of(span);
         let invocation = self.invoker.invoke_traced(&self.function, body, parent);
-        let answered = match self.function_timeout {
-            Some(limit) => match tokio::time::timeout(limit, invocation).await {
-                Ok(answered) => answered,
-                Err(_) => {
-                    // The host's rule: the invocation fails with FunctionTimeoutException, and
-                    // the host restarts the worker (`WebScriptHostExceptionHandler`).
-                    self.timed_out.notify_one();
-                    return Err(InvocationFailure::Function(HostFailure::timeout(
-                        limit,
-                        &self.function,
-                    )));
-                }
-            },
-            None => invocation.await,
+        let answered = match within_function_timeout(self.function_timeout, invocation).await {
+            Ok(answered) => answered,
+            Err(limit) => {
+                // The host's rule: the invocation fails with FunctionTimeoutException, and the
+                // host restarts the worker (`WebScriptHostExceptionHandler`).
+                self.timed_out.notify_one();
+                return Err(InvocationFailure::Function(HostFailure::timeout(
+                    limit,
+                    &self.function,
+                )));
+            }
         };
         let answer = match answered {
             Ok(answer) => answer,

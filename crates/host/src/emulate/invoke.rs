@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use super::handler_process::start_on_free_port;
 use super::{AppSettings, EmulateError, EventSender, OutputPlan, resolve_trigger};
-use crate::invoker::{Invocation, InvokeError, Invoker};
+use crate::invoker::{Invocation, InvokeError, Invoker, within_function_timeout};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
 use hubhost_functions::contract::newtonsoft::OrderedJson;
 use hubhost_functions::function_app::{Cardinality, EventHubTrigger, FunctionApp, FunctionSpec};
@@ -281,8 +281,9 @@ pub fn host_view(answer: &Invocation, outputs: &OutputPlan) -> Value {
 /// Invokes the function with the events, starting its handler unless `url` names one; the host's
 /// view of each answer, in order.
 pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError> {
-    let app = FunctionApp::load(&opts.app).map_err(EmulateError::from)?;
     let settings = AppSettings::load(&opts.app)?;
+    let app = FunctionApp::load_with_settings(&opts.app, settings.values())
+        .map_err(EmulateError::from)?;
     let spec = app
         .function(&opts.function)
         .ok_or_else(|| InvokeCommandError::UnknownFunction {
@@ -358,16 +359,13 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
                 .map_err(|e| InvokeCommandError::NoAnswer(InvokeError::NoAnswer(e.to_string())))?;
         }
         let invocation = invoker.invoke_as(&spec.name, &invocation_id, body, None);
-        let answered = match function_timeout {
-            Some(limit) => match tokio::time::timeout(limit, invocation).await {
-                Ok(answered) => answered,
-                Err(_) => {
-                    // As the host: the invocation has failed, whatever the handler does next.
-                    views.push(timed_out_view(limit, &spec.name));
-                    continue;
-                }
-            },
-            None => invocation.await,
+        let answered = match within_function_timeout(function_timeout, invocation).await {
+            Ok(answered) => answered,
+            Err(limit) => {
+                // As the host: the invocation has failed, whatever the handler does next.
+                views.push(timed_out_view(limit, &spec.name));
+                continue;
+            }
         };
         match answered {
             Ok(answer) => views.push(host_view(&answer, &outputs)),

@@ -387,8 +387,9 @@ pub async fn run(
     opts: EmulateOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), EmulateError> {
-    let app = FunctionApp::load(&opts.app)?;
+    // The settings are read once: the app is loaded with them.
     let mut settings = AppSettings::load(&opts.app)?;
+    let app = FunctionApp::load_with_settings(&opts.app, settings.values())?;
     for (name, value) in &opts.handler_settings {
         settings.values.insert(name.clone(), value.clone());
     }

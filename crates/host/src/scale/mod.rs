@@ -106,8 +106,8 @@ struct Instance {
 type Loaded = (Vec<ScaledFunction>, CheckpointStore, Arc<RequestCounts>);
 
 fn load(opts: &ScaleOptions) -> Result<Loaded, EmulateError> {
-    let app = FunctionApp::load(&opts.app)?;
     let settings = AppSettings::load(&opts.app)?;
+    let app = FunctionApp::load_with_settings(&opts.app, settings.values())?;
     let options = ProcessorOptions::from_host_json(&app.host_json)?;
     let concurrency = decide::desired_concurrency(
         None,
