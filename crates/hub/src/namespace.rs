@@ -368,8 +368,19 @@ impl Hub {
 impl Partition {
     /// Appends encoded messages, enqueued now; returns each one's (sequence, offset).
     pub fn append(&self, payloads: Vec<Bytes>) -> Result<Vec<(i64, i64)>, LogError> {
+        self.append_announced(payloads, |_| {})
+    }
+
+    /// [`Partition::append`], telling `announce` the first sequence number the events get
+    /// before they are written (under the log's lock, so no other append comes between).
+    pub fn append_announced(
+        &self,
+        payloads: Vec<Bytes>,
+        announce: impl FnOnce(i64),
+    ) -> Result<Vec<(i64, i64)>, LogError> {
         let now = chrono::Utc::now().timestamp_millis();
         let mut log = self.log.lock().expect("log lock");
+        announce(log.summary().next_sequence);
         let placed = log.append(payloads.into_iter().map(|p| (p, now)).collect())?;
         self.appended.send_replace(log.summary().next_sequence);
         Ok(placed)

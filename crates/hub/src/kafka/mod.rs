@@ -92,6 +92,18 @@ impl Kafka {
     ) -> std::io::Result<Arc<Self>> {
         let offsets = offsets::OffsetStore::open(namespace.data_dir())?;
         let producers = producers::ProducerStates::open(namespace.data_dir())?;
+        // Batches journaled but never stored (the hub died between the two) are forgotten.
+        let dropped = producers.drop_unstored(|hub, partition| {
+            let hub = namespace.hub(hub)?;
+            let partition = hub.partitions.get(usize::try_from(partition).ok()?)?;
+            Some(partition.summary().next_sequence)
+        });
+        if dropped > 0 {
+            tracing::info!(
+                dropped,
+                "idempotent producers' batches journaled but not stored (the hub stopped between the two) forgotten"
+            );
+        }
         Ok(Arc::new(Kafka {
             namespace,
             coordinator: coordinator::Coordinator::default(),

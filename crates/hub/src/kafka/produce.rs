@@ -143,9 +143,24 @@ impl Kafka {
                 .iter()
                 .map(|e| Bytes::from(convert::to_amqp(e)))
                 .collect();
-            let placed = match partition.append(payloads) {
+            let idempotent = b.producer_id >= 0;
+            let recent = |base_offset| Recent {
+                first_sequence: sequenced.first_sequence,
+                last_sequence: sequenced.last_sequence,
+                base_offset,
+            };
+            // An idempotent batch is journaled before the log has it (`announce`).
+            let placed = match partition.append_announced(payloads, |next| {
+                if idempotent {
+                    self.producers
+                        .announce(&key, sequenced.epoch, &recent(next));
+                }
+            }) {
                 Ok(p) => p,
                 Err(e) => {
+                    if idempotent {
+                        self.producers.withdraw(&key, sequenced.first_sequence);
+                    }
                     tracing::error!(hub = %hub.name, partition = index, "Kafka produce failed: {e}");
                     return (
                         ResponseError::KafkaStorageError.code(),
@@ -156,16 +171,8 @@ impl Kafka {
             };
             let first = placed.first().map(|(seq, _)| *seq).unwrap_or(-1);
             base_offset.get_or_insert(first);
-            if b.producer_id >= 0 {
-                self.producers.record(
-                    key,
-                    sequenced.epoch,
-                    Recent {
-                        first_sequence: sequenced.first_sequence,
-                        last_sequence: sequenced.last_sequence,
-                        base_offset: first,
-                    },
-                );
+            if idempotent {
+                self.producers.record(key, sequenced.epoch, recent(first));
             }
         }
         (0, base_offset.unwrap_or(-1), None)

@@ -14,10 +14,12 @@
 //!   recently used is forgotten, as Kafka lets a silent producer's state expire, and nobody
 //!   else's.
 //!
-//! With a data directory every batch remembered is also appended to a journal among the hub's
-//! own files (`kafka-producers.journal`, one line per batch, written as the partition's events
-//! are: no fsync), read back at start and rewritten whole when it has grown to several times
-//! what it holds. Kafka rebuilds the same state from its log's batch headers; the hub's log
+//! With a data directory every batch is also appended to a journal among the hub's own files
+//! (`kafka-producers.journal`, one line per batch, no fsync), read back at start and rewritten
+//! whole when it has grown to several times what it holds. The line is written before the
+//! partition's events, under the partition's lock (a `kill -9` between an append and a line
+//! written after it lost the batch's state, and the producer's retry was stored twice); at
+//! start, a line whose batch the log does not hold is dropped. Kafka rebuilds the same state from its log's batch headers; the hub's log
 //! stores AMQP messages, which carry no producer id.
 
 use std::collections::{BTreeMap, HashMap};
@@ -160,6 +162,8 @@ struct Journal {
     path: PathBuf,
     file: std::fs::File,
     lines: usize,
+    /// Batches announced and not yet recorded or withdrawn: a rewrite keeps their lines too.
+    announced: Vec<(ProducerKey, i16, Recent)>,
 }
 
 impl State {
@@ -202,11 +206,18 @@ impl State {
             let Some((_, oldest)) = self.by_use.pop_first() else {
                 break;
             };
-            self.known.remove(&oldest);
-            if let Some(count) = self.ids.get_mut(&oldest.0) {
+            self.forget(&oldest);
+        }
+    }
+
+    /// Forgets `key` entirely: a producer id with no key left may be handed out again.
+    fn forget(&mut self, key: &ProducerKey) {
+        if let Some(known) = self.known.remove(key) {
+            self.by_use.remove(&known.stamp);
+            if let Some(count) = self.ids.get_mut(&key.0) {
                 *count -= 1;
                 if *count == 0 {
-                    self.ids.remove(&oldest.0);
+                    self.ids.remove(&key.0);
                 }
             }
         }
@@ -246,7 +257,12 @@ impl ProducerStates {
                 .create(true)
                 .append(true)
                 .open(&path)?;
-            state.journal = Some(Journal { path, file, lines });
+            state.journal = Some(Journal {
+                path,
+                file,
+                lines,
+                announced: Vec::new(),
+            });
         }
         Ok(ProducerStates {
             state: Mutex::new(state),
@@ -276,10 +292,32 @@ impl ProducerStates {
         placement
     }
 
-    /// Remembers a batch `key` appended at `epoch` (and journals it).
+    /// Journals a batch `key` is about to append at `epoch`, at `recent.base_offset`, before
+    /// the log has it: a line written after the append would be missing after a `kill -9`
+    /// between the two, and the producer's retry of that batch would be appended again. A line
+    /// whose batch the log never got is dropped at start ([`ProducerStates::drop_unstored`]).
+    pub fn announce(&self, key: &ProducerKey, epoch: i16, recent: &Recent) {
+        let mut state = self.state.lock().expect("producers lock");
+        let Some(journal) = &mut state.journal else {
+            return;
+        };
+        let written = journal
+            .file
+            .write_all(format_line(key, epoch, recent).as_bytes());
+        journal.lines += 1;
+        journal.announced.push((key.clone(), epoch, *recent));
+        if let Err(e) = written {
+            // The batch is appended either way; only a retry across a restart may repeat it.
+            tracing::warn!("the idempotent producers' journal could not be written: {e}");
+        }
+    }
+
+    /// Remembers a batch `key` appended at `epoch`, once the log has it (it was announced).
     pub fn record(&self, key: ProducerKey, epoch: i16, recent: Recent) {
         let mut state = self.state.lock().expect("producers lock");
-        let line = format_line(&key, epoch, &recent);
+        if let Some(journal) = &mut state.journal {
+            journal.settle(&key, recent.first_sequence);
+        }
         state.remember(key, epoch, recent);
         let State {
             known,
@@ -289,18 +327,72 @@ impl ProducerStates {
         else {
             return;
         };
-        let written = journal.file.write_all(line.as_bytes());
-        journal.lines += 1;
         let held: usize = known.values().map(|k| k.state.recent.len()).sum();
-        let compacted = if journal.lines > COMPACT_AFTER_LINES.max(4 * held) {
-            compact(journal, known)
-        } else {
-            Ok(())
-        };
-        if let Err(e) = written.and(compacted) {
-            // The batch is appended either way; only a retry across a restart may repeat it.
-            tracing::warn!("the idempotent producers' journal could not be written: {e}");
+        if journal.lines > COMPACT_AFTER_LINES.max(4 * held)
+            && let Err(e) = compact(journal, known)
+        {
+            tracing::warn!("the idempotent producers' journal could not be rewritten: {e}");
         }
+    }
+
+    /// After `key`'s announced batch starting at `first_sequence` could not be appended: the
+    /// journal is rewritten without it, since later batches take its offsets.
+    pub fn withdraw(&self, key: &ProducerKey, first_sequence: i32) {
+        let mut state = self.state.lock().expect("producers lock");
+        let State {
+            known,
+            journal: Some(journal),
+            ..
+        } = &mut *state
+        else {
+            return;
+        };
+        journal.settle(key, first_sequence);
+        if let Err(e) = compact(journal, known) {
+            tracing::warn!("the idempotent producers' journal could not be rewritten: {e}");
+        }
+    }
+
+    /// At start: forgets the journaled batches the log does not hold (announced, then the hub
+    /// died before appending), `end(hub, partition)` being the partition's next offset (`None`:
+    /// no such partition now), and rewrites the journal without them, so that the offsets they
+    /// named, which later batches take, are never mistaken for theirs. Returns how many.
+    pub fn drop_unstored(&self, end: impl Fn(&str, i32) -> Option<i64>) -> usize {
+        let mut state = self.state.lock().expect("producers lock");
+        let mut dropped = 0;
+        for ((_, hub, partition), known) in state.known.iter_mut() {
+            let end = end(hub, *partition).unwrap_or(i64::MIN);
+            let before = known.state.recent.len();
+            known
+                .state
+                .recent
+                .retain(|r| r.base_offset.saturating_add(batch_len(r)) <= end);
+            dropped += before - known.state.recent.len();
+        }
+        if dropped > 0 {
+            // A producer with no batch left is unknown again: it may start at any sequence.
+            let empty: Vec<ProducerKey> = state
+                .known
+                .iter()
+                .filter(|(_, k)| k.state.recent.is_empty())
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in &empty {
+                state.forget(key);
+            }
+            let State {
+                known,
+                journal: Some(journal),
+                ..
+            } = &mut *state
+            else {
+                return dropped;
+            };
+            if let Err(e) = compact(journal, known) {
+                tracing::warn!("the idempotent producers' journal could not be rewritten: {e}");
+            }
+        }
+        dropped
     }
 
     #[cfg(test)]
@@ -310,16 +402,31 @@ impl ProducerStates {
     }
 }
 
-/// Rewrites the journal with what is remembered: beside it, then renamed over it.
+impl Journal {
+    /// `key`'s announced batch starting at `first_sequence` is recorded or withdrawn.
+    fn settle(&mut self, key: &ProducerKey, first_sequence: i32) {
+        self.announced
+            .retain(|(k, _, r)| !(k == key && r.first_sequence == first_sequence));
+    }
+}
+
+/// Rewrites the journal with what is remembered, and what is announced after it: beside it,
+/// then renamed over it.
 fn compact(journal: &mut Journal, known: &HashMap<ProducerKey, Known>) -> std::io::Result<()> {
     let temporary = journal.path.with_extension("journal.tmp");
     let mut out = std::fs::File::create(&temporary)?;
     let mut lines = 0;
-    for (key, known) in known {
-        for recent in &known.state.recent {
-            out.write_all(format_line(key, known.state.epoch, recent).as_bytes())?;
-            lines += 1;
-        }
+    let remembered = known.iter().flat_map(|(key, known)| {
+        known
+            .state
+            .recent
+            .iter()
+            .map(move |recent| (key, known.state.epoch, recent))
+    });
+    let announced = journal.announced.iter().map(|(k, e, r)| (k, *e, r));
+    for (key, epoch, recent) in remembered.chain(announced) {
+        out.write_all(format_line(key, epoch, recent).as_bytes())?;
+        lines += 1;
     }
     std::fs::rename(&temporary, &journal.path)?;
     journal.file = std::fs::OpenOptions::new()
@@ -327,6 +434,14 @@ fn compact(journal: &mut Journal, known: &HashMap<ProducerKey, Known>) -> std::i
         .open(&journal.path)?;
     journal.lines = lines;
     Ok(())
+}
+
+/// The events of a batch, from its first and last sequence numbers (which wrap past
+/// `i32::MAX` to 0, as [`increment`] counts). Pure.
+fn batch_len(recent: &Recent) -> i64 {
+    (i64::from(recent.last_sequence) - i64::from(recent.first_sequence))
+        .rem_euclid(i64::from(i32::MAX) + 1)
+        + 1
 }
 
 /// `producer partition epoch first last base hub\n` (the hub last: a name has no space). Pure.
@@ -378,6 +493,12 @@ mod tests {
             last_sequence: first + 9,
             base_offset,
         }
+    }
+
+    /// A batch appended as the produce path appends one: announced, then recorded.
+    fn append(states: &ProducerStates, key: &ProducerKey, epoch: i16, recent: Recent) {
+        states.announce(key, epoch, &recent);
+        states.record(key.clone(), epoch, recent);
     }
 
     fn sequenced(epoch: i16, first: i32, last: i32) -> Sequenced {
@@ -479,7 +600,7 @@ mod tests {
         let key = (1_700_000_000_000, "sensors".to_string(), 3);
         let states = ProducerStates::open(Some(dir.path())).unwrap();
         for i in 0..7 {
-            states.record(key.clone(), 1, batch(i * 10, 100 + i64::from(i) * 10));
+            append(&states, &key, 1, batch(i * 10, 100 + i64::from(i) * 10));
         }
         drop(states);
         // A crash in the middle of a line.
@@ -508,7 +629,7 @@ mod tests {
         let states = ProducerStates::open(Some(dir.path())).unwrap();
         let key = (7, "orders".to_string(), 0);
         for i in 0..(COMPACT_AFTER_LINES as i32 + 10) {
-            states.record(key.clone(), 0, batch(i * 10, i64::from(i)));
+            append(&states, &key, 0, batch(i * 10, i64::from(i)));
         }
         let path = crate::own_files(dir.path()).join(JOURNAL_FILE);
         let lines = std::fs::read_to_string(&path).unwrap().lines().count();
@@ -520,6 +641,58 @@ mod tests {
             reopened.known(&key).unwrap().recent.last(),
             Some(&batch(last * 10, i64::from(last)))
         );
+    }
+
+    /// A `kill -9` between the journal line and the log's append: the batch is journaled but
+    /// not stored. At start it is forgotten (the producer's retry is appended, not answered
+    /// as a duplicate of events the log lacks), and the journal no longer names it; a batch
+    /// the log holds stays a duplicate.
+    #[test]
+    fn a_batch_journaled_but_never_stored_is_forgotten_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = (42, "mixed".to_string(), 2);
+        let states = ProducerStates::open(Some(dir.path())).unwrap();
+        append(&states, &key, 0, batch(0, 100));
+        // Announced; the hub died before the log had it.
+        states.announce(&key, 0, &batch(10, 110));
+        drop(states);
+
+        let reopened = ProducerStates::open(Some(dir.path())).unwrap();
+        assert_eq!(reopened.known(&key).unwrap().recent.len(), 2);
+        // The partition's next offset is 110: the first batch (100..=109) is stored.
+        let end = |hub: &str, partition: i32| (hub == "mixed" && partition == 2).then_some(110);
+        assert_eq!(reopened.drop_unstored(end), 1);
+        assert_eq!(
+            reopened.place(&key, sequenced(0, 10, 19)),
+            Placement::Append,
+            "the retry of the unstored batch is appended"
+        );
+        assert_eq!(
+            reopened.place(&key, sequenced(0, 0, 9)),
+            Placement::Duplicate { base_offset: 100 }
+        );
+        drop(reopened);
+        let again = ProducerStates::open(Some(dir.path())).unwrap();
+        assert_eq!(again.known(&key).unwrap().recent, vec![batch(0, 100)]);
+        // A partition that is gone keeps nothing of its producers.
+        assert_eq!(again.drop_unstored(|_, _| None), 1);
+        assert_eq!(again.known(&key), None);
+    }
+
+    /// A rewrite of the journal keeps the batches announced and not yet recorded.
+    #[test]
+    fn a_rewrite_keeps_what_is_announced_but_not_yet_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let states = ProducerStates::open(Some(dir.path())).unwrap();
+        let pending = (9, "orders".to_string(), 1);
+        states.announce(&pending, 0, &batch(0, 5));
+        let key = (7, "orders".to_string(), 0);
+        for i in 0..(COMPACT_AFTER_LINES as i32 + 10) {
+            append(&states, &key, 0, batch(i * 10, i64::from(i)));
+        }
+        drop(states);
+        let reopened = ProducerStates::open(Some(dir.path())).unwrap();
+        assert_eq!(reopened.known(&pending).unwrap().recent, vec![batch(0, 5)]);
     }
 
     #[test]
