@@ -210,6 +210,21 @@ impl State {
         }
     }
 
+    /// Rewrites the journal (if there is one) from what is remembered and announced.
+    fn rewrite_journal(&mut self) {
+        let State {
+            known,
+            journal: Some(journal),
+            ..
+        } = self
+        else {
+            return;
+        };
+        if let Err(e) = compact(journal, known) {
+            tracing::warn!("the idempotent producers' journal could not be rewritten: {e}");
+        }
+    }
+
     /// Forgets `key` entirely: a producer id with no key left may be handed out again.
     fn forget(&mut self, key: &ProducerKey) {
         if let Some(known) = self.known.remove(key) {
@@ -319,19 +334,13 @@ impl ProducerStates {
             journal.settle(&key, recent.first_sequence);
         }
         state.remember(key, epoch, recent);
-        let State {
-            known,
-            journal: Some(journal),
-            ..
-        } = &mut *state
-        else {
-            return;
-        };
-        let held: usize = known.values().map(|k| k.state.recent.len()).sum();
-        if journal.lines > COMPACT_AFTER_LINES.max(4 * held)
-            && let Err(e) = compact(journal, known)
-        {
-            tracing::warn!("the idempotent producers' journal could not be rewritten: {e}");
+        // Counting what is held walks every producer, so it waits until the journal is long.
+        let lines = state.journal.as_ref().map_or(0, |j| j.lines);
+        if lines > COMPACT_AFTER_LINES {
+            let held: usize = state.known.values().map(|k| k.state.recent.len()).sum();
+            if lines > 4 * held {
+                state.rewrite_journal();
+            }
         }
     }
 
@@ -339,18 +348,10 @@ impl ProducerStates {
     /// journal is rewritten without it, since later batches take its offsets.
     pub fn withdraw(&self, key: &ProducerKey, first_sequence: i32) {
         let mut state = self.state.lock().expect("producers lock");
-        let State {
-            known,
-            journal: Some(journal),
-            ..
-        } = &mut *state
-        else {
-            return;
-        };
-        journal.settle(key, first_sequence);
-        if let Err(e) = compact(journal, known) {
-            tracing::warn!("the idempotent producers' journal could not be rewritten: {e}");
+        if let Some(journal) = &mut state.journal {
+            journal.settle(key, first_sequence);
         }
+        state.rewrite_journal();
     }
 
     /// At start: forgets the journaled batches the log does not hold (announced, then the hub
@@ -380,17 +381,7 @@ impl ProducerStates {
             for key in &empty {
                 state.forget(key);
             }
-            let State {
-                known,
-                journal: Some(journal),
-                ..
-            } = &mut *state
-            else {
-                return dropped;
-            };
-            if let Err(e) = compact(journal, known) {
-                tracing::warn!("the idempotent producers' journal could not be rewritten: {e}");
-            }
+            state.rewrite_journal();
         }
         dropped
     }
