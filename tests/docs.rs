@@ -784,8 +784,12 @@ fn the_first_command_runs_the_demo_on_its_embedded_default() {
     });
     let page = get_as_a_browser(7071, "/");
     assert!(page.contains("<html"), "{page}");
-    // A few seconds of the fleet, then Ctrl-C: the summary of what the app wrote.
-    std::thread::sleep(Duration::from_secs(10));
+    // The fleet until the progress line shows events aggregated, as a user watches it (on a
+    // loaded machine the pool may take a while to settle), then Ctrl-C: the summary of what
+    // the app wrote.
+    demo.wait_for("events aggregated", Duration::from_secs(300), |out| {
+        last_number_after(out, "demo: ").is_some_and(|aggregated| aggregated > 0)
+    });
     let (status, out) = demo.interrupt(Duration::from_secs(90));
     assert!(status.success(), "{status}:\n{out}");
     let sent = last_number_after(&out, "sent ").unwrap_or(0);
