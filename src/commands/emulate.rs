@@ -88,6 +88,8 @@ pub struct Args {
     /// events handed to the function.
     #[arg(long, default_value_t = 1000, requires = "faults")]
     pub fault_span: usize,
+    #[command(flatten)]
+    pub outputs: super::OutboxArgs,
 }
 
 /// How often `--traces` prints what the spans say.
@@ -114,6 +116,7 @@ pub async fn run(
         seed,
         fault_count,
         fault_span,
+        outputs,
         ..
     } = args;
     let mut handler_settings = Vec::new();
@@ -165,6 +168,7 @@ pub async fn run(
             faults,
             drain: None,
             handler_settings,
+            outbox: outputs.folder(),
         },
         shutdown_signal(),
     )
@@ -187,6 +191,11 @@ async fn scale(args: Args) -> Result<(), String> {
     }
     if args.checkpoint_on_success {
         instance.push("--checkpoint-on-success".into());
+    }
+    if args.outputs.strict_bindings {
+        instance.push("--strict-bindings".into());
+    } else {
+        instance.extend(["--outbox".into(), args.outputs.outbox.clone().into()]);
     }
     if let Some(expiry) = args.foreign_ownership_expiry {
         instance.extend([

@@ -31,6 +31,8 @@ pub struct Args {
     /// body, byte for byte (the body goes chunked on the wire).
     #[arg(long)]
     pub show_request: bool,
+    #[command(flatten)]
+    pub outputs: super::OutboxArgs,
 }
 
 pub async fn run(args: Args) -> Result<(), String> {
@@ -41,6 +43,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         partition: args.partition,
         url: args.url,
         show_request: args.show_request,
+        outbox: args.outputs.folder(),
     };
     let views = invoke::run(&options).await.map_err(|e| e.to_string())?;
     // One invocation (cardinality many) prints its answer; one per event (cardinality one)

@@ -57,5 +57,25 @@ impl EventHubConnectionArgs {
 
 pub use hubhost_process::positive_seconds;
 
+/// What the emulated host does with output bindings no local service carries out (cosmosDB,
+/// serviceBus, sql, queue, table, …).
+#[derive(clap::Args, Clone)]
+pub struct OutboxArgs {
+    /// Folder where the values of such outputs are kept, one JSON line per value in
+    /// {function}/{binding}.jsonl.
+    #[arg(long, default_value = "hubhost-data/outbox")]
+    pub outbox: std::path::PathBuf,
+    /// Refuse an app with such an output instead of keeping its values in the outbox.
+    #[arg(long, conflicts_with = "outbox")]
+    pub strict_bindings: bool,
+}
+
+impl OutboxArgs {
+    /// The outbox folder, or `None` under --strict-bindings.
+    pub fn folder(&self) -> Option<std::path::PathBuf> {
+        (!self.strict_bindings).then(|| self.outbox.clone())
+    }
+}
+
 /// Ctrl-C or SIGTERM (what the host and `func` send on stop).
 pub use hubhost_functions::server::shutdown_signal;

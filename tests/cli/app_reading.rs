@@ -25,7 +25,11 @@ use serde_json::{Value, json};
 /// records each invocation in `record` and its pid in `pids`), host.json with `handler_extra` in
 /// its `customHandler` and `host_extra` at its top, and the functions given as (name,
 /// function.json).
-fn app(host_extra: &str, handler_extra: &str, functions: &[(&str, Value)]) -> tempfile::TempDir {
+pub(crate) fn app(
+    host_extra: &str,
+    handler_extra: &str,
+    functions: &[(&str, Value)],
+) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let handler = kit::repository().join("tests/python/recording_handler.py");
@@ -70,14 +74,14 @@ fn app(host_extra: &str, handler_extra: &str, functions: &[(&str, Value)]) -> te
     dir
 }
 
-fn function(hub: &str, connection: &str, cardinality: &str) -> Value {
+pub(crate) fn function(hub: &str, connection: &str, cardinality: &str) -> Value {
     json!({"bindings": [{"type": "eventHubTrigger", "direction": "in", "name": "events",
         "eventHubName": hub, "connection": connection, "cardinality": cardinality,
         "dataType": "string"}]})
 }
 
 /// local.settings.json with these values, and a comment.
-fn local_settings(app: &Path, values: Value) {
+pub(crate) fn local_settings(app: &Path, values: Value) {
     std::fs::write(
         app.join("local.settings.json"),
         format!(
@@ -88,19 +92,25 @@ fn local_settings(app: &Path, values: Value) {
 }
 
 /// `hubhost emulate` on the app, its output in files, killed on drop.
-struct Emulate {
+pub(crate) struct Emulate {
     child: Child,
     out: PathBuf,
 }
 
 impl Emulate {
-    fn start(app: &Path, env: &[(&str, &str)]) -> Emulate {
+    pub(crate) fn start(app: &Path, env: &[(&str, &str)]) -> Emulate {
+        Emulate::start_with(app, &[], env)
+    }
+
+    /// [`Emulate::start`] with more arguments.
+    pub(crate) fn start_with(app: &Path, args: &[&str], env: &[(&str, &str)]) -> Emulate {
         let out = app.join("emulate.out");
         // One file for both streams, written at one offset.
         let file = std::fs::File::create(&out).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
         kit::without_test_run_env(&mut command)
             .args(["emulate", "--app", ".", "--storage", "storage"])
+            .args(args)
             .current_dir(app)
             .env_remove("AzureWebJobsStorage")
             // What a user sees: hubhost's own default log levels.
@@ -117,12 +127,12 @@ impl Emulate {
         }
     }
 
-    fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         std::fs::read_to_string(&self.out).unwrap_or_default()
     }
 
     /// Stops it as a user's Ctrl-C or a platform's stop does (SIGTERM) and waits for its exit.
-    fn terminate(&mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
         // SAFETY: a signal to our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         kit::wait_within(&mut self.child, Duration::from_secs(60), "emulate")
@@ -137,7 +147,7 @@ impl Drop for Emulate {
 }
 
 /// The handler's records so far.
-fn records(app: &Path) -> Vec<Value> {
+pub(crate) fn records(app: &Path) -> Vec<Value> {
     std::fs::read_to_string(app.join("record"))
         .unwrap_or_default()
         .lines()
@@ -150,7 +160,7 @@ fn batch_size(record: &Value) -> u64 {
     record["seqs"].as_array().map_or(0, |s| s.len() as u64)
 }
 
-fn events_of(records: &[Value], function: &str) -> u64 {
+pub(crate) fn events_of(records: &[Value], function: &str) -> u64 {
     records
         .iter()
         .filter(|r| r["function"] == function)
@@ -159,7 +169,12 @@ fn events_of(records: &[Value], function: &str) -> u64 {
 }
 
 /// Waits until `done` holds of the records, or fails showing them and emulate's output.
-fn wait_records(app: &Path, emulate: &Emulate, what: &str, done: impl Fn(&[Value]) -> bool) {
+pub(crate) fn wait_records(
+    app: &Path,
+    emulate: &Emulate,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let now = records(app);

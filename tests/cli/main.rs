@@ -1,11 +1,12 @@
 //! The command line as a user runs it, each from the folder the docs imply: `hubhost demo`
 //! (`demo`), `new` (`new_project`), the development loop of `invoke` and `emulate --watch`
 //! (`dev_loop`), `package` (`package`), `checkpoints` (`checkpoints`), an app read as the host
-//! reads it (`app_reading`), and the files a
+//! reads it (`app_reading`), its output bindings and other triggers (`bindings`), and the files a
 //! deployment reads: the function app against the official schemas (`function_app_files`) and
 //! the infrastructure template (`deploy_template`).
 
 mod app_reading;
+mod bindings;
 mod checkpoints;
 mod demo;
 mod deploy_template;

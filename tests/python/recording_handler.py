@@ -10,6 +10,10 @@ For the tests of how the handler is started and stopped: arguments, if any, must
 alone (as host.json's `%FUNCTIONS_CUSTOMHANDLER_PORT%` gives it); PID_FILE gets this process's
 pid at start; START_DELAY seconds pass before it listens; and the first invocation of
 SLOW_FUNCTION (by any process: a file SLOW_MARK marks it) takes SLOW_SECONDS.
+
+For the tests of output bindings: OUTPUT_PER_EVENT names outputs (comma-separated; `$return`
+for the return value), each answered with one item per event of the batch,
+{"id": "<partition>-<sequence number>", "partition": …, "seq": …}.
 """
 
 import json
@@ -85,7 +89,17 @@ class Handler(BaseHTTPRequestHandler):
         )
         with LOCK:
             RECORD.write(line + "\n")
-        self.answer(200, {"Outputs": {}, "Logs": [], "ReturnValue": None})
+        outputs, returned = {}, None
+        for name in filter(None, os.environ.get("OUTPUT_PER_EVENT", "").split(",")):
+            items = [
+                {"id": f"{context['PartitionId']}-{seq}", "partition": context["PartitionId"], "seq": seq}
+                for seq in as_json(metadata["SequenceNumberArray"])
+            ]
+            if name == "$return":
+                returned = items
+            else:
+                outputs[name] = items
+        self.answer(200, {"Outputs": outputs, "Logs": [], "ReturnValue": returned})
 
     def log_message(self, *args):
         pass

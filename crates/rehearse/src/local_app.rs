@@ -244,6 +244,7 @@ impl LocalApp {
             watch: false,
             faults: Some(faults.clone()),
             drain: self.drain,
+            outbox: Some(self.folder.path().join("outbox")),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let emulate = tokio::spawn(emulate::run(options, async move {

@@ -179,7 +179,8 @@ pub async fn run(
     let functions = emulate::event_hub_functions(
         &builtin_functions(),
         &settings,
-        &emulate::EventSender::start(),
+        // The built-in app has eventHub and blob outputs only: nothing to keep in an outbox.
+        &emulate::OutputSinks::start(None),
     )?;
     let store = CheckpointStore::new(opts.storage.open()?, hubhost_checkpoints::DEFAULT_CONTAINER);
     store.ensure_container().await?;

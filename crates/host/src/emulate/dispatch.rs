@@ -16,7 +16,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::faults::FaultSwitch;
-use super::outputs::OutputPlan;
+use super::outputs::{InvocationOrigin, OutputPlan};
 use crate::invoker::{HostFailure, InvokeError, Invoker, within_function_timeout};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
 use hubhost_functions::function_app::{EventHubTrigger, RetryPolicy, RetryStrategy};
@@ -82,7 +82,10 @@ impl FunctionDispatch {
         })
         .map_err(|e| InvocationFailure::Function(HostFailure::other(e.to_string())))?;
         let parent = hubhost_telemetry::traceparent_of(span);
-        let invocation = self.invoker.invoke_traced(&self.function, body, parent);
+        let invocation_id = uuid::Uuid::new_v4().to_string();
+        let invocation = self
+            .invoker
+            .invoke_as(&self.function, &invocation_id, body, parent);
         let answered = match within_function_timeout(self.function_timeout, invocation).await {
             Ok(answered) => answered,
             Err(limit) => {
@@ -114,6 +117,16 @@ impl FunctionDispatch {
             self.outputs
                 .carry_out(
                     &answer.body,
+                    &InvocationOrigin {
+                        function: &self.function,
+                        invocation_id: &invocation_id,
+                        partition_id: &batch.context.partition_id,
+                        sequence_numbers: batch
+                            .events
+                            .first()
+                            .and_then(|e| e.sequence_number)
+                            .zip(batch.events.last().and_then(|e| e.sequence_number)),
+                    },
                     answer.trace_context.as_deref(),
                     self.faults.as_deref(),
                 )

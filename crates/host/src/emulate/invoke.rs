@@ -15,7 +15,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::handler_process::start_on_free_port;
-use super::{AppSettings, EmulateError, EventSender, OutputPlan, resolve_trigger};
+use super::{AppSettings, EmulateError, OutputPlan, OutputSinks, resolve_trigger};
 use crate::invoker::{Invocation, InvokeError, Invoker, within_function_timeout};
 use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
 use hubhost_functions::contract::newtonsoft::OrderedJson;
@@ -37,6 +37,10 @@ pub struct InvokeOptions {
     pub url: Option<String>,
     /// Write each request to stderr as it goes on the wire (line, headers, body).
     pub show_request: bool,
+    /// Where `emulate` would keep the outputs no local service carries out (`None`:
+    /// `--strict-bindings`, such a function is refused). invoke writes nothing there: its
+    /// answer says what would be kept.
+    pub outbox: Option<PathBuf>,
 }
 
 /// Why an invocation could not be made (a failed *answer* is not an error: it is shown).
@@ -319,8 +323,8 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
         }
         None => sample_events(),
     };
-    // Refuses, as emulate does, an output it would not carry out.
-    let outputs = OutputPlan::resolve(spec, &settings, &EventSender::start())?;
+    // Refuses, as emulate does, an output it would neither carry out nor keep.
+    let outputs = OutputPlan::resolve(spec, &settings, &OutputSinks::start(opts.outbox.clone()))?;
     let function_timeout = super::function_timeout(&app)?;
 
     let (invoker, mut handler) = match &opts.url {

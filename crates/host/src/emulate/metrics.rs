@@ -20,6 +20,8 @@ pub(super) struct MetricsPage {
     pub(super) storage_operations: Arc<OperationCounts>,
     pub(super) storage_requests: Arc<RequestCounts>,
     pub(super) last_enqueued: Arc<LastEnqueued>,
+    /// Each function's outputs, by function name.
+    pub(super) outputs: Vec<(String, Arc<super::OutputPlan>)>,
 }
 
 /// How often `/metrics` learns the hubs' last enqueued sequence numbers (for the lag).
@@ -108,6 +110,27 @@ impl MetricsPage {
                         ("partition", partition.as_str()),
                     ],
                     *lag as f64,
+                )
+            }),
+        );
+        let mut items = Vec::new();
+        for (function, plan) in &self.outputs {
+            for (binding, kind, count) in plan.item_counts() {
+                items.push((function.as_str(), binding, kind, count));
+            }
+        }
+        page.family(
+            "hubhost_output_items_total",
+            Kind::Counter,
+            "Items each output binding was handed and carried out (events sent, blobs written) or kept in the outbox, retries included.",
+            items.iter().map(|(function, binding, kind, count)| {
+                (
+                    vec![
+                        ("function", *function),
+                        ("binding", *binding),
+                        ("type", *kind),
+                    ],
+                    *count as f64,
                 )
             }),
         );

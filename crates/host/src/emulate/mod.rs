@@ -39,8 +39,8 @@ use hubhost_storage::counting::CountingStore;
 
 pub use dispatch::{DRAIN, FunctionDispatch, retry_delay};
 pub use outputs::{
-    BindingProblem, BlobPathError, BlobStoreError, EventSender, OutputError, OutputPlan,
-    OutputsDone, SendError,
+    BindingProblem, BlobPathError, BlobStoreError, EventSender, InvocationOrigin, KeptOutput,
+    Outbox, OutboxError, OutputError, OutputPlan, OutputSinks, OutputsDone, SendError,
 };
 pub use owner_id::{IdentityError, IdentitySource, InstanceIdentity};
 pub use settings::{AppSettings, ExpandError};
@@ -220,6 +220,9 @@ pub struct EmulateOptions {
     pub drain: Option<Duration>,
     /// Settings given to the handler over the app's own (e.g. `--traces`: where to export).
     pub handler_settings: Vec<(String, String)>,
+    /// Where outputs of the types no local service carries out are kept (`None`:
+    /// `--strict-bindings`, such an app is refused).
+    pub outbox: Option<PathBuf>,
 }
 
 /// One Event Hubs function, resolved against the settings.
@@ -290,18 +293,18 @@ pub enum SettingProblem {
 }
 
 /// Every `eventHubTrigger` function of the app with its event hub and its outputs resolved;
-/// `eventHub` outputs send through `sender`.
+/// outputs go through `sinks`.
 pub fn event_hub_functions(
     app_functions: &[FunctionSpec],
     settings: &AppSettings,
-    sender: &EventSender,
+    sinks: &OutputSinks,
 ) -> Result<Vec<FunctionTarget>, EmulateError> {
     let mut out = Vec::new();
     for spec in app_functions {
         let Some((trigger, target)) = resolve_trigger(spec, settings)? else {
             continue;
         };
-        let outputs = Arc::new(OutputPlan::resolve(spec, settings, sender)?);
+        let outputs = Arc::new(OutputPlan::resolve(spec, settings, sinks)?);
         out.push(FunctionTarget {
             spec: spec.clone(),
             trigger,
@@ -383,6 +386,33 @@ pub fn report_app_reading(app: &FunctionApp) {
     }
 }
 
+/// Says at start what runs differently here than on Azure: each output kept in the outbox (not
+/// carried out), and each function whose trigger the emulated host does not run.
+pub fn report_bindings(app_functions: &[FunctionSpec], functions: &[FunctionTarget]) {
+    for f in functions {
+        for kept in f.outputs.kept() {
+            eprintln!(
+                "hubhost emulate: warning: {}'s output '{}' ({}) is not carried out here: each value is kept as a line in {} (--strict-bindings refuses the app instead)",
+                f.spec.name,
+                kept.binding,
+                kept.kind,
+                kept.file.display()
+            );
+        }
+    }
+    for spec in app_functions {
+        let trigger = match &spec.trigger {
+            hubhost_functions::function_app::Trigger::Http { .. } => "httpTrigger",
+            hubhost_functions::function_app::Trigger::Other { kind } => kind.as_str(),
+            hubhost_functions::function_app::Trigger::EventHub(_) => continue,
+        };
+        eprintln!(
+            "hubhost emulate: warning: {} ({trigger}) is not run: hubhost emulate runs eventHubTrigger functions only",
+            spec.name
+        );
+    }
+}
+
 pub async fn run(
     opts: EmulateOptions,
     shutdown: impl std::future::Future<Output = ()>,
@@ -409,7 +439,8 @@ pub async fn run(
         .filter(|f| app.disabled_by(&f.name).is_none())
         .cloned()
         .collect();
-    let functions = event_hub_functions(&enabled, &settings, &EventSender::start())?;
+    let functions = event_hub_functions(&enabled, &settings, &OutputSinks::start(opts.outbox))?;
+    report_bindings(&enabled, &functions);
 
     let storage =
         hubhost_storage::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;
@@ -507,6 +538,10 @@ pub async fn run(
                 storage_operations,
                 storage_requests,
                 last_enqueued,
+                outputs: functions
+                    .iter()
+                    .map(|f| (f.spec.name.clone(), f.outputs.clone()))
+                    .collect(),
             };
             Some(tokio::spawn(page.serve(listener, stop.child_token())))
         }

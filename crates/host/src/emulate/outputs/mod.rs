@@ -1,0 +1,630 @@
+//! Output bindings, carried out as the host does once the handler answered 2xx: the value under
+//! each declared output's name in `Outputs` (`ReturnValue` for `$return`) goes where its type
+//! says. Each type has a room of its own:
+//! - `event_hub`: `eventHub` outputs, sent as events;
+//! - `blob`: `blob` outputs, written as blobs;
+//! - `outbox`: every other type (cosmosDB, serviceBus, sql, queue, table, …), which no local
+//!   service carries out here, kept as JSON lines in a local outbox. The emulated host says so
+//!   at start for each such binding, and `--strict-bindings` refuses the app instead.
+//!
+//! How the host reads a value (docs/host-contract.md §6):
+//! - unless the binding says `dataType: binary`, a *string* that is valid base64 becomes bytes
+//!   ([`binding_value`]);
+//! - a collector output (`eventHub`, and the outbox's types) takes one item per element of a
+//!   JSON array, also of a string holding a JSON array, else the value as one item
+//!   ([`collector_items`], the host's `FunctionBinding.ReadAsEnumerable`);
+//! - a `blob` output writes bytes as they are, a string as its text, other JSON as its text.
+//!
+//! Failing to carry out an output fails the invocation, as in the host: the function's retry
+//! policy delivers the batch again (so outputs are at-least-once, like the events).
+//!
+//! The next binding type is one more room and one more arm in [`OutputPlan::resolve`].
+
+mod blob;
+mod event_hub;
+mod outbox;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use base64::Engine;
+use chrono::Utc;
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::settings::AppSettings;
+use super::{DEFAULT_CONNECTION_SETTING, EmulateError, SettingProblem};
+use hubhost_eventhubs::EventHubTarget;
+use hubhost_functions::function_app::{Direction, FunctionSpec};
+use hubhost_storage::{SharedStore, StoreError};
+
+pub use blob::{BlobPath, BlobPathError, BlobStoreError, blob_content};
+pub use event_hub::{EventSender, SendError, event_bodies};
+pub use outbox::{Outbox, OutboxError, OutboxNameError};
+
+/// The binding types carried out against a service.
+pub const CARRIED_OUT: &str = "eventHub and blob outputs";
+
+/// Why one of an answer's outputs was not carried out. The invocation then fails, as in the
+/// host, and the function's retry policy delivers the batch again.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// An `eventHub` output's events were not sent.
+    #[error("output '{output}': {source}")]
+    Send { output: String, source: SendError },
+    /// A `blob` output's write got no answer within its time limit.
+    #[error("output '{output}': no answer from storage")]
+    StorageTimeout { output: String },
+    /// A `blob` output's write failed.
+    #[error("output '{output}': writing {blob}: {source}")]
+    Write {
+        output: String,
+        /// `container/name`.
+        blob: String,
+        source: StoreError,
+    },
+    /// An output kept in the outbox could not be written there.
+    #[error("output '{output}': {source}")]
+    Outbox { output: String, source: OutboxError },
+    /// A failure a fault plan injected (`hubhost rehearse`, `emulate --faults`).
+    #[error("output '{output}': injected failure (the service answered 503 Server Busy)")]
+    Injected { output: String },
+}
+
+/// Why an output binding of a function.json cannot be carried out by `hubhost emulate`.
+#[derive(Debug, thiserror::Error)]
+pub enum BindingProblem {
+    /// Input bindings (a blob read before the call, …) are the host's, not carried out here.
+    #[error(
+        "input bindings are not carried out by hubhost emulate (it carries out {CARRIED_OUT}, and keeps other outputs in its outbox)"
+    )]
+    Input,
+    /// `--strict-bindings`: a type that would be kept in the outbox.
+    #[error(
+        "hubhost emulate does not carry out this binding type (it carries out {CARRIED_OUT}), and --strict-bindings refuses to keep its values in the outbox; remove the flag, remove the binding, or run the app under the Functions host"
+    )]
+    NotCarriedOut,
+    #[error("no \"eventHubName\"")]
+    NoEventHubName,
+    #[error("no \"path\"")]
+    NoPath,
+    /// An unset `%Setting%`, or a `connection` setting that says no way to an event hub.
+    #[error(transparent)]
+    Setting(#[from] SettingProblem),
+    #[error(transparent)]
+    Path(#[from] BlobPathError),
+    #[error(transparent)]
+    Store(#[from] BlobStoreError),
+    /// The function's or the binding's name cannot name an outbox file.
+    #[error(transparent)]
+    OutboxName(#[from] OutboxNameError),
+}
+
+/// Where outputs go that are not carried out in the answer's own process: events through the
+/// sending thread, the types no local service carries out into the outbox (`None`: such a
+/// binding is refused, `--strict-bindings`).
+#[derive(Clone)]
+pub struct OutputSinks {
+    pub sender: EventSender,
+    pub outbox: Option<Outbox>,
+}
+
+impl OutputSinks {
+    /// A new sending thread, and the outbox in `outbox` (`None`: strict).
+    pub fn start(outbox: Option<PathBuf>) -> Self {
+        OutputSinks {
+            sender: EventSender::start(),
+            outbox: outbox.map(Outbox::new),
+        }
+    }
+}
+
+/// The invocation whose answer is carried out: what each outbox line says it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct InvocationOrigin<'a> {
+    pub function: &'a str,
+    pub invocation_id: &'a str,
+    pub partition_id: &'a str,
+    /// The batch's first and last sequence numbers (none for an empty batch).
+    pub sequence_numbers: Option<(i64, i64)>,
+}
+
+/// What one function's answer is turned into.
+#[derive(Default)]
+pub struct OutputPlan {
+    outputs: Vec<PlannedOutput>,
+}
+
+struct PlannedOutput {
+    name: String,
+    /// Its `type` in function.json.
+    kind: String,
+    binary: bool,
+    action: OutputAction,
+    /// Items carried out or kept so far (events sent, blobs written, outbox lines).
+    items: AtomicU64,
+}
+
+impl PlannedOutput {
+    /// The value an answer gives this output (`ReturnValue` for `$return`), as the host reads
+    /// it; `None` when the answer sets none.
+    fn value_in(&self, answer: &Value) -> Option<OutputValue> {
+        let value = if self.name == "$return" {
+            answer.get("ReturnValue")
+        } else {
+            answer.get("Outputs").and_then(|o| o.get(&self.name))
+        };
+        let value = value.filter(|v| !v.is_null())?;
+        Some(binding_value(self.binary, value.clone()))
+    }
+}
+
+enum OutputAction {
+    EventHub {
+        target: EventHubTarget,
+        sender: EventSender,
+    },
+    Blob {
+        store: SharedStore,
+        path: BlobPath,
+    },
+    /// Kept in the outbox, one line per item.
+    Outbox {
+        kind: String,
+        outbox: Outbox,
+        file: PathBuf,
+    },
+}
+
+/// What carrying out one answer's outputs did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OutputsDone {
+    pub events_sent: usize,
+    pub blobs_written: usize,
+    /// Items written to the outbox.
+    pub values_kept: usize,
+}
+
+/// An output binding whose values go to the outbox (said at start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptOutput {
+    pub binding: String,
+    /// Its `type` in function.json.
+    pub kind: String,
+    pub file: PathBuf,
+}
+
+impl OutputPlan {
+    /// Every binding of `spec` but its trigger, checked and resolved against the settings: a
+    /// binding this emulation cannot carry out or keep is an error naming it.
+    pub fn resolve(
+        spec: &FunctionSpec,
+        settings: &AppSettings,
+        sinks: &OutputSinks,
+    ) -> Result<Self, EmulateError> {
+        let mut outputs = Vec::new();
+        for binding in &spec.bindings {
+            let bad = |problem: BindingProblem| EmulateError::Binding {
+                function: spec.name.clone(),
+                binding: binding.name.clone(),
+                kind: binding.kind.clone(),
+                problem: Box::new(problem),
+            };
+            if binding.direction == Direction::In {
+                return Err(bad(BindingProblem::Input));
+            }
+            let expand = |text: &str| {
+                settings
+                    .expand(text)
+                    .map_err(|e| bad(SettingProblem::Expand(e).into()))
+            };
+            let action = if binding.is("eventHub") {
+                let hub = binding
+                    .event_hub_name()
+                    .ok_or_else(|| bad(BindingProblem::NoEventHubName))?;
+                let hub = expand(hub)?;
+                // `connection` may be `%Setting%` too; EntityPath wins over eventHubName.
+                let setting = expand(
+                    binding
+                        .setting("connection")
+                        .unwrap_or(DEFAULT_CONNECTION_SETTING),
+                )?;
+                let setting = setting.as_str();
+                let target = EventHubTarget::from_settings(setting, &hub, |k| settings.get(k))
+                    .map_err(|source| {
+                        bad(SettingProblem::Connection {
+                            setting: setting.to_string(),
+                            source,
+                        }
+                        .into())
+                    })?;
+                OutputAction::EventHub {
+                    target,
+                    sender: sinks.sender.clone(),
+                }
+            } else if binding.is("blob") {
+                let path = binding
+                    .setting("path")
+                    .ok_or_else(|| bad(BindingProblem::NoPath))?;
+                let path =
+                    BlobPath::parse(&expand(path)?).map_err(|e| bad(BindingProblem::Path(e)))?;
+                let store = blob::blob_store(binding, settings)
+                    .map_err(|e| bad(BindingProblem::Store(e)))?;
+                OutputAction::Blob { store, path }
+            } else {
+                let outbox = sinks
+                    .outbox
+                    .as_ref()
+                    .ok_or_else(|| bad(BindingProblem::NotCarriedOut))?;
+                let file = outbox
+                    .file_for(&spec.name, &binding.name)
+                    .map_err(|e| bad(BindingProblem::OutboxName(e)))?;
+                OutputAction::Outbox {
+                    kind: binding.kind.clone(),
+                    outbox: outbox.clone(),
+                    file,
+                }
+            };
+            outputs.push(PlannedOutput {
+                name: binding.name.clone(),
+                kind: binding.kind.clone(),
+                binary: binding.is_binary(),
+                action,
+                items: AtomicU64::new(0),
+            });
+        }
+        Ok(OutputPlan { outputs })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.outputs.is_empty()
+    }
+
+    /// Each output's binding name, type and the items carried out or kept so far (`/metrics`).
+    pub fn item_counts(&self) -> Vec<(&str, &str, u64)> {
+        self.outputs
+            .iter()
+            .map(|o| {
+                (
+                    o.name.as_str(),
+                    o.kind.as_str(),
+                    o.items.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    }
+
+    /// The outputs whose values go to the outbox.
+    pub fn kept(&self) -> Vec<KeptOutput> {
+        self.outputs
+            .iter()
+            .filter_map(|output| match &output.action {
+                OutputAction::Outbox { kind, file, .. } => Some(KeptOutput {
+                    binding: output.name.clone(),
+                    kind: kind.clone(),
+                    file: file.clone(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What carrying out the outputs of one 2xx answer would do, without doing it: per output
+    /// the answer set, its type, where it would go and what (`hubhost invoke` prints it). Bodies
+    /// are text when they are UTF-8, else `{"base64": …}`.
+    pub fn describe(&self, answer: &Value) -> serde_json::Map<String, Value> {
+        let mut described = serde_json::Map::new();
+        for output in &self.outputs {
+            let Some(value) = output.value_in(answer) else {
+                continue;
+            };
+            let entry = match &output.action {
+                OutputAction::EventHub { target, .. } => serde_json::json!({
+                    "type": "eventHub",
+                    "eventHub": target.hub,
+                    "namespace": target.namespace,
+                    "events": event_bodies(value).iter().map(|b| body_json(b)).collect::<Vec<_>>(),
+                }),
+                OutputAction::Blob { path, .. } => {
+                    let (container, name) = path.render(Utc::now(), uuid::Uuid::new_v4());
+                    serde_json::json!({
+                        "type": "blob",
+                        "blob": format!("{container}/{name}"),
+                        "content": body_json(&blob_content(value)),
+                    })
+                }
+                OutputAction::Outbox { kind, file, .. } => serde_json::json!({
+                    "type": kind,
+                    "outbox": file.display().to_string(),
+                    "values": collector_items(value).iter().map(outbox::item_json).collect::<Vec<_>>(),
+                }),
+            };
+            described.insert(output.name.clone(), entry);
+        }
+        described
+    }
+
+    /// Carries out the outputs of one 2xx answer (its JSON body) of `origin`. Events sent carry
+    /// `trace_context` (the handler's invocation span, from its `traceresponse` header) as
+    /// `Diagnostic-Id` and `traceparent`, as the Azure SDKs stamp the events they send, so that
+    /// the next consumer continues the trace.
+    pub async fn carry_out(
+        &self,
+        answer: &Value,
+        origin: &InvocationOrigin<'_>,
+        trace_context: Option<&str>,
+        faults: Option<&super::faults::FaultSwitch>,
+    ) -> Result<OutputsDone, OutputError> {
+        let mut done = OutputsDone::default();
+        for output in &self.outputs {
+            let Some(value) = output.value_in(answer) else {
+                continue;
+            };
+            if faults.is_some_and(|f| f.output_failing(&output.name)) {
+                return Err(OutputError::Injected {
+                    output: output.name.clone(),
+                });
+            }
+            match &output.action {
+                OutputAction::EventHub { target, sender } => {
+                    let bodies = event_bodies(value);
+                    let count = bodies.len();
+                    let (span, stamp) = event_hub::send_span(&target.hub, count, trace_context);
+                    sender
+                        .send(target.clone(), bodies, stamp.as_deref())
+                        .instrument(span)
+                        .await
+                        .map_err(|source| OutputError::Send {
+                            output: output.name.clone(),
+                            source,
+                        })?;
+                    done.events_sent += count;
+                    output.items.fetch_add(count as u64, Ordering::Relaxed);
+                }
+                OutputAction::Blob { store, path } => {
+                    blob::write(store, path, value, &output.name).await?;
+                    done.blobs_written += 1;
+                    output.items.fetch_add(1, Ordering::Relaxed);
+                }
+                OutputAction::Outbox { kind, outbox, file } => {
+                    let items = collector_items(value);
+                    let lines = outbox::lines(origin, &output.name, kind, &items);
+                    outbox
+                        .append(file, lines)
+                        .await
+                        .map_err(|source| OutputError::Outbox {
+                            output: output.name.clone(),
+                            source,
+                        })?;
+                    done.values_kept += items.len();
+                    output
+                        .items
+                        .fetch_add(items.len() as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// An output value once the host has read it: bytes, or JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputValue {
+    Bytes(Vec<u8>),
+    Json(Value),
+}
+
+/// The host's reading of an output value: unless the binding is `binary`, a string that .NET's
+/// `Convert.FromBase64String` accepts becomes the bytes it encodes (whitespace ignored, padding
+/// required) — so `"abcd"` is three bytes, and `""` none.
+pub fn binding_value(binary: bool, value: Value) -> OutputValue {
+    if !binary && let Value::String(text) = &value {
+        let compact: String = text
+            .chars()
+            .filter(|c| !matches!(c, ' ' | '\t' | '\r' | '\n'))
+            .collect();
+        let engine = base64::engine::GeneralPurpose::new(
+            &base64::alphabet::STANDARD,
+            base64::engine::GeneralPurposeConfig::new()
+                .with_decode_allow_trailing_bits(true)
+                .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
+        );
+        if compact.len().is_multiple_of(4)
+            && let Ok(bytes) = engine.decode(compact.as_bytes())
+        {
+            return OutputValue::Bytes(bytes);
+        }
+    }
+    OutputValue::Json(value)
+}
+
+/// What a collector output (`IAsyncCollector`: `eventHub`, queue, cosmosDB, …) is handed for
+/// one value, as the host's `FunctionBinding.ReadAsEnumerable` reads it: each element of an
+/// array, also of a string holding a JSON array; a string holding other JSON as that JSON; else
+/// the value itself.
+pub fn collector_items(value: OutputValue) -> Vec<OutputValue> {
+    let elements = match value {
+        OutputValue::Bytes(bytes) => return vec![OutputValue::Bytes(bytes)],
+        OutputValue::Json(Value::Array(items)) => items,
+        OutputValue::Json(Value::String(text)) if looks_like_json(&text) => {
+            match serde_json::from_str::<Value>(&text) {
+                Ok(Value::Array(items)) => items,
+                Ok(other) => vec![other],
+                Err(_) => vec![Value::String(text)],
+            }
+        }
+        OutputValue::Json(other) => vec![other],
+    };
+    elements.into_iter().map(OutputValue::Json).collect()
+}
+
+/// A body as JSON for people: its text when it is UTF-8, else `{"base64": …}`.
+fn body_json(body: &[u8]) -> Value {
+    match std::str::from_utf8(body) {
+        Ok(text) => Value::from(text),
+        Err(_) => {
+            serde_json::json!({"base64": base64::engine::general_purpose::STANDARD.encode(body)})
+        }
+    }
+}
+
+/// A string as its text, anything else as JSON text (the host indents objects; compact here).
+fn text_of(value: Value) -> Vec<u8> {
+    match value {
+        Value::String(s) => s.into_bytes(),
+        other => other.to_string().into_bytes(),
+    }
+}
+
+/// The host's test for "this string is JSON": an object or an array by its first and last
+/// characters.
+fn looks_like_json(text: &str) -> bool {
+    let t = text.trim();
+    (t.starts_with('{') && t.ends_with('}')) || (t.starts_with('[') && t.ends_with(']'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emulate::ExpandError;
+    use serde_json::json;
+
+    #[test]
+    fn strings_that_are_base64_become_bytes_unless_the_binding_is_binary() {
+        assert_eq!(
+            binding_value(false, json!("aGk=")),
+            OutputValue::Bytes(b"hi".to_vec())
+        );
+        // The host's quirk: a short word can be valid base64.
+        assert_eq!(
+            binding_value(false, json!("abcd")),
+            OutputValue::Bytes(vec![0x69, 0xb7, 0x1d])
+        );
+        assert_eq!(binding_value(false, json!("")), OutputValue::Bytes(vec![]));
+        assert_eq!(
+            binding_value(false, json!("hello")),
+            OutputValue::Json(json!("hello"))
+        );
+        assert_eq!(
+            binding_value(true, json!("aGk=")),
+            OutputValue::Json(json!("aGk="))
+        );
+        assert_eq!(
+            binding_value(false, json!(["aGk="])),
+            OutputValue::Json(json!(["aGk="]))
+        );
+    }
+
+    #[test]
+    fn what_the_framework_sends_arrives_exactly() {
+        let mut output = hubhost_functions::output::FunctionOutput::default();
+        output
+            .send_event_text("e", "abcd")
+            .send_event_text("e", "[1]");
+        output.write_blob("b", [0u8, 255, 10]);
+        let events = event_bodies(binding_value(false, output.outputs["e"].clone()));
+        assert_eq!(events, [b"abcd".to_vec(), b"[1]".to_vec()]);
+        assert_eq!(
+            blob_content(binding_value(false, output.outputs["b"].clone())),
+            [0u8, 255, 10]
+        );
+    }
+
+    #[test]
+    fn bindings_emulation_cannot_carry_out_are_refused_saying_why() {
+        let settings = AppSettings::from_pairs([("Container", "out")]);
+        let strict = OutputSinks::start(None);
+        let problem = |binding: Value| {
+            let trigger = json!({"type": "eventHubTrigger", "name": "ev", "eventHubName": "h"});
+            let spec =
+                FunctionSpec::from_json("f", &json!({ "bindings": [trigger, binding] })).unwrap();
+            match OutputPlan::resolve(&spec, &settings, &strict) {
+                Err(EmulateError::Binding {
+                    function, problem, ..
+                }) if function == "f" => *problem,
+                other => panic!("not a binding error: {:?}", other.map(|_| ())),
+            }
+        };
+        let blob =
+            |path: &str| json!({"type": "blob", "direction": "out", "name": "b", "path": path});
+        assert!(matches!(
+            problem(json!({"type": "blob", "direction": "in", "name": "b", "path": "c/n"})),
+            BindingProblem::Input
+        ));
+        assert!(matches!(
+            problem(json!({"type": "cosmosDB", "direction": "out", "name": "docs"})),
+            BindingProblem::NotCarriedOut
+        ));
+        assert!(matches!(
+            problem(json!({"type": "blob", "direction": "out", "name": "b"})),
+            BindingProblem::NoPath
+        ));
+        assert!(matches!(
+            problem(blob("%Missing%/x")),
+            BindingProblem::Setting(SettingProblem::Expand(ExpandError::Unset { name }))
+                if name == "Missing"
+        ));
+        assert!(matches!(
+            problem(blob("%Container%")),
+            BindingProblem::Path(BlobPathError::NotContainerAndName { path }) if path == "out"
+        ));
+        assert!(matches!(
+            problem(json!({"type": "eventHub", "direction": "out", "name": "e"})),
+            BindingProblem::NoEventHubName
+        ));
+    }
+
+    #[tokio::test]
+    async fn outputs_no_service_carries_out_are_kept_in_the_outbox_each_item_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let sinks = OutputSinks::start(Some(dir.path().to_path_buf()));
+        let spec = FunctionSpec::from_json(
+            "Fan",
+            &json!({ "bindings": [
+                {"type": "eventHubTrigger", "name": "ev", "eventHubName": "h"},
+                {"type": "cosmosDB", "direction": "out", "name": "docs"},
+                {"type": "serviceBus", "direction": "out", "name": "$return"},
+            ]}),
+        )
+        .unwrap();
+        let plan = OutputPlan::resolve(&spec, &AppSettings::from_pairs([]), &sinks).unwrap();
+        let kept = plan.kept();
+        assert_eq!(
+            kept.iter()
+                .map(|k| (k.binding.as_str(), k.kind.as_str()))
+                .collect::<Vec<_>>(),
+            [("docs", "cosmosDB"), ("$return", "serviceBus")]
+        );
+        let answer = json!({
+            "Outputs": {"docs": [{"id": "1"}, {"id": "2"}]},
+            "ReturnValue": "{\"order\": 7}",
+        });
+        let origin = InvocationOrigin {
+            function: "Fan",
+            invocation_id: "i",
+            partition_id: "0",
+            sequence_numbers: Some((5, 6)),
+        };
+        let done = plan.carry_out(&answer, &origin, None, None).await.unwrap();
+        assert_eq!(done.values_kept, 3);
+        let read = |file: &std::path::Path| -> Vec<Value> {
+            std::fs::read_to_string(file)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let docs = read(&kept[0].file);
+        assert_eq!(
+            docs.iter().map(|l| l["value"].clone()).collect::<Vec<_>>(),
+            [json!({"id": "1"}), json!({"id": "2"})]
+        );
+        // A string holding JSON is handed over as that JSON, as the host's collector is.
+        assert_eq!(read(&kept[1].file)[0]["value"], json!({"order": 7}));
+        // invoke shows the same, without writing.
+        let shown = plan.describe(&answer);
+        assert_eq!(shown["docs"]["type"], "cosmosDB");
+        assert_eq!(shown["docs"]["values"], json!([{"id": "1"}, {"id": "2"}]));
+        assert_eq!(read(&kept[0].file).len(), 2);
+    }
+}

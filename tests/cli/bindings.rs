@@ -1,0 +1,188 @@
+//! A user's app with outputs no local service carries out (cosmosDB, serviceBus) and a function
+//! with another trigger, under `hubhost emulate` against `hubhost hub` and under `hubhost
+//! invoke`: each output value kept once in the outbox, each such binding and the function that
+//! is not run named at start, and `--strict-bindings` refusing the app instead.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use hubhost_testkit::{self as kit, Hub, KEY};
+use serde_json::{Value, json};
+
+use super::app_reading::{Emulate, app, events_of, function, local_settings, wait_records};
+
+/// The lines of one outbox file so far.
+fn outbox_lines(root: &Path, function: &str, binding: &str) -> Vec<Value> {
+    let file = root
+        .join("hubhost-data/outbox")
+        .join(function)
+        .join(format!("{binding}.jsonl"));
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// How many times each item id is in `lines`.
+fn ids(lines: &[Value]) -> BTreeMap<String, usize> {
+    let mut counted = BTreeMap::new();
+    for line in lines {
+        let id = line["value"]["id"].as_str().unwrap().to_string();
+        *counted.entry(id).or_insert(0) += 1;
+    }
+    counted
+}
+
+/// The page at the `/metrics` address emulate printed.
+fn metrics_page(output: &str) -> String {
+    let url = output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("metrics: "))
+        .unwrap_or_else(|| panic!("no metrics address in:\n{output}"));
+    let port: u16 = url
+        .trim_end_matches("/metrics")
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"));
+    kit::http_get(port, "/metrics").expect("/metrics answers")
+}
+
+#[test]
+fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
+    let hub = Hub::start_serving_hubs(&["sensors:2"]);
+    let sent = hub.python("send-to", &["1", "10", "doc"]);
+    assert_eq!(sent["sent"], 10, "{sent}");
+
+    let mut fan = function("sensors", "HubConnection", "many");
+    let bindings = fan["bindings"].as_array_mut().unwrap();
+    bindings.push(
+        json!({"type": "cosmosDB", "direction": "out", "name": "docs",
+        "databaseName": "homes", "containerName": "readings", "connection": "CosmosDB"}),
+    );
+    bindings.push(
+        json!({"type": "serviceBus", "direction": "out", "name": "$return",
+        "queueName": "orders", "connection": "ServiceBus"}),
+    );
+    let health = json!({"bindings": [
+        {"type": "httpTrigger", "direction": "in", "name": "req", "authLevel": "anonymous",
+         "methods": ["get"]},
+        {"type": "http", "direction": "out", "name": "res"}]});
+    let dir = app("", "", &[("Fan", fan), ("Health", health)]);
+    let root = dir.path();
+    local_settings(
+        root,
+        json!({"HubConnection": format!("{}EntityPath=sensors", hub.connection_string(KEY))}),
+    );
+
+    // invoke shows what would be kept, and keeps nothing.
+    let invoked = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+        .args(["invoke", "Fan", "--app", "."])
+        .current_dir(root)
+        .env("OUTPUT_PER_EVENT", "docs,$return")
+        .output()
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&invoked.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&invoked.stdout),
+            String::from_utf8_lossy(&invoked.stderr)
+        )
+    });
+    assert!(invoked.status.success(), "{answer}");
+    assert_eq!(answer["outputs"]["docs"]["type"], "cosmosDB", "{answer}");
+    assert_eq!(
+        answer["outputs"]["docs"]["values"].as_array().map(Vec::len),
+        Some(1),
+        "one item for invoke's one sample event: {answer}"
+    );
+    assert_eq!(
+        answer["outputs"]["$return"]["type"], "serviceBus",
+        "{answer}"
+    );
+    assert!(
+        outbox_lines(root, "Fan", "docs").is_empty(),
+        "invoke writes nothing to the outbox"
+    );
+    // The handler's record of that invocation, which is not the hub's.
+    std::fs::remove_file(root.join("record")).unwrap();
+
+    let mut emulate = Emulate::start_with(
+        root,
+        &["--metrics-port", "0"],
+        &[("OUTPUT_PER_EVENT", "docs,$return")],
+    );
+    wait_records(root, &emulate, "Fan gets the 10 events", |r| {
+        events_of(r, "Fan") >= 10
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while outbox_lines(root, "Fan", "$return").len() < 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // /metrics counts the items of each output binding.
+    let page = metrics_page(&emulate.output());
+    let samples = hubhost_metrics::parse(&page).unwrap();
+    for binding in ["docs", "$return"] {
+        let kept = hubhost_metrics::sum(
+            &samples,
+            "hubhost_output_items_total",
+            &[("function", "Fan"), ("binding", binding)],
+        );
+        assert_eq!(kept, 10.0, "{binding}:\n{page}");
+    }
+    let status = emulate.terminate();
+    assert!(status.success(), "{status}\n{}", emulate.output());
+
+    let expected: BTreeMap<String, usize> = (0..10).map(|seq| (format!("1-{seq}"), 1)).collect();
+    let docs = outbox_lines(root, "Fan", "docs");
+    assert_eq!(ids(&docs), expected, "each document once: {docs:?}");
+    let orders = outbox_lines(root, "Fan", "$return");
+    assert_eq!(ids(&orders), expected, "each message once: {orders:?}");
+    for line in docs.iter().chain(&orders) {
+        assert_eq!(line["function"], "Fan");
+        assert_eq!(line["partitionId"], "1");
+        let seq = line["value"]["seq"].as_i64().unwrap();
+        let (first, last) = (
+            line["firstSequenceNumber"].as_i64().unwrap(),
+            line["lastSequenceNumber"].as_i64().unwrap(),
+        );
+        assert!(first <= seq && seq <= last, "{line}");
+        assert!(!line["invocationId"].as_str().unwrap().is_empty(), "{line}");
+    }
+    assert_eq!(docs[0]["type"], "cosmosDB");
+    assert_eq!(orders[0]["type"], "serviceBus");
+
+    let output = emulate.output();
+    for said in [
+        "Fan's output 'docs' (cosmosDB) is not carried out here",
+        "hubhost-data/outbox/Fan/docs.jsonl",
+        "Fan's output '$return' (serviceBus) is not carried out here",
+        "Health (httpTrigger) is not run",
+    ] {
+        assert!(output.contains(said), "{said:?} not in:\n{output}");
+    }
+
+    // --strict-bindings: the app is refused, naming the binding.
+    let refused = kit::without_test_run_env(&mut Command::new(env!("CARGO_BIN_EXE_hubhost")))
+        .args([
+            "emulate",
+            "--app",
+            ".",
+            "--storage",
+            "storage",
+            "--strict-bindings",
+        ])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("function Fan: binding 'docs' (cosmosDB)")
+            && said.contains("--strict-bindings"),
+        "{said}"
+    );
+}
