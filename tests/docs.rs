@@ -1319,6 +1319,18 @@ fn the_reference_app_runs_as_docs_running_says() {
         out.contains("SensorAggregator")
             && last_number_before(out, " events,").is_some_and(|n| n > 1000)
     });
+    // The app's HTTP function (the page), served where `func start` serves it and forwarded
+    // to the handler as host.json's enableForwardingHttpRequest says.
+    let out = emulate.output();
+    assert!(
+        out.contains("Dashboard ← HTTP GET http://127.0.0.1:7071/api/dashboard/{*path}"),
+        "{out}"
+    );
+    let page = get_as_a_browser(7071, "/api/dashboard/");
+    assert!(
+        page.contains("<html") && page.contains("/api/dashboard/app.js"),
+        "{page}"
+    );
     let (status, out) = emulate.interrupt(Duration::from_secs(60));
     assert!(status.success(), "{status}:\n{out}");
     // The scale controller starts instances for the backlog the fleet keeps making.

@@ -90,6 +90,10 @@ pub struct Args {
     pub fault_span: usize,
     #[command(flatten)]
     pub outputs: super::OutboxArgs,
+    /// Serve the app's HTTP functions on this port, at /api/{route} as func start does (0: any
+    /// free port; with --scale, 0 only) [default: 7071, or a free port when 7071 is taken].
+    #[arg(long)]
+    pub http_port: Option<u16>,
 }
 
 /// How often `--traces` prints what the spans say.
@@ -117,6 +121,7 @@ pub async fn run(
         fault_count,
         fault_span,
         outputs,
+        http_port,
         ..
     } = args;
     let mut handler_settings = Vec::new();
@@ -169,6 +174,7 @@ pub async fn run(
             drain: None,
             handler_settings,
             outbox: outputs.folder(),
+            http_port,
         },
         shutdown_signal(),
     )
@@ -191,6 +197,17 @@ async fn scale(args: Args) -> Result<(), String> {
     }
     if args.checkpoint_on_success {
         instance.push("--checkpoint-on-success".into());
+    }
+    match args.http_port {
+        // Each instance its own free port; by default the first takes 7071 and the others
+        // free ones.
+        Some(0) => instance.extend(["--http-port".into(), "0".into()]),
+        Some(port) => {
+            return Err(format!(
+                "--http-port {port} with --scale: the instances cannot share one port; give 0 (each a free port) or leave it out (the first takes 7071)"
+            ));
+        }
+        None => {}
     }
     if args.outputs.strict_bindings {
         instance.push("--strict-bindings".into());

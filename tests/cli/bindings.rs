@@ -1,7 +1,9 @@
-//! A user's app with outputs no local service carries out (cosmosDB, serviceBus) and a function
-//! with another trigger, under `hubhost emulate` against `hubhost hub` and under `hubhost
-//! invoke`: each output value kept once in the outbox, each such binding and the function that
-//! is not run named at start, and `--strict-bindings` refusing the app instead.
+//! A user's app with outputs no local service carries out (cosmosDB, serviceBus), an HTTP
+//! function and a function with a trigger emulate does not run, under `hubhost emulate`
+//! against `hubhost hub` and under `hubhost invoke`: each output value kept once in the
+//! outbox, each such binding and the function that is not run named at start, the HTTP
+//! function served at /api/{name} as the host serves it, and `--strict-bindings` refusing the
+//! app instead.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,6 +36,43 @@ fn ids(lines: &[Value]) -> BTreeMap<String, usize> {
         *counted.entry(id).or_insert(0) += 1;
     }
     counted
+}
+
+/// The URL emulate printed for the HTTP function `name`.
+fn served_at(output: &str, name: &str) -> String {
+    let prefix = format!("{name} ← HTTP ");
+    output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no URL for {name} in:\n{output}"))
+        .to_string()
+}
+
+/// One HTTP/1.1 request to `url` + `query`: the status, the header block and the body.
+fn request(url: &str, method: &str, query: &str, body: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, path) = rest.split_once('/').unwrap();
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} /{path}{query} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
 }
 
 /// The page at the `/metrics` address emulate printed.
@@ -71,7 +110,9 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
         {"type": "httpTrigger", "direction": "in", "name": "req", "authLevel": "anonymous",
          "methods": ["get"]},
         {"type": "http", "direction": "out", "name": "res"}]});
-    let dir = app("", "", &[("Fan", fan), ("Health", health)]);
+    let tick = json!({"bindings": [
+        {"type": "timerTrigger", "direction": "in", "name": "timer", "schedule": "*/5 * * * * *"}]});
+    let dir = app("", "", &[("Fan", fan), ("Health", health), ("Tick", tick)]);
     let root = dir.path();
     local_settings(
         root,
@@ -112,7 +153,7 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
 
     let mut emulate = Emulate::start_with(
         root,
-        &["--metrics-port", "0"],
+        &["--metrics-port", "0", "--http-port", "0"],
         &[("OUTPUT_PER_EVENT", "docs,$return")],
     );
     wait_records(root, &emulate, "Fan gets the 10 events", |r| {
@@ -122,6 +163,30 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
     while outbox_lines(root, "Fan", "$return").len() < 10 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The HTTP function, as the host calls it: the request in Data.req, the answer's `res`.
+    let base = served_at(&emulate.output(), "Health");
+    let (status, headers, body) = request(&base, "GET", "?name=Ada+L&name=B", "");
+    assert_eq!(status, 201, "{headers}\n{body}");
+    assert!(
+        headers.to_ascii_lowercase().contains("x-function: health"),
+        "{headers}"
+    );
+    let echoed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echoed["method"], "GET", "{echoed}");
+    assert_eq!(echoed["query"]["name"], "Ada L,B", "{echoed}");
+    assert_eq!(echoed["metadataQuery"]["name"], "Ada L,B", "{echoed}");
+    assert!(
+        echoed["url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/api/Health?name=Ada+L&name=B"),
+        "{echoed}"
+    );
+    // Not a method it lists: no function serves it.
+    let (status, _, body) = request(&base, "POST", "", "{}");
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("\"error\""), "{body}");
+
     // /metrics counts the items of each output binding.
     let page = metrics_page(&emulate.output());
     let samples = hubhost_metrics::parse(&page).unwrap();
@@ -160,7 +225,7 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
         "Fan's output 'docs' (cosmosDB) is not carried out here",
         "hubhost-data/outbox/Fan/docs.jsonl",
         "Fan's output '$return' (serviceBus) is not carried out here",
-        "Health (httpTrigger) is not run",
+        "Tick (timerTrigger) is not run",
     ] {
         assert!(output.contains(said), "{said:?} not in:\n{output}");
     }

@@ -70,6 +70,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         request = json.loads(self.body())
         metadata = request["Metadata"]
+        if "PartitionContext" not in metadata:
+            return self.http_function(request)
         context = as_json(metadata["PartitionContext"])
         function = self.path.strip("/")
         mark = os.environ.get("SLOW_MARK", "slowed")
@@ -100,6 +102,17 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 outputs[name] = items
         self.answer(200, {"Outputs": outputs, "Logs": [], "ReturnValue": returned})
+
+    def http_function(self, request):
+        # An HTTP function: what the host sent, echoed in the `res` output's body.
+        function = self.path.strip("/")
+        (req,) = request["Data"].values()
+        with LOCK:
+            RECORD.write(json.dumps({"function": function, "http": req}) + "\n")
+        body = {"method": req["Method"], "query": req["Query"], "url": req["Url"],
+                "body": req.get("Body"), "metadataQuery": request["Metadata"].get("Query")}
+        res = {"statusCode": "201", "headers": {"X-Function": function}, "body": body}
+        self.answer(200, {"Outputs": {"res": res}, "Logs": [], "ReturnValue": None})
 
     def log_message(self, *args):
         pass

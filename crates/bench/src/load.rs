@@ -137,7 +137,15 @@ impl RunningLoad {
             Pool::Scaled { interval } => {
                 let mut command = hubhost_process::child::command(&exe);
                 command
-                    .args(["emulate", "--scale", "--metrics-port", "0", "--app"])
+                    .args([
+                        "emulate",
+                        "--scale",
+                        "--metrics-port",
+                        "0",
+                        "--http-port",
+                        "0",
+                        "--app",
+                    ])
                     .arg(dir)
                     .args(["--scale-interval", &interval.as_secs_f64().to_string()])
                     .arg("--scale-logs")

@@ -684,7 +684,7 @@ async fn scale_drain(
     let out = std::fs::File::create(&out_path).map_err(io("scale.out"))?;
     let mut command = hubhost_process::child::command(exe);
     command
-        .args(["emulate", "--scale", "--app"])
+        .args(["emulate", "--scale", "--http-port", "0", "--app"])
         .arg(&app.dir)
         .args([
             "--scale-interval",

@@ -274,6 +274,8 @@ const HOST_JSON_KEYS: &[&str] = &[
     "leaseDuration",
     "renewInterval",
     "extensionBundle",
+    "http",
+    "routePrefix",
     "id",
     "retry",
     "strategy",

@@ -83,6 +83,12 @@ pub enum Trigger {
     Http {
         /// The binding's `name`.
         binding_name: String,
+        /// `route` (e.g. `items/{id}`); none: the function's name.
+        route: Option<String>,
+        /// `methods`, upper-cased; empty: every method.
+        methods: Vec<String>,
+        /// `authLevel` as written (`anonymous`, `function`, `admin`); none: `function`.
+        auth_level: Option<String>,
     },
     /// Any other trigger type, by name.
     Other {
@@ -546,7 +552,22 @@ impl FunctionSpec {
                     connection: text("connection"),
                 })
             }
-            "httptrigger" => Trigger::Http { binding_name },
+            "httptrigger" => Trigger::Http {
+                binding_name,
+                route: text("route"),
+                methods: trigger_binding
+                    .get("methods")
+                    .and_then(Value::as_array)
+                    .map(|methods| {
+                        methods
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_ascii_uppercase)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                auth_level: text("authLevel"),
+            },
             _ => Trigger::Other { kind },
         };
         let retry = json.get("retry").map(parse_retry).transpose()?;

@@ -219,6 +219,9 @@ fn host_headers(invocation_id: &str) -> [(&'static str, String); 4] {
 #[derive(Clone)]
 pub struct Invoker {
     http: reqwest::Client,
+    /// For HTTP requests forwarded as they came: the host turns redirects off then
+    /// (`AllowAutoRedirect = !EnableForwardingHttpRequest`), so the client gets the handler's.
+    forwarding: reqwest::Client,
     base: std::sync::Arc<std::sync::RwLock<String>>,
 }
 
@@ -228,6 +231,10 @@ impl Invoker {
         Invoker {
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
+                .build()
+                .expect("HTTP client builds"),
+            forwarding: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .expect("HTTP client builds"),
             base: std::sync::Arc::new(std::sync::RwLock::new(
@@ -244,6 +251,33 @@ impl Invoker {
     /// `path` at the handler's address, formatted under the lock (no copy of the address).
     fn url(&self, path: &str) -> String {
         format!("{}/{path}", self.base.read().expect("invoker base lock"))
+    }
+
+    /// An HTTP function's request sent to the handler as it came (host.json's
+    /// `enableForwardingHttpRequest`): its method, `path_and_query`, headers and body, with
+    /// the host's own headers added, as `DefaultHttpWorkerService` forwards it.
+    pub async fn forward(
+        &self,
+        invocation_id: &str,
+        method: reqwest::Method,
+        path_and_query: &str,
+        headers: reqwest::header::HeaderMap,
+        body: bytes::Bytes,
+    ) -> Result<reqwest::Response, InvokeError> {
+        let url = self.url(path_and_query.trim_start_matches('/'));
+        let mut request = self.forwarding.request(method, url).headers(headers);
+        for (name, value) in host_headers(invocation_id) {
+            // The request keeps its own type; the host adds its version, the invocation id and
+            // its agent.
+            if name != "Content-Type" {
+                request = request.header(name, value);
+            }
+        }
+        request
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| InvokeError::NoAnswer(e.without_url().to_string()))
     }
 
     /// Sends this invoker and all its clones to `base` from now on.

@@ -245,6 +245,8 @@ impl LocalApp {
             faults: Some(faults.clone()),
             drain: self.drain,
             outbox: Some(self.folder.path().join("outbox")),
+            // Beside other tests and instances: a free port, never 7071.
+            http_port: Some(0),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let emulate = tokio::spawn(emulate::run(options, async move {

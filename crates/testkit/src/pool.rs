@@ -180,6 +180,8 @@ impl EmulatePool {
             .args(["emulate", "--app"])
             .arg(&self.app)
             .args(["--metrics-port", "0"])
+            // Pools run beside other tests: the app's HTTP functions (if any) on a free port.
+            .args(["--http-port", "0"])
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(log);

@@ -127,6 +127,9 @@ impl ServerBuilder {
             name: name.to_string(),
             trigger: Trigger::Http {
                 binding_name: "req".into(),
+                route: None,
+                methods: Vec::new(),
+                auth_level: None,
             },
             retry: None,
             bindings: vec![
@@ -283,7 +286,7 @@ impl ServerBuilder {
                         function,
                     }
                 }
-                (Trigger::Http { binding_name }, Some(Implementation::Http(function))) => {
+                (Trigger::Http { binding_name, .. }, Some(Implementation::Http(function))) => {
                     Bound::Http {
                         binding: binding_name.clone(),
                         response: spec

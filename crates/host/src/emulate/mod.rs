@@ -87,6 +87,8 @@ pub enum EmulateError {
         kind: String,
         problem: Box<BindingProblem>,
     },
+    #[error("the app's HTTP functions cannot be served on port {port}: {source}")]
+    HttpListen { port: u16, source: std::io::Error },
     #[error("the app has no enabled function with an eventHubTrigger; nothing to run")]
     NoEventHubFunctions,
     #[error("the custom handler ({command}) could not start: {problem}")]
@@ -223,6 +225,9 @@ pub struct EmulateOptions {
     /// Where outputs of the types no local service carries out are kept (`None`:
     /// `--strict-bindings`, such an app is refused).
     pub outbox: Option<PathBuf>,
+    /// The port the app's HTTP functions are served on (0: any free one) [default: 7071, as
+    /// `func start`, or a free one when 7071 is taken].
+    pub http_port: Option<u16>,
 }
 
 /// One Event Hubs function, resolved against the settings.
@@ -284,6 +289,9 @@ pub enum SettingProblem {
     /// is not set.
     #[error(transparent)]
     Expand(#[from] ExpandError),
+    /// An HTTP function's `route` cannot be served.
+    #[error(transparent)]
+    Route(#[from] triggers::http::RouteError),
     /// The `connection` setting does not say how to reach the event hub.
     #[error("{setting}: {source}")]
     Connection {
@@ -387,7 +395,8 @@ pub fn report_app_reading(app: &FunctionApp) {
 }
 
 /// Says at start what runs differently here than on Azure: each output kept in the outbox (not
-/// carried out), and each function whose trigger the emulated host does not run.
+/// carried out), and each function whose trigger the emulated host does not run (it runs
+/// `eventHubTrigger` and `httpTrigger` functions).
 pub fn report_bindings(app_functions: &[FunctionSpec], functions: &[FunctionTarget]) {
     for f in functions {
         for kept in f.outputs.kept() {
@@ -402,12 +411,13 @@ pub fn report_bindings(app_functions: &[FunctionSpec], functions: &[FunctionTarg
     }
     for spec in app_functions {
         let trigger = match &spec.trigger {
-            hubhost_functions::function_app::Trigger::Http { .. } => "httpTrigger",
             hubhost_functions::function_app::Trigger::Other { kind } => kind.as_str(),
-            hubhost_functions::function_app::Trigger::EventHub(_) => continue,
+            // Served by `triggers::http`, run by `triggers::event_hub`.
+            hubhost_functions::function_app::Trigger::Http { .. }
+            | hubhost_functions::function_app::Trigger::EventHub(_) => continue,
         };
         eprintln!(
-            "hubhost emulate: warning: {} ({trigger}) is not run: hubhost emulate runs eventHubTrigger functions only",
+            "hubhost emulate: warning: {} ({trigger}) is not run: hubhost emulate runs eventHubTrigger and httpTrigger functions",
             spec.name
         );
     }
@@ -439,7 +449,11 @@ pub async fn run(
         .filter(|f| app.disabled_by(&f.name).is_none())
         .cloned()
         .collect();
-    let functions = event_hub_functions(&enabled, &settings, &OutputSinks::start(opts.outbox))?;
+    let sinks = OutputSinks::start(opts.outbox.clone());
+    let functions = event_hub_functions(&enabled, &settings, &sinks)?;
+    let http_functions = Arc::new(triggers::http::HttpTriggers::resolve(
+        &app, &enabled, &settings, &sinks,
+    )?);
     report_bindings(&enabled, &functions);
 
     let storage =
@@ -516,6 +530,25 @@ pub async fn run(
             f.spec.name, f.target, f.trigger.consumer_group
         );
     }
+    let http_server = if http_functions.is_empty() {
+        None
+    } else {
+        let listener = triggers::http::listen(opts.http_port).await?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| EmulateError::HttpListen {
+                port: opts.http_port.unwrap_or(triggers::http::DEFAULT_HTTP_PORT),
+                source,
+            })?;
+        for line in http_functions.describe(addr) {
+            println!("{line}");
+        }
+        Some(tokio::spawn(http_functions.clone().serve(
+            listener,
+            invoker.clone(),
+            stop.child_token(),
+        )))
+    };
     let metrics = match opts.metrics {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -624,6 +657,9 @@ pub async fn run(
     // outcome is what ended the run.
     let _ = triggers.finish().await;
     if let Some(server) = metrics {
+        let _ = server.await;
+    }
+    if let Some(server) = http_server {
         let _ = server.await;
     }
     process.stop(&mut child).await;

@@ -210,6 +210,10 @@ impl OutputPlan {
                 kind: binding.kind.clone(),
                 problem: Box::new(problem),
             };
+            if binding.is("http") {
+                // An HTTP function's response: its trigger takes it (`triggers::http`).
+                continue;
+            }
             if binding.direction == Direction::In {
                 return Err(bad(BindingProblem::Input));
             }

@@ -17,8 +17,8 @@ use hubhost_processor::{
     Consumer, EventProcessor, ProcessorError, ProcessorOptions, ProcessorStats,
 };
 
-use super::faults::FaultSwitch;
-use super::{EmulateError, FunctionDispatch, FunctionTarget};
+use crate::emulate::faults::FaultSwitch;
+use crate::emulate::{EmulateError, FunctionDispatch, FunctionTarget};
 use crate::invoker::Invoker;
 
 /// How an instance delivers batches beyond the function's own settings.
@@ -37,7 +37,7 @@ pub struct Delivery {
 impl Default for Delivery {
     fn default() -> Self {
         Delivery {
-            drain: super::DRAIN,
+            drain: crate::emulate::DRAIN,
             faults: None,
             function_timeout: None,
             timed_out: Arc::new(tokio::sync::Notify::new()),
