@@ -241,9 +241,9 @@ fn forward_alarms_sends_each_alarm_to_the_alarms_hub() {
     assert_eq!(alarms, expected, "{}", emulate.log());
 }
 
-/// What `hubhost emulate` says about `binding` added to the forward-alarms app: it must exit
-/// with an error before connecting to anything.
-fn refusal_of(binding: Value) -> String {
+/// What `hubhost emulate` (with `args`) says about `binding` added to the forward-alarms app:
+/// it must exit with an error before connecting to anything.
+fn refusal_of(binding: Value, args: &[&str]) -> String {
     let bin_dir = build_examples();
     let dir = tempfile::tempdir().unwrap();
     let app = app_copy("forward-alarms", dir.path(), &bin_dir);
@@ -258,6 +258,7 @@ fn refusal_of(binding: Value) -> String {
         .arg(&app)
         .args(["--storage"])
         .arg(dir.path().join("storage"))
+        .args(args)
         .env(
             "EventHubConnection",
             "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true",
@@ -269,26 +270,36 @@ fn refusal_of(binding: Value) -> String {
 }
 
 #[test]
-fn bindings_emulate_cannot_carry_out_are_refused_at_start_up_by_name() {
+fn bindings_emulate_can_neither_carry_out_nor_keep_are_refused_at_start_up_by_name() {
+    // An output kept in the outbox by default, refused when the user asks to be told.
     let queue = refusal_of(
         json!({"type": "queue", "direction": "out", "name": "audit", "queueName": "audit"}),
+        &["--strict-bindings"],
     );
     assert!(
         queue.contains("ForwardAlarms") && queue.contains("'audit' (queue)"),
         "{queue}"
     );
-    assert!(queue.contains("does not implement"), "{queue}");
+    assert!(
+        queue.contains("does not carry out this binding type")
+            && queue.contains("--strict-bindings"),
+        "{queue}"
+    );
 
     let input = refusal_of(
         json!({"type": "blob", "direction": "in", "name": "config", "path": "config/app.json"}),
+        &[],
     );
     assert!(
         input.contains("'config' (blob)") && input.contains("input bindings"),
         "{input}"
     );
 
-    let expression = refusal_of(json!({"type": "blob", "direction": "out", "name": "report",
-        "path": "reports/{PartitionContext.PartitionId}.json"}));
+    let expression = refusal_of(
+        json!({"type": "blob", "direction": "out", "name": "report",
+        "path": "reports/{PartitionContext.PartitionId}.json"}),
+        &[],
+    );
     assert!(
         expression.contains("{PartitionContext.PartitionId}"),
         "{expression}"

@@ -291,7 +291,15 @@ impl Chain {
         let metrics_port = kit::free_port().to_string();
         let mut command = Command::new(kit::binary("hubhost"));
         command
-            .args(["emulate", "--app", "function_app", "--metrics-port"])
+            // The reference app's page on a free port: 7071 is other tests' to hold.
+            .args([
+                "emulate",
+                "--app",
+                "function_app",
+                "--http-port",
+                "0",
+                "--metrics-port",
+            ])
             .arg(&metrics_port)
             .current_dir(project.path())
             .env("PATH", path_with_executables())
@@ -573,7 +581,7 @@ fn emulate_traces_prints_what_the_spans_say() {
     let log = project.path().join("emulate.log");
     let mut emulate = KilledOnDrop(
         Command::new(kit::binary("hubhost"))
-            .args(["emulate", "--traces", "--metrics-port"])
+            .args(["emulate", "--traces", "--http-port", "0", "--metrics-port"])
             .arg(kit::free_port().to_string())
             .current_dir(project.path())
             .env("PATH", path_with_executables())
