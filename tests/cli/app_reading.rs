@@ -104,7 +104,17 @@ impl Emulate {
 
     /// [`Emulate::start`] with more arguments.
     pub(crate) fn start_with(app: &Path, args: &[&str], env: &[(&str, &str)]) -> Emulate {
-        let out = app.join("emulate.out");
+        Emulate::start_writing("emulate.out", app, args, env)
+    }
+
+    /// [`Emulate::start_with`], its output in `out` in the app folder (one per instance).
+    pub(crate) fn start_writing(
+        out: &str,
+        app: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Emulate {
+        let out = app.join(out);
         // One file for both streams, written at one offset.
         let file = std::fs::File::create(&out).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use hubhost_testkit::{self as kit, Hub, KEY};
 use serde_json::{Value, json};
 
-use super::app_reading::{Emulate, app, events_of, function, local_settings, wait_records};
+use super::app_reading::{
+    Emulate, app, events_of, function, local_settings, records, wait_records,
+};
 
 /// The lines of one outbox file so far.
 fn outbox_lines(root: &Path, function: &str, binding: &str) -> Vec<Value> {
@@ -111,12 +113,26 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
          "methods": ["get"]},
         {"type": "http", "direction": "out", "name": "res"}]});
     let tick = json!({"bindings": [
-        {"type": "timerTrigger", "direction": "in", "name": "timer", "schedule": "*/5 * * * * *"}]});
-    let dir = app("", "", &[("Fan", fan), ("Health", health), ("Tick", tick)]);
+        {"type": "timerTrigger", "direction": "in", "name": "timer", "schedule": "%TickSchedule%"}]});
+    let queued = json!({"bindings": [
+        {"type": "queueTrigger", "direction": "in", "name": "item", "queueName": "work"}]});
+    let dir = app(
+        "",
+        "",
+        &[
+            ("Fan", fan),
+            ("Health", health),
+            ("Tick", tick),
+            ("Work", queued),
+        ],
+    );
     let root = dir.path();
     local_settings(
         root,
-        json!({"HubConnection": format!("{}EntityPath=sensors", hub.connection_string(KEY))}),
+        json!({
+            "HubConnection": format!("{}EntityPath=sensors", hub.connection_string(KEY)),
+            "TickSchedule": "* * * * * *",
+        }),
     );
 
     // invoke shows what would be kept, and keeps nothing.
@@ -187,6 +203,38 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("\"error\""), "{body}");
 
+    // The timer function, every second, with the TimerInfo the extension builds.
+    wait_records(root, &emulate, "Tick fires twice", |r| {
+        r.iter().filter(|r| r["function"] == "Tick").count() >= 2
+    });
+    let ticks: Vec<Value> = records(root)
+        .into_iter()
+        .filter(|r| r["function"] == "Tick")
+        .collect();
+    let timer = &ticks[0]["timer"];
+    assert_eq!(timer["Schedule"]["AdjustForDST"], true, "{timer}");
+    assert_eq!(timer["IsPastDue"], false, "{timer}");
+    assert!(timer["ScheduleStatus"]["Next"].is_string(), "{timer}");
+    // A second instance of the app: as on Azure, the timer still fires on one instance only.
+    let mut second = Emulate::start_writing(
+        "second.out",
+        root,
+        &["--http-port", "0"],
+        &[("OUTPUT_PER_EVENT", "docs,$return")],
+    );
+    let before = ticks.len();
+    wait_records(root, &second, "Tick fires three more times", |r| {
+        r.iter().filter(|r| r["function"] == "Tick").count() >= before + 3
+    });
+    let pids: std::collections::BTreeSet<i64> = records(root)
+        .iter()
+        .filter(|r| r["function"] == "Tick")
+        .map(|r| r["pid"].as_i64().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 1, "one handler fires the timer: {pids:?}");
+    let status = second.terminate();
+    assert!(status.success(), "{status}\n{}", second.output());
+
     // /metrics counts the items of each output binding.
     let page = metrics_page(&emulate.output());
     let samples = hubhost_metrics::parse(&page).unwrap();
@@ -225,7 +273,8 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
         "Fan's output 'docs' (cosmosDB) is not carried out here",
         "hubhost-data/outbox/Fan/docs.jsonl",
         "Fan's output '$return' (serviceBus) is not carried out here",
-        "Tick (timerTrigger) is not run",
+        "Tick ← timer \"* * * * * *\" (UTC)",
+        "Work (queueTrigger) is not run",
     ] {
         assert!(output.contains(said), "{said:?} not in:\n{output}");
     }

@@ -107,6 +107,11 @@ class Handler(BaseHTTPRequestHandler):
         # An HTTP function: what the host sent, echoed in the `res` output's body.
         function = self.path.strip("/")
         (req,) = request["Data"].values()
+        if "Method" not in req:
+            # A timer function: its TimerInfo recorded, nothing answered.
+            with LOCK:
+                RECORD.write(json.dumps({"function": function, "timer": req, "pid": os.getpid()}) + "\n")
+            return self.answer(200, {"Outputs": {}, "Logs": [], "ReturnValue": None})
         with LOCK:
             RECORD.write(json.dumps({"function": function, "http": req}) + "\n")
         body = {"method": req["Method"], "query": req["Query"], "url": req["Url"],

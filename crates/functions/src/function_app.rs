@@ -94,6 +94,8 @@ pub enum Trigger {
     Other {
         /// The binding's `type`.
         kind: String,
+        /// The trigger binding's object from function.json (a `timerTrigger`'s `schedule`, …).
+        settings: serde_json::Map<String, Value>,
     },
 }
 
@@ -568,7 +570,10 @@ impl FunctionSpec {
                     .unwrap_or_default(),
                 auth_level: text("authLevel"),
             },
-            _ => Trigger::Other { kind },
+            _ => Trigger::Other {
+                kind,
+                settings: trigger_binding.as_object().cloned().unwrap_or_default(),
+            },
         };
         let retry = json.get("retry").map(parse_retry).transpose()?;
         let bindings = bindings

@@ -153,6 +153,7 @@ impl ServerBuilder {
                 name: name.to_string(),
                 trigger: crate::function_app::Trigger::Other {
                     kind: "declared by function.json".into(),
+                    settings: Default::default(),
                 },
                 retry: None,
                 bindings: Vec::new(),

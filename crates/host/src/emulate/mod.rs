@@ -292,6 +292,9 @@ pub enum SettingProblem {
     /// An HTTP function's `route` cannot be served.
     #[error(transparent)]
     Route(#[from] triggers::http::RouteError),
+    /// A timer function's `schedule` cannot be run.
+    #[error(transparent)]
+    Schedule(#[from] triggers::timer::ScheduleError),
     /// The `connection` setting does not say how to reach the event hub.
     #[error("{setting}: {source}")]
     Connection {
@@ -411,13 +414,18 @@ pub fn report_bindings(app_functions: &[FunctionSpec], functions: &[FunctionTarg
     }
     for spec in app_functions {
         let trigger = match &spec.trigger {
-            hubhost_functions::function_app::Trigger::Other { kind } => kind.as_str(),
+            hubhost_functions::function_app::Trigger::Other { kind, .. }
+                if kind.eq_ignore_ascii_case("timerTrigger") =>
+            {
+                continue;
+            }
+            hubhost_functions::function_app::Trigger::Other { kind, .. } => kind.as_str(),
             // Served by `triggers::http`, run by `triggers::event_hub`.
             hubhost_functions::function_app::Trigger::Http { .. }
             | hubhost_functions::function_app::Trigger::EventHub(_) => continue,
         };
         eprintln!(
-            "hubhost emulate: warning: {} ({trigger}) is not run: hubhost emulate runs eventHubTrigger and httpTrigger functions",
+            "hubhost emulate: warning: {} ({trigger}) is not run: hubhost emulate runs eventHubTrigger, httpTrigger and timerTrigger functions",
             spec.name
         );
     }
@@ -454,6 +462,7 @@ pub async fn run(
     let http_functions = Arc::new(triggers::http::HttpTriggers::resolve(
         &app, &enabled, &settings, &sinks,
     )?);
+    let timers = triggers::timer::TimerTriggers::resolve(&enabled, &settings, &sinks)?;
     report_bindings(&enabled, &functions);
 
     let storage =
@@ -545,6 +554,27 @@ pub async fn run(
         }
         Some(tokio::spawn(http_functions.clone().serve(
             listener,
+            invoker.clone(),
+            stop.child_token(),
+        )))
+    };
+    let timer_task = if timers.is_empty() {
+        None
+    } else {
+        for line in timers.describe(chrono::Utc::now()) {
+            println!("{line}");
+        }
+        // Instances of this app (its folder) share each timer's lock.
+        let app_key = {
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(app.root.to_string_lossy().as_bytes());
+            digest[..6]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
+        Some(tokio::spawn(timers.run(
+            app_key,
             invoker.clone(),
             stop.child_token(),
         )))
@@ -661,6 +691,9 @@ pub async fn run(
     }
     if let Some(server) = http_server {
         let _ = server.await;
+    }
+    if let Some(timers) = timer_task {
+        let _ = timers.await;
     }
     process.stop(&mut child).await;
     println!("hubhost emulate: instance {instance_id} stopped");
