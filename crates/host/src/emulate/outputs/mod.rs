@@ -129,6 +129,19 @@ pub struct InvocationOrigin<'a> {
     pub sequence_numbers: Option<(i64, i64)>,
 }
 
+impl<'a> InvocationOrigin<'a> {
+    /// An invocation of a trigger without events (HTTP, timer): no partition, no sequence
+    /// numbers.
+    pub fn without_events(function: &'a str, invocation_id: &'a str) -> Self {
+        InvocationOrigin {
+            function,
+            invocation_id,
+            partition_id: "",
+            sequence_numbers: None,
+        }
+    }
+}
+
 /// What one function's answer is turned into.
 #[derive(Default)]
 pub struct OutputPlan {

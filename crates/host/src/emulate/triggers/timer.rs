@@ -228,12 +228,7 @@ async fn fire(
             return;
         }
     };
-    let origin = InvocationOrigin {
-        function: &timer.name,
-        invocation_id: &invocation_id,
-        partition_id: "",
-        sequence_numbers: None,
-    };
+    let origin = InvocationOrigin::without_events(&timer.name, &invocation_id);
     if let Err(e) = timer
         .outputs
         .carry_out(&answer.body, &origin, answer.trace_context.as_deref(), None)
