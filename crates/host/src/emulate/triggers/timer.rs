@@ -10,8 +10,8 @@
 //! and the others try again every [`LOCK_RETRY`]. Firings never overlap: one that is due while
 //! the last still runs starts when it ends, with `IsPastDue` true. Unlike Azure, the schedule's
 //! status is not kept between runs (the extension keeps it in the storage account, and fires a
-//! missed occurrence at start, past due); a 5-field expression, a `TimeSpan` schedule and a time
-//! zone other than UTC are refused at start.
+//! missed occurrence at start, past due); times are UTC (`WEBSITE_TIME_ZONE` is not read), and
+//! a 5-field expression or a `TimeSpan` schedule is refused at start.
 
 use std::sync::Arc;
 use std::time::Duration;
