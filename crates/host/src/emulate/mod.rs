@@ -692,8 +692,12 @@ pub async fn run(
     if let Some(server) = http_server {
         let _ = server.await;
     }
-    if let Some(timers) = timer_task {
-        let _ = timers.await;
+    if let Some(mut timers) = timer_task {
+        // A firing under way may finish, as executions do in the host's drain; one the
+        // handler never answers does not hold the stop.
+        if tokio::time::timeout(DRAIN, &mut timers).await.is_err() {
+            timers.abort();
+        }
     }
     process.stop(&mut child).await;
     println!("hubhost emulate: instance {instance_id} stopped");
