@@ -353,9 +353,15 @@ fn retry_context(r: &RetryContext) -> Value {
 }
 
 fn sys(inv: &HostInvocation) -> Value {
+    sys_binding_data(inv.function, &inv.now)
+}
+
+/// The host's `sys` binding data of an invocation of `function` at `now`, which every trigger
+/// carries in `Metadata` (the emulated host's HTTP and timer triggers too).
+pub fn sys_binding_data(function: &str, now: &DateTime<Utc>) -> Value {
     json!({
-        "MethodName": inv.function,
-        "UtcNow": dotnet_utc_now(&inv.now),
+        "MethodName": function,
+        "UtcNow": dotnet_utc_now(now),
         "RandGuid": uuid::Uuid::new_v4().to_string(),
     })
 }

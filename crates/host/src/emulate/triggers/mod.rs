@@ -8,3 +8,13 @@ pub mod http;
 pub mod timer;
 
 pub use event_hub::{Delivery, InstanceTriggers, TriggerCounts};
+
+/// A flag in host.json or a binding as the configuration binder reads it: `true`, or the text
+/// `"true"` in any case.
+fn flag_is_on(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Bool(b) => *b,
+        serde_json::Value::String(s) => s.eq_ignore_ascii_case("true"),
+        _ => false,
+    }
+}

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::emulate::outputs::{InvocationOrigin, OutputPlan, OutputSinks};
 use crate::emulate::{AppSettings, EmulateError, SettingProblem};
 use crate::invoker::Invoker;
+use hubhost_functions::contract::encode::sys_binding_data;
 use hubhost_functions::function_app::{FunctionSpec, Trigger};
 
 /// How often an instance that does not hold a timer's lock tries to take it.
@@ -77,11 +78,7 @@ impl TimerTriggers {
                 .map_err(|e| bad(SettingProblem::Expand(e)))?;
             let schedule =
                 Schedule::parse(&schedule).map_err(|e| bad(SettingProblem::Schedule(e)))?;
-            let run_on_startup = match trigger.get("runOnStartup") {
-                Some(Value::Bool(b)) => *b,
-                Some(Value::String(s)) => s.eq_ignore_ascii_case("true"),
-                _ => false,
-            };
+            let run_on_startup = trigger.get("runOnStartup").is_some_and(super::flag_is_on);
             timers.push(TimerFunction {
                 name: spec.name.clone(),
                 binding: text("name").to_string(),
@@ -163,7 +160,7 @@ async fn fire_while_held(
     tracing::info!(function = %timer.name, "this instance runs the timer");
     let mut last: Option<DateTime<Utc>> = None;
     if timer.run_on_startup {
-        fire(&timer, &invoker, Utc::now(), &mut last, false).await;
+        fire(&timer, &invoker, Utc::now(), &mut last).await;
     }
     // The occurrence after the last one fired, but not one long gone: a firing that overran
     // is followed by one occurrence at once, not by every one it missed.
@@ -177,12 +174,7 @@ async fn fire_while_held(
             () = tokio::time::sleep(wait) => {}
             () = stop.cancelled() => break,
         }
-        // Past due when the occurrence after this one has come too (the last firing overran).
-        let past_due = timer
-            .schedule
-            .next_after(next)
-            .is_some_and(|after| after <= Utc::now());
-        fire(&timer, &invoker, next, &mut last, past_due).await;
+        fire(&timer, &invoker, next, &mut last).await;
     }
     drop(held);
 }
@@ -207,9 +199,10 @@ async fn fire(
     invoker: &Invoker,
     scheduled: DateTime<Utc>,
     last: &mut Option<DateTime<Utc>>,
-    past_due: bool,
 ) {
     let next = timer.schedule.next_after(scheduled);
+    // Past due when the occurrence after this one has come too (the last firing overran).
+    let past_due = next.is_some_and(|after| after <= Utc::now());
     let body = invocation(timer, scheduled, *last, next, past_due);
     let invocation_id = uuid::Uuid::new_v4().to_string();
     *last = Some(scheduled);
@@ -261,11 +254,7 @@ fn invocation(
     data.insert(timer.binding.clone(), info);
     let body = json!({
         "Data": data,
-        "Metadata": {"sys": {
-            "MethodName": timer.name,
-            "UtcNow": hubhost_trigger::time::dotnet_utc_now(&Utc::now()),
-            "RandGuid": uuid::Uuid::new_v4().to_string(),
-        }},
+        "Metadata": {"sys": sys_binding_data(&timer.name, &Utc::now())},
     });
     serde_json::to_vec(&body).expect("JSON")
 }

@@ -137,7 +137,11 @@ impl HttpTriggers {
         let handler = host.get("customHandler");
         let forwarding = ["enableForwardingHttpRequest", "enableProxyingHttpRequest"]
             .iter()
-            .any(|key| handler.and_then(|h| h.get(*key)).is_some_and(truthy));
+            .any(|key| {
+                handler
+                    .and_then(|h| h.get(*key))
+                    .is_some_and(super::flag_is_on)
+            });
         Ok(HttpTriggers {
             functions,
             route_prefix,
@@ -350,15 +354,6 @@ pub async fn listen(port: Option<u16>) -> Result<tokio::net::TcpListener, Emulat
                     .map_err(|source| EmulateError::HttpListen { port: 0, source })
             }
         },
-    }
-}
-
-/// A host.json flag as the configuration binder reads it: `true`, or the text `"true"`.
-fn truthy(value: &Value) -> bool {
-    match value {
-        Value::Bool(b) => *b,
-        Value::String(s) => s.eq_ignore_ascii_case("true"),
-        _ => false,
     }
 }
 

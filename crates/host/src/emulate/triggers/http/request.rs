@@ -9,6 +9,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::route::percent_decode;
+use hubhost_functions::contract::encode::sys_binding_data;
 
 /// One request as the host reads it before it invokes the function.
 pub(super) struct ReceivedRequest {
@@ -119,14 +120,7 @@ impl ReceivedRequest {
         }
         metadata.insert("Query".into(), Value::Object(self.query.clone()));
         metadata.insert("Headers".into(), Value::Object(joined_headers));
-        metadata.insert(
-            "sys".into(),
-            json!({
-                "MethodName": function,
-                "UtcNow": hubhost_trigger::time::dotnet_utc_now(&Utc::now()),
-                "RandGuid": uuid::Uuid::new_v4().to_string(),
-            }),
-        );
+        metadata.insert("sys".into(), sys_binding_data(function, &Utc::now()));
         let mut data = Map::new();
         data.insert(binding.to_string(), request);
         serde_json::to_vec(&json!({"Data": data, "Metadata": metadata})).expect("JSON")
