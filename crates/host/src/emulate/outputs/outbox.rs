@@ -71,10 +71,6 @@ impl Outbox {
         }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// The file of `function`'s output `binding`; names that could leave the folder or hide a
     /// file are refused.
     pub fn file_for(&self, function: &str, binding: &str) -> Result<PathBuf, OutboxNameError> {
