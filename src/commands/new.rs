@@ -25,6 +25,11 @@ pub struct Args {
     /// The trigger's dataType: how the host encodes event bodies.
     #[arg(long, value_enum, default_value = "string")]
     pub data_type: hubhost_project::scaffold::DataType,
+    /// A Storage queue the function puts one message on per event: a `queue` output on the
+    /// app's storage (`AzureWebJobsStorage`; with it unset, `hubhost emulate` keeps the
+    /// messages in its outbox).
+    #[arg(long = "queue-output", value_name = "QUEUE")]
+    pub queue_output: Option<String>,
     /// Where hubhost-functions comes from: a folder (e.g. a checkout's crates/functions) or a
     /// version [default: this build's checkout, if present, else its version].
     #[arg(long)]
@@ -39,6 +44,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         consumer_group,
         cardinality,
         data_type,
+        queue_output,
         framework,
     } = args;
     let mut scaffold = hubhost_project::scaffold::Scaffold::for_dir(&dir);
@@ -47,6 +53,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     scaffold.consumer_group = consumer_group;
     scaffold.cardinality = cardinality;
     scaffold.data_type = data_type;
+    scaffold.queue_output = queue_output;
     if let Some(f) = framework {
         scaffold.framework = hubhost_project::scaffold::Framework::parse(&f);
     }

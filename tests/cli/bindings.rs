@@ -300,3 +300,146 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
         "{said}"
     );
 }
+
+/// What the official Python Storage SDKs read back: `queue` messages (decoded from base64) or
+/// `table` entities.
+fn read_back(what: &str, connection: &str, name: &str) -> Vec<Value> {
+    let read = kit::python_json("storage_peer.py", &[what, connection, name]);
+    let key = if what == "queue" {
+        "messages"
+    } else {
+        "entities"
+    };
+    read[key].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn queue_and_table_outputs_are_carried_out_on_azurite_and_read_back_by_the_sdks() {
+    kit::require!(kit::Tool::Azurite, kit::Tool::PythonSdk);
+    let hub = Hub::start_serving_hubs(&["sensors:2"]);
+    let sent = hub.python("send-to", &["0", "10", "reading"]);
+    assert_eq!(sent["sent"], 10, "{sent}");
+    let azurite = kit::Azurite::start_all();
+    let storage = azurite.connection_string();
+
+    let mut fan = function("sensors", "HubConnection", "many");
+    let bindings = fan["bindings"].as_array_mut().unwrap();
+    // The queue's name is lowercased, as the extension does; the table's keys: the binding's
+    // partition key, each item's own RowKey.
+    bindings.push(json!({"type": "queue", "direction": "out", "name": "q",
+        "queueName": "%QueueName%", "connection": "AzureWebJobsStorage"}));
+    bindings.push(json!({"type": "table", "direction": "out", "name": "t",
+        "tableName": "readings", "partitionKey": "homes"}));
+    bindings.push(
+        json!({"type": "cosmosDB", "direction": "out", "name": "docs",
+        "databaseName": "homes", "containerName": "readings", "connection": "CosmosDB"}),
+    );
+    let dir = app("", "", &[("Fan", fan)]);
+    let root = dir.path();
+    local_settings(
+        root,
+        json!({
+            "HubConnection": format!("{}EntityPath=sensors", hub.connection_string(KEY)),
+            "AzureWebJobsStorage": storage,
+            "QueueName": "Readings-Out",
+        }),
+    );
+    let env = [("OUTPUT_PER_EVENT", "q,t,docs"), ("OUTPUT_ROW_KEY", "1")];
+    let mut emulate = Emulate::start_with(root, &["--metrics-port", "0", "--http-port", "0"], &env);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while outbox_lines(root, "Fan", "docs").len() < 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let page = metrics_page(&emulate.output());
+    let samples = hubhost_metrics::parse(&page).unwrap();
+    for binding in ["q", "t", "docs"] {
+        let items = hubhost_metrics::sum(
+            &samples,
+            "hubhost_output_items_total",
+            &[("function", "Fan"), ("binding", binding)],
+        );
+        assert_eq!(items, 10.0, "{binding}:\n{page}");
+    }
+    let status = emulate.terminate();
+    let output = emulate.output();
+    assert!(status.success(), "{status}\n{output}");
+
+    let expected: BTreeMap<String, usize> = (0..10).map(|seq| (format!("0-{seq}"), 1)).collect();
+    let count = |values: &[Value]| -> BTreeMap<String, usize> {
+        let mut counted = BTreeMap::new();
+        for value in values {
+            let id = value["id"].as_str().unwrap_or_else(|| panic!("{value}"));
+            *counted.entry(id.to_string()).or_insert(0) += 1;
+        }
+        counted
+    };
+    // Each message once, in base64 of the item's JSON as Newtonsoft indents it.
+    let texts = read_back("queue", &storage, "readings-out");
+    let messages: Vec<Value> = texts
+        .iter()
+        .map(|t| {
+            let text = t.as_str().unwrap();
+            assert!(
+                text.starts_with("{\n  \""),
+                "indented as the host writes it: {text:?}"
+            );
+            serde_json::from_str(text).unwrap()
+        })
+        .collect();
+    assert_eq!(count(&messages), expected, "{messages:?}");
+    // Each entity once, under the binding's partition key, its integers as Edm.Int64.
+    let entities = read_back("table", &storage, "readings");
+    for entity in &entities {
+        assert_eq!(entity["PartitionKey"], "homes", "{entity}");
+        assert_eq!(entity["RowKey"], entity["id"], "{entity}");
+        assert!(
+            entity["seq"].get("int64").is_some(),
+            "an integer is an Edm.Int64, as the extension writes it: {entity}"
+        );
+    }
+    assert_eq!(count(&entities), expected, "{entities:?}");
+    // And the cosmosDB documents in the outbox, each once.
+    assert_eq!(ids(&outbox_lines(root, "Fan", "docs")), expected);
+
+    assert!(
+        output.contains("Fan's output 'docs' (cosmosDB) is not carried out here"),
+        "{output}"
+    );
+    for carried in ["'q' (queue)", "'t' (table)"] {
+        assert!(
+            !output.contains(&format!("output {carried} is not carried out")),
+            "{carried} is carried out:\n{output}"
+        );
+    }
+}
+
+#[test]
+fn queue_and_table_outputs_without_a_storage_account_go_to_the_outbox_saying_why() {
+    let hub = Hub::start_serving_hubs(&["sensors:2"]);
+    let sent = hub.python("send-to", &["1", "4", "reading"]);
+    assert_eq!(sent["sent"], 4, "{sent}");
+    let mut fan = function("sensors", "HubConnection", "many");
+    let bindings = fan["bindings"].as_array_mut().unwrap();
+    bindings.push(json!({"type": "queue", "direction": "out", "name": "q", "queueName": "out"}));
+    let dir = app("", "", &[("Fan", fan)]);
+    let root = dir.path();
+    local_settings(
+        root,
+        json!({"HubConnection": format!("{}EntityPath=sensors", hub.connection_string(KEY))}),
+    );
+    let mut emulate =
+        Emulate::start_with(root, &["--http-port", "0"], &[("OUTPUT_PER_EVENT", "q")]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while outbox_lines(root, "Fan", "q").len() < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = emulate.terminate();
+    let output = emulate.output();
+    assert!(status.success(), "{status}\n{output}");
+    let expected: BTreeMap<String, usize> = (0..4).map(|seq| (format!("1-{seq}"), 1)).collect();
+    assert_eq!(ids(&outbox_lines(root, "Fan", "q")), expected);
+    assert!(
+        output.contains("Fan's output 'q' (queue) is not carried out here, as its connection names no storage account"),
+        "{output}"
+    );
+}

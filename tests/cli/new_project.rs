@@ -1,5 +1,6 @@
 //! `hubhost new` with the options the README's path does not take: a single-event trigger with
-//! binary data on a consumer group of its own. The project it makes is formatted, keeps the
+//! binary data on a consumer group of its own, putting one message per event on a queue (once,
+//! through `Once`; its rehearsal audits the queue output). The project it makes is formatted, keeps the
 //! versions hubhost was tested with (its Cargo.lock), and its own tests pass with plain `cargo
 //! test` — the unit test calling the function as the host does, and the integration test running
 //! the app under the emulated host on a local hub, every event processed — with no `hubhost` on
@@ -98,7 +99,7 @@ fn new_says_what_it_makes() {
 }
 
 #[test]
-fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_passes_both_test_tiers()
+fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_and_a_queue_output_passes_both_test_tiers()
  {
     scaffold_and_test(&[
         "--function",
@@ -111,5 +112,7 @@ fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_pa
         "one",
         "--data-type",
         "binary",
+        "--queue-output",
+        "audit-log",
     ]);
 }

@@ -109,6 +109,65 @@ async fn a_handler_assuming_numeric_offsets_breaks_on_geo_replication_offsets() 
     assert!(once.passed, "{}", once.summary());
 }
 
+/// The forwarder's app with its `forwarded` output turned into another binding type (`queue`
+/// or `cosmosDB`), which the rehearsal keeps in its outbox and audits from there.
+fn app_with_output(kind: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    hubhost_testkit::copy_dir(&app(), dir.path());
+    let file = dir.path().join("Forward/function.json");
+    let mut function: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    function["bindings"][1] = match kind {
+        "queue" => serde_json::json!({"type": "queue", "direction": "out", "name": "forwarded",
+            "queueName": "forwarded"}),
+        _ => serde_json::json!({"type": "cosmosDB", "direction": "out", "name": "forwarded",
+            "databaseName": "app", "containerName": "forwarded", "connection": "CosmosDB"}),
+    };
+    std::fs::write(&file, function.to_string()).unwrap();
+    dir
+}
+
+/// Per binding, as the service behind it holds what it is handed: the naive forwarder's queue
+/// messages are duplicated under faults; the same handler upserting documents by id into a
+/// cosmosDB output leaves each document once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_audit_is_per_binding_a_queue_duplicates_and_a_cosmos_upsert_by_id_does_not() {
+    let naive = handler("forward-naive");
+    let queue_app = app_with_output("queue");
+    let mut failing = None;
+    for seed in [11, 12, 13] {
+        let report = rehearsal(seed).run(queue_app.path(), &naive).await.unwrap();
+        eprintln!("{}", report.summary());
+        assert!(report.missing.is_empty(), "{}", report.summary());
+        assert_eq!(report.outputs.len(), 1, "{}", report.summary());
+        assert_eq!(report.outputs[0].kind, "queue");
+        if !report.duplicated.is_empty() {
+            assert_eq!(report.outputs[0].duplicated, report.duplicated.len());
+            assert!(
+                report.summary().contains("output 'forwarded' (queue): "),
+                "{}",
+                report.summary()
+            );
+            failing = Some(seed);
+            break;
+        }
+    }
+    let seed = failing.expect("the naive forwarder's queue messages duplicate under a seed");
+    let cosmos_app = app_with_output("cosmosDB");
+    let upserted = rehearsal(seed)
+        .run(cosmos_app.path(), &naive)
+        .await
+        .unwrap();
+    eprintln!("{}", upserted.summary());
+    assert!(upserted.passed, "{}", upserted.summary());
+    assert_eq!(upserted.effects, upserted.inputs, "{}", upserted.summary());
+    assert!(
+        upserted.summary().contains("upserts by id"),
+        "{}",
+        upserted.summary()
+    );
+}
+
 /// `hubhost rehearse` from the app's folder as a user types it: JSON on stdout, the verdict in
 /// the exit status, the seed in the summary.
 #[test]

@@ -13,7 +13,8 @@ SLOW_FUNCTION (by any process: a file SLOW_MARK marks it) takes SLOW_SECONDS.
 
 For the tests of output bindings: OUTPUT_PER_EVENT names outputs (comma-separated; `$return`
 for the return value), each answered with one item per event of the batch,
-{"id": "<partition>-<sequence number>", "partition": …, "seq": …}.
+{"id": "<partition>-<sequence number>", "partition": …, "seq": …} (with OUTPUT_ROW_KEY, also
+"RowKey": the id, for table outputs).
 """
 
 import json
@@ -97,6 +98,10 @@ class Handler(BaseHTTPRequestHandler):
                 {"id": f"{context['PartitionId']}-{seq}", "partition": context["PartitionId"], "seq": seq}
                 for seq in as_json(metadata["SequenceNumberArray"])
             ]
+            if os.environ.get("OUTPUT_ROW_KEY"):
+                # A table entity's row key: its id.
+                for item in items:
+                    item["RowKey"] = item["id"]
             if name == "$return":
                 returned = items
             else:

@@ -276,6 +276,8 @@ const HOST_JSON_KEYS: &[&str] = &[
     "extensionBundle",
     "http",
     "routePrefix",
+    "queues",
+    "messageEncoding",
     "id",
     "retry",
     "strategy",

@@ -165,6 +165,13 @@ impl Once {
         Once { store, instance }
     }
 
+    /// Marks kept in memory, for a unit test that calls the function in-process.
+    pub fn in_memory() -> Self {
+        Once::new(std::sync::Arc::new(
+            hubhost_storage::memory::MemoryStore::default(),
+        ))
+    }
+
     /// The same, claiming as `instance` (tests; a handler is told by the platform).
     pub fn for_instance(store: SharedStore, instance: &str) -> Self {
         Once {

@@ -1,13 +1,15 @@
 //! What a function answers for a batch it processed: log lines, a return value, and values for
 //! the output bindings its function.json declares, which the host then carries out (an
-//! `eventHub` output sends events, a `blob` output writes a blob).
+//! `eventHub` output sends events, a `blob` output writes a blob, a `queue` output puts
+//! messages, a `table` output writes entities).
 //!
 //! The helpers write each value in the one form the host reads back exactly. The host decodes
 //! any *string* value that happens to be valid base64 into bytes (unless the binding says
 //! `dataType: binary`), so a lone string such as `"abcd"` would arrive as three bytes. Hence:
 //! events always go as a JSON array of strings (the host sends each element as one event and
 //! never base64-decodes inside an array), and blob contents always go base64-encoded (the host
-//! decodes them back into exactly the bytes given). docs/host-contract.md §6 has the details.
+//! decodes them back into exactly the bytes given). Queue messages and table entities go as a
+//! JSON array too, one element per message or entity. docs/host-contract.md §6 has the details.
 
 use base64::Engine;
 use serde::Serialize;
@@ -51,7 +53,7 @@ impl FunctionOutput {
     /// Sends one event, with `text` as its body (UTF-8), through the `eventHub` output
     /// `binding`. Call it again for more events: they go in the order given.
     pub fn send_event_text(&mut self, binding: &str, text: impl Into<String>) -> &mut Self {
-        self.events(binding).push(Value::String(text.into()));
+        self.items(binding).push(Value::String(text.into()));
         self
     }
 
@@ -141,13 +143,59 @@ impl FunctionOutput {
             .unwrap_or_default()
     }
 
+    /// Puts one message whose text is `text` on the queue of the `queue` output `binding`. Call
+    /// it again for more messages: they go in the order given. The Storage Queues extension
+    /// encodes the text's UTF-8 bytes in base64 (unless host.json sets
+    /// `extensions.queues.messageEncoding` to `none`), as its queue triggers read it.
+    ///
+    /// ```
+    /// use hubhost_functions::output::FunctionOutput;
+    ///
+    /// let mut output = FunctionOutput::default();
+    /// output.put_queue_message("work", "home 42").put_queue_message("work", "home 7");
+    /// assert_eq!(output.outputs["work"], serde_json::json!(["home 42", "home 7"]));
+    /// ```
+    pub fn put_queue_message(&mut self, binding: &str, text: impl Into<String>) -> &mut Self {
+        self.items(binding).push(Value::String(text.into()));
+        self
+    }
+
+    /// Writes one entity to the table of the `table` output `binding`: `entity` as a JSON
+    /// object, with `PartitionKey` and `RowKey` members unless the binding gives them. Its
+    /// other members are the entity's properties: strings, numbers (integers are stored as
+    /// 64-bit integers) and booleans. Without an `odata.etag` member the entity is inserted,
+    /// and one with the same keys is a conflict that fails the invocation; with
+    /// `"odata.etag": "*"` it is inserted or replaced.
+    ///
+    /// ```
+    /// use hubhost_functions::output::FunctionOutput;
+    ///
+    /// let mut output = FunctionOutput::default();
+    /// output.write_table_entity(
+    ///     "readings",
+    ///     &serde_json::json!({"PartitionKey": "home-42", "RowKey": "7", "watts": 12}),
+    /// )?;
+    /// assert_eq!(output.outputs["readings"][0]["watts"], 12);
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn write_table_entity<T: Serialize + ?Sized>(
+        &mut self,
+        binding: &str,
+        entity: &T,
+    ) -> Result<&mut Self, serde_json::Error> {
+        let value = serde_json::to_value(entity)?;
+        self.items(binding).push(value);
+        Ok(self)
+    }
+
     /// Sets an output binding's value as it is, for binding types without a helper.
     pub fn set_output(&mut self, binding: &str, value: Value) -> &mut Self {
         self.outputs.insert(binding.to_string(), value);
         self
     }
 
-    fn events(&mut self, binding: &str) -> &mut Vec<Value> {
+    /// The array of items (events, messages, entities) an output binding's value is.
+    fn items(&mut self, binding: &str) -> &mut Vec<Value> {
         let slot = self
             .outputs
             .entry(binding.to_string())

@@ -230,6 +230,33 @@ impl HostAnswer {
         }
     }
 
+    /// The texts of the messages the `queue` output `binding` puts, in order: an array puts
+    /// one message per element. A string is its own text; other JSON is the text the host
+    /// makes of it (Newtonsoft's, objects indented).
+    pub fn queue_messages(&self, binding: &str) -> Vec<String> {
+        let text = |value: &Value| match value {
+            Value::String(text) => text.clone(),
+            Value::Object(_) | Value::Array(_) => {
+                serde_json::to_string_pretty(value).unwrap_or_default()
+            }
+            other => other.to_string(),
+        };
+        match self.outputs.get(binding) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(messages)) => messages.iter().map(text).collect(),
+            Some(one) => vec![text(one)],
+        }
+    }
+
+    /// The entities the `table` output `binding` writes (JSON objects), in order.
+    pub fn table_entities(&self, binding: &str) -> Vec<Value> {
+        match self.outputs.get(binding) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(entities)) => entities.clone(),
+            Some(one) => vec![one.clone()],
+        }
+    }
+
     /// The bytes the `blob` output `binding` writes (the host decodes the base64 value
     /// [`FunctionOutput::write_blob`] sends), if the function set it.
     pub fn blob_written(&self, binding: &str) -> Option<Vec<u8>> {

@@ -59,9 +59,20 @@ impl Framework {
     }
 
     fn dependency(&self) -> String {
+        self.dependency_with(&[])
+    }
+
+    /// The dependency with these features turned on.
+    fn dependency_with(&self, features: &[&str]) -> String {
+        let features = if features.is_empty() {
+            String::new()
+        } else {
+            format!(", features = {features:?}")
+        };
         match self {
-            Framework::Path(p) => format!("{{ path = {:?} }}", p.display().to_string()),
-            Framework::Version(v) => format!("{v:?}"),
+            Framework::Path(p) => format!("{{ path = {:?}{features} }}", p.display().to_string()),
+            Framework::Version(v) if features.is_empty() => format!("{v:?}"),
+            Framework::Version(v) => format!("{{ version = {v:?}{features} }}"),
         }
     }
 
@@ -84,6 +95,9 @@ pub struct Scaffold {
     pub consumer_group: String,
     pub cardinality: Cardinality,
     pub data_type: DataType,
+    /// A Storage queue the function puts one message on per event (a `queue` output named
+    /// `queue`), or none.
+    pub queue_output: Option<String>,
     pub framework: Framework,
 }
 
@@ -101,6 +115,10 @@ pub enum ScaffoldError {
         "`{0}` is not a valid event hub or consumer group name (Event Hubs' rule: letters, digits, `.`, `-` and `_`, starting and ending with a letter or a digit; at most 256 characters for a hub, 50 for a consumer group, which may also be `$Default`)"
     )]
     EntityName(String),
+    #[error(
+        "`{0}` is not a valid queue name (Azure's rule: 3 to 63 lowercase letters, digits and single hyphens, starting and ending with a letter or a digit)"
+    )]
+    QueueName(String),
     #[error("{0} exists and is not empty: pick a new folder")]
     NotEmpty(PathBuf),
     /// The lock compiled into this build cannot be read (a bug in hubhost's build).
@@ -128,6 +146,7 @@ impl Scaffold {
             consumer_group: "$Default".into(),
             cardinality: Cardinality::Many,
             data_type: DataType::String,
+            queue_output: None,
             framework: Framework::default_for_this_build(),
         }
     }
@@ -145,6 +164,80 @@ impl Scaffold {
         match self.cardinality {
             Cardinality::Many => "partition 3, sequence numbers 0..=1: 10 bytes",
             Cardinality::One => "partition 3, sequence numbers 0..=0: 5 bytes",
+        }
+    }
+
+    /// hubhost-functions, with `once` for a function with an output.
+    fn framework_dependency(&self) -> String {
+        match self.queue_output {
+            None => self.framework.dependency(),
+            Some(_) => self.framework.dependency_with(&["once"]),
+        }
+    }
+
+    fn imports(&self) -> &'static str {
+        match self.queue_output {
+            None => "",
+            Some(_) => "use hubhost_functions::once::Once;",
+        }
+    }
+
+    /// The function's type: a unit struct, or one holding its `Once`.
+    fn struct_definition(&self) -> String {
+        match self.queue_output {
+            None => format!("struct {};", self.function),
+            Some(_) => format!(
+                "/// Its outputs once under redelivery: `once` says which events still owe theirs.\nstruct {} {{\n    once: Once,\n}}",
+                self.function
+            ),
+        }
+    }
+
+    /// The function's value, with `once` for its `Once`.
+    fn value(&self, once: &str) -> String {
+        match self.queue_output {
+            None => self.function.clone(),
+            Some(_) => format!("{} {{ once: {once} }}", self.function),
+        }
+    }
+
+    /// What the function answers: nothing but its log, or one queue message per event.
+    fn answer(&self) -> &'static str {
+        match self.queue_output {
+            None => "Ok(FunctionOutput::default())",
+            Some(_) => {
+                "// One message per event, its body as text, through the `queue` output; an event
+        // delivered again (Event Hubs delivers at least once) owes none.
+        let mut output = FunctionOutput::default();
+        for event in self.once.claim(&batch, context).await? {
+            output.put_queue_message(\"queue\", String::from_utf8_lossy(&event.body));
+        }
+        Ok(output)"
+            }
+        }
+    }
+
+    /// What the README says of the queue output.
+    fn queue_note(&self) -> String {
+        match &self.queue_output {
+            None => String::new(),
+            Some(queue) => format!(
+                "\n- The function puts one message per event on the queue `{queue}` (its `queue`\n  output): on the storage `AzureWebJobsStorage` names (Azurite's queue service for\n  `UseDevelopmentStorage=true`); with it unset, `hubhost emulate` keeps the messages in\n  `hubhost-data/outbox/{}/queue.jsonl` and says so at start.",
+                self.function
+            ),
+        }
+    }
+
+    /// The unit test's check of the outputs.
+    fn test_outputs(&self) -> &'static str {
+        match (&self.queue_output, self.cardinality) {
+            (None, _) => "",
+            (Some(_), Cardinality::Many) => {
+                r#"assert_eq!(answer.queue_messages("queue"), ["hello", "world"]);"#
+            }
+            (Some(_), Cardinality::One) => {
+                r#"assert_eq!(answer.queue_messages("queue"), ["hello"]);"#
+            }
         }
     }
 
@@ -175,6 +268,11 @@ impl Scaffold {
         if !hubhost_hub::config::is_valid_consumer_group_name(&self.consumer_group) {
             return Err(ScaffoldError::EntityName(self.consumer_group.clone()));
         }
+        if let Some(queue) = &self.queue_output
+            && hubhost_storage::queue::validate_queue_name(queue).is_err()
+        {
+            return Err(ScaffoldError::QueueName(queue.clone()));
+        }
         Ok(())
     }
 
@@ -187,10 +285,17 @@ impl Scaffold {
                 .replace("{{function}}", &self.function)
                 .replace("{{hub}}", &self.event_hub)
                 .replace("{{group}}", &self.consumer_group)
-                .replace("{{framework}}", &self.framework.dependency())
+                .replace("{{framework}}", &self.framework_dependency())
+                .replace("{{imports}}", self.imports())
+                .replace("{{struct}}", &self.struct_definition())
+                .replace("{{value}}", &self.value("Once::from_environment().expect(\"the app's storage setting (AzureWebJobsStorage)\")"))
+                .replace("{{test_value}}", &self.value("Once::in_memory()"))
                 .replace("{{testkit}}", &self.framework.testkit_dependency())
                 .replace("{{test_events}}", self.test_events())
                 .replace("{{test_log}}", self.test_log())
+                .replace("{{answer}}", self.answer())
+                .replace("{{queue_note}}", &self.queue_note())
+                .replace("{{test_outputs}}", self.test_outputs())
                 .replace("{{version}}", env!("CARGO_PKG_VERSION"))
         };
         let mut trigger = serde_json::json!({
@@ -207,8 +312,18 @@ impl Scaffold {
             DataType::Binary => trigger["dataType"] = "binary".into(),
             DataType::Unset => {}
         }
+        let mut bindings = vec![trigger];
+        if let Some(queue) = &self.queue_output {
+            bindings.push(serde_json::json!({
+                "type": "queue",
+                "name": "queue",
+                "direction": "out",
+                "queueName": queue,
+                "connection": "AzureWebJobsStorage",
+            }));
+        }
         let function_json = serde_json::json!({
-            "bindings": [trigger],
+            "bindings": bindings,
             "retry": {
                 "strategy": "exponentialBackoff",
                 "maxRetryCount": -1,
@@ -305,8 +420,9 @@ hubhost-testkit = {{testkit}}
 const MAIN_RS: &str = r#"//! {{function}}: an Event Hubs function (event hub `{{hub}}`, consumer group `{{group}}`) on
 //! hubhost-functions, run by the Functions host as a custom handler. Made by `hubhost new`.
 use hubhost_functions::prelude::*;
+{{imports}}
 
-struct {{function}};
+{{struct}}
 
 #[async_trait]
 impl EventHubFunction for {{function}} {
@@ -325,14 +441,14 @@ impl EventHubFunction for {{function}} {
             context.partition().partition_id,
             batch.sequence_label()
         ));
-        Ok(FunctionOutput::default())
+        {{answer}}
     }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), ServeError> {
     FunctionServer::builder()
-        .function("{{function}}", {{function}})
+        .function("{{function}}", {{value}})
         .run()
         .await
 }
@@ -346,7 +462,7 @@ mod tests {
     fn harness() -> HostHarness {
         let app = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
         let server = FunctionServer::builder()
-            .function("{{function}}", {{function}})
+            .function("{{function}}", {{test_value}})
             .build(Some(&app))
             .expect("function_app declares {{function}}");
         HostHarness::new(server)
@@ -361,6 +477,7 @@ mod tests {
         let answer = harness().invoke(&batch).await;
         assert!(answer.succeeded(), "{answer:?}");
         assert_eq!(answer.logs, ["{{test_log}}"]);
+        {{test_outputs}}
     }
 }
 "#;
@@ -405,7 +522,7 @@ hub `{{hub}}`, consumer group `{{group}}`), made by `hubhost new` ({{version}}).
 - `function_app/`: the script root the Functions host reads: `host.json` (starts the binary),
   `{{function}}/function.json` (the trigger and its retry policy), `local.settings.json` (the
   local event hub's connection; checkpoints go to `./hubhost-data` unless `AzureWebJobsStorage`
-  is set, e.g. to `UseDevelopmentStorage=true` for Azurite).
+  is set, e.g. to `UseDevelopmentStorage=true` for Azurite).{{queue_note}}
 
 ## Test it
 
@@ -477,8 +594,9 @@ async fn every_event_sent_is_processed() {
 /// {{function}} while what Azure does to a function happens to it, from a seeded plan: the
 /// handler killed mid-batch, a second instance joining and leaving, an owner frozen past its
 /// ownership, output bindings failing, links detached, the checkpoint store down. Every event
-/// must be processed; once the function has `eventHub` or `blob` outputs, each input's outputs
-/// must come out once (`hubhost_functions::once::Once` keeps them so). A failure prints the seed
+/// must be processed; once the function has outputs (events, blobs, queue messages, any other
+/// binding's values), each input's outputs must come out once (`hubhost_functions::once::Once`
+/// keeps them so). A failure prints the seed
 /// that reproduces it.
 #[tokio::test(flavor = "multi_thread")]
 async fn rehearsal_of_what_azure_does_to_it() {
@@ -504,6 +622,15 @@ const EVENTS_JSON: &str = r#"[
 mod tests {
     use super::*;
 
+    /// The content of the new project's file `name`.
+    fn file_in(files: &[(PathBuf, String)], name: &str) -> String {
+        files
+            .iter()
+            .find(|(p, _)| p == Path::new(name))
+            .map(|(_, c)| c.clone())
+            .unwrap_or_else(|| panic!("no {name}"))
+    }
+
     fn scaffold() -> Scaffold {
         let mut s = Scaffold::for_dir(Path::new("/tmp/orders-counter"));
         s.framework = Framework::Version("0.1".into());
@@ -518,16 +645,11 @@ mod tests {
         s.cardinality = Cardinality::One;
         s.data_type = DataType::Binary;
         let files = s.files().unwrap();
-        let file = |name: &str| {
-            files
-                .iter()
-                .find(|(p, _)| p == Path::new(name))
-                .map(|(_, c)| c.clone())
-                .unwrap_or_else(|| panic!("no {name}"))
-        };
+        let file = |name: &str| file_in(&files, name);
         assert!(file("Cargo.toml").contains("name = \"orders-counter\""));
         assert!(file("Cargo.toml").contains("hubhost-functions = \"0.1\""));
         assert!(file("src/main.rs").contains(".function(\"CountOrders\", CountOrders)"));
+        assert!(!file("src/main.rs").contains("Once"));
         // A single-event trigger's unit test sends one event per invocation.
         assert!(file("src/main.rs").contains(r#".text("hello")"#));
         assert!(!file("src/main.rs").contains(r#".text("world")"#));
@@ -557,13 +679,7 @@ mod tests {
     #[test]
     fn the_lock_holds_this_builds_versions_of_every_dependency_the_manifest_names() {
         let files = scaffold().files().unwrap();
-        let file = |name: &str| {
-            files
-                .iter()
-                .find(|(p, _)| p == Path::new(name))
-                .map(|(_, c)| c.clone())
-                .unwrap()
-        };
+        let file = |name: &str| file_in(&files, name);
         let manifest = file("Cargo.toml");
         let named: Vec<&str> = manifest
             .lines()
@@ -595,5 +711,40 @@ mod tests {
         let mut s = scaffold();
         s.event_hub = "a/b".into();
         assert!(matches!(s.files(), Err(ScaffoldError::EntityName(_))));
+        let mut s = scaffold();
+        s.queue_output = Some("Work".into());
+        assert!(matches!(s.files(), Err(ScaffoldError::QueueName(_))));
+    }
+
+    #[test]
+    fn a_queue_output_is_declared_and_given_one_message_per_event() {
+        let mut s = scaffold();
+        s.queue_output = Some("work-items".into());
+        let files = s.files().unwrap();
+        let file = |name: &str| file_in(&files, name);
+        let function: serde_json::Value =
+            serde_json::from_str(&file("function_app/ProcessEvents/function.json")).unwrap();
+        let spec =
+            hubhost_functions::function_app::FunctionSpec::from_json("ProcessEvents", &function)
+                .unwrap();
+        let queue = spec.bindings.iter().find(|b| b.is("queue")).unwrap();
+        assert_eq!(queue.name, "queue");
+        assert_eq!(queue.setting("queueName"), Some("work-items"));
+        assert!(file("src/main.rs").contains(r#"output.put_queue_message("queue""#));
+        assert!(file("src/main.rs").contains(r#"answer.queue_messages("queue")"#));
+        assert!(file("src/main.rs").contains("self.once.claim(&batch, context)"));
+        assert!(
+            file("Cargo.toml")
+                .contains(r#"hubhost-functions = { version = "0.1", features = ["once"] }"#)
+        );
+        assert!(!file("src/main.rs").contains("{{"));
+        // Without the flag, no output.
+        assert!(
+            !scaffold()
+                .files()
+                .unwrap()
+                .iter()
+                .any(|(_, c)| c.contains("put_queue_message"))
+        );
     }
 }

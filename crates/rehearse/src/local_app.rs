@@ -5,7 +5,8 @@
 //! (`hubhost_host::emulate`, the same code as `hubhost emulate`: ownership, checkpoints, the
 //! host's exact requests, retries, output bindings). The function is what it is in Azure: its
 //! own executable, started as the custom handler. Checkpoints and blob outputs go to a
-//! temporary folder. Nothing needs installing and no service needs starting: a plain
+//! temporary folder, and queue, table and every other output to its outbox
+//! ([`LocalApp::outbox`]). Nothing needs installing and no service needs starting: a plain
 //! `cargo test` runs it.
 //!
 //! ```no_run
@@ -23,6 +24,7 @@
 //! app.wait_processed("ProcessEvents", 2, Duration::from_secs(60)).await?;
 //! let forwarded = app.events_in("alarms").await?; // what an eventHub output sent
 //! let written = app.blobs("deadletter").await?;   // what a blob output wrote
+//! let queued = app.outbox("ProcessEvents", "queue")?; // what a queue output was handed
 //! app.stop().await?;
 //! # Ok(()) }
 //! ```
@@ -141,6 +143,10 @@ impl LocalApp {
 
         let mut hubs: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut connections = vec![emulate::DEFAULT_CONNECTION_SETTING.to_string()];
+        // The storage settings of blob, queue and table outputs: the test's own folder, so that
+        // nothing leaves it (queue and table outputs are then kept in the outbox).
+        let mut storage_settings =
+            vec![hubhost_storage::settings::DEFAULT_STORAGE_SETTING.to_string()];
         for function in &app.functions {
             if let Some(trigger) = function.event_hub_trigger() {
                 let groups = hubs.entry(expand(&trigger.event_hub_name)?).or_default();
@@ -152,6 +158,14 @@ impl LocalApp {
                     hubs.entry(expand(hub)?).or_default();
                 }
                 connections.extend(output.setting("connection").map(str::to_string));
+            }
+            for output in function
+                .outputs()
+                .filter(|b| b.is("blob") || b.is("queue") || b.is("table"))
+            {
+                if let Some(setting) = output.setting("connection") {
+                    storage_settings.push(expand(setting)?);
+                }
             }
         }
         let specs = hubs
@@ -202,10 +216,9 @@ impl LocalApp {
         for setting in connections {
             values.insert(setting, Value::from(hub.connection_string()));
         }
-        values.insert(
-            hubhost_storage::settings::DEFAULT_STORAGE_SETTING.into(),
-            Value::from(storage.display().to_string()),
-        );
+        for setting in storage_settings {
+            values.insert(setting, Value::from(storage.display().to_string()));
+        }
         write_json(
             &root.join("local.settings.json"),
             &serde_json::json!({"IsEncrypted": false, "Values": values}),
@@ -244,7 +257,7 @@ impl LocalApp {
             watch: false,
             faults: Some(faults.clone()),
             drain: self.drain,
-            outbox: Some(self.folder.path().join("outbox")),
+            outbox: Some(self.outbox_folder()),
             // Beside other tests and instances: a free port, never 7071.
             http_port: Some(0),
         };
@@ -570,6 +583,31 @@ impl LocalApp {
             }
         }
         Ok(blobs)
+    }
+
+    /// The values `function`'s output `binding` kept in the outbox, in order: the lines of
+    /// what a queue, table, cosmosDB or any other output not carried out here was handed
+    /// (each with its invocation, partition and sequence numbers, and `value` or `bytes`).
+    pub fn outbox(&self, function: &str, binding: &str) -> Result<Vec<Value>, LocalAppError> {
+        let file = emulate::Outbox::new(self.outbox_folder())
+            .file_for(function, binding)
+            .map_err(|e| LocalAppError::Io(e.to_string()))?;
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(LocalAppError::Io(format!("{}: {e}", file.display()))),
+        };
+        text.lines()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .map_err(|e| LocalAppError::Io(format!("{}: {e}", file.display())))
+            })
+            .collect()
+    }
+
+    /// Where outputs no local service carries out are kept.
+    pub fn outbox_folder(&self) -> PathBuf {
+        self.folder.path().join("outbox")
     }
 
     /// Stops the host as Azure stops an instance (the function finishes its batches, the

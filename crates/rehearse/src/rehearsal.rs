@@ -10,11 +10,13 @@
 //! every second (host.json's `partitionOwnershipExpirationInterval` and
 //! `loadBalancingUpdateInterval` in the rehearsal's copy), so partitions move within seconds.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semantics};
 use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings, copy_tree};
@@ -76,11 +78,27 @@ pub struct Report {
     pub missing: Vec<Missing>,
     pub duplicated: Vec<Duplicated>,
     pub unmatched: Vec<String>,
+    /// Per output binding: its type, its effects and its duplicated inputs.
+    pub outputs: Vec<OutputFindings>,
     pub faults: Vec<FiredFault>,
     /// Whether every input was processed and checkpointed within the rehearsal's time.
     pub completed: bool,
     pub passed: bool,
     pub seconds: f64,
+}
+
+/// What one output binding did in a rehearsal.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputFindings {
+    pub binding: String,
+    /// Its `type` in function.json.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub effects: usize,
+    /// Inputs with more than one effect through it.
+    pub duplicated: usize,
+    /// How a repeated write lands there, where that is not one more copy.
+    pub note: Option<&'static str>,
 }
 
 impl Report {
@@ -106,6 +124,16 @@ impl Report {
                 " (not every input was processed in time)"
             }
         );
+        for o in &self.outputs {
+            text.push_str(&format!(
+                "\n  output '{}' ({}): {} effects, {} duplicated{}",
+                o.binding,
+                o.kind,
+                o.effects,
+                o.duplicated,
+                o.note.map(|n| format!(" ({n})")).unwrap_or_default()
+            ));
+        }
         for d in self.duplicated.iter().take(5) {
             text.push_str(&format!(
                 "\n  duplicated: {} ×{} through '{}' after faults {:?}",
@@ -271,6 +299,21 @@ impl Rehearsal {
             collect_effects(&local, &run.outputs, started_wall, &*self.effect_key).await?;
         let findings = audit::audit(&run.inputs, &effects, &run.faults);
         let passed = run.completed && findings.passed(self.semantics);
+        let outputs = run
+            .outputs
+            .iter()
+            .map(|o| OutputFindings {
+                binding: o.name.clone(),
+                kind: o.kind_name.clone(),
+                effects: effects.iter().filter(|e| e.output == o.name).count(),
+                duplicated: findings
+                    .duplicated
+                    .iter()
+                    .filter(|d| d.output == o.name)
+                    .count(),
+                note: o.kind.note(),
+            })
+            .collect();
         Ok(Report {
             seed: self.seed,
             semantics: self.semantics,
@@ -280,6 +323,7 @@ impl Rehearsal {
             missing: findings.missing,
             duplicated: findings.duplicated,
             unmatched: findings.unmatched,
+            outputs,
             faults: run.faults,
             completed: run.completed,
             passed,
@@ -464,12 +508,50 @@ struct Run {
 /// Where an output binding's effects are found.
 struct OutputPlace {
     name: String,
+    /// Its `type` in function.json.
+    kind_name: String,
     kind: OutputKind,
 }
 
 enum OutputKind {
     EventHub(String),
     Blob(String),
+    /// Kept in the rehearsal's outbox (queue, table, cosmosDB, …: the rehearsal's storage is
+    /// a folder), each line one item the binding was handed.
+    Outbox {
+        function: String,
+        writes: Writes,
+    },
+}
+
+/// How the service behind an outbox binding holds a repeated write of one item.
+#[derive(Clone, Copy)]
+enum Writes {
+    /// One more copy (a queue message, a Service Bus message, …).
+    Append,
+    /// A Cosmos DB document: the output upserts by `id`, a repeat replaces it.
+    UpsertById,
+    /// A table entity: inserted (a repeat is a 409 Conflict on Azure, which fails the
+    /// invocation), or with `"odata.etag": "*"` upserted by its keys.
+    TableEntity,
+}
+
+impl OutputKind {
+    fn note(&self) -> Option<&'static str> {
+        match self {
+            OutputKind::Outbox {
+                writes: Writes::UpsertById,
+                ..
+            } => Some("cosmosDB upserts by id: a repeated document replaces itself"),
+            OutputKind::Outbox {
+                writes: Writes::TableEntity,
+                ..
+            } => Some(
+                "an entity written twice is an insert the Tables extension makes twice: on Azure the second fails with 409 Conflict and fails its invocation; \"odata.etag\": \"*\" upserts instead",
+            ),
+            _ => None,
+        }
+    }
 }
 
 fn resolve_outputs(
@@ -484,11 +566,24 @@ fn resolve_outputs(
         } else if binding.is("blob") {
             let path = settings.expand(binding.setting("path").unwrap_or_default())?;
             OutputKind::Blob(path.split('/').next().unwrap_or_default().to_string())
-        } else {
+        } else if binding.is("http") {
             continue;
+        } else {
+            let writes = if binding.is("cosmosDB") {
+                Writes::UpsertById
+            } else if binding.is("table") {
+                Writes::TableEntity
+            } else {
+                Writes::Append
+            };
+            OutputKind::Outbox {
+                function: spec.name.clone(),
+                writes,
+            }
         };
         places.push(OutputPlace {
             name: binding.name.clone(),
+            kind_name: binding.kind.clone(),
             kind,
         });
     }
@@ -565,7 +660,8 @@ async fn fire(
     })
 }
 
-/// Every event the `eventHub` outputs sent and every blob the `blob` outputs wrote.
+/// Every event the `eventHub` outputs sent, every blob the `blob` outputs wrote, and every item
+/// the other outputs were handed (from the outbox), as the services behind them hold them.
 async fn collect_effects(
     local: &LocalApp,
     outputs: &[OutputPlace],
@@ -602,9 +698,86 @@ async fn collect_effects(
                     });
                 }
             }
+            OutputKind::Outbox { function, writes } => {
+                let lines = local.outbox(function, &output.name)?;
+                // The identities a store holds once, whatever the copies: the last one is it.
+                let mut held: BTreeMap<String, usize> = BTreeMap::new();
+                let mut kept: Vec<Option<Effect>> = Vec::new();
+                for (index, line) in lines.iter().enumerate() {
+                    let body = outbox_body(line);
+                    let effect = Effect {
+                        output: output.name.clone(),
+                        key: key_of(&output.name, &body),
+                        at_ms: line["keptAt"]
+                            .as_str()
+                            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                            .map(|t| {
+                                (t.with_timezone(&chrono::Utc) - started)
+                                    .num_milliseconds()
+                                    .max(0) as u64
+                            }),
+                        location: format!("outbox/{function}/{}.jsonl:{}", output.name, index + 1),
+                    };
+                    match identity(*writes, &line["value"]) {
+                        Some(id) => {
+                            if let Some(earlier) = held.insert(id, kept.len()) {
+                                kept[earlier] = None;
+                            }
+                            kept.push(Some(effect));
+                        }
+                        None => kept.push(Some(effect)),
+                    }
+                }
+                effects.extend(kept.into_iter().flatten());
+            }
         }
     }
     Ok(effects)
+}
+
+/// An outbox line's item as bytes: a string's text, other JSON as its text, `bytes` decoded.
+fn outbox_body(line: &Value) -> Vec<u8> {
+    match (&line["value"], line["bytes"].as_str()) {
+        (_, Some(b64)) => base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64)
+            .unwrap_or_default(),
+        (Value::String(text), None) => text.clone().into_bytes(),
+        (value, None) => value.to_string().into_bytes(),
+    }
+}
+
+/// The identity under which the service holds an item once (a repeat replaces it), if it does.
+fn identity(writes: Writes, value: &Value) -> Option<String> {
+    // A string holding a JSON object is that object to the service.
+    let parsed;
+    let value = match value {
+        Value::String(text) => {
+            parsed = serde_json::from_str::<Value>(text).ok()?;
+            &parsed
+        }
+        other => other,
+    };
+    let member = |name: &str| {
+        value
+            .as_object()?
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+    };
+    match writes {
+        Writes::Append => None,
+        Writes::UpsertById => value.get("id").map(|id| format!("id {id}")),
+        Writes::TableEntity if value.get("odata.etag").and_then(Value::as_str) == Some("*") => {
+            Some(format!(
+                "{:?}/{:?}",
+                member("PartitionKey"),
+                member("RowKey")
+            ))
+        }
+        Writes::TableEntity => None,
+    }
 }
 
 /// host.json's `functionTimeout` (30 minutes when unset or unlimited): how long the

@@ -4,61 +4,36 @@
 //! strings (Shared Key): `azure_storage_blob` 1.x signs in with Entra ID tokens or SAS URLs only
 //! (its maintainers on azure-sdk-for-rust#2789), and the older `azure_storage_blobs` 0.21 is frozen ("no plans to update this unofficial crate"). Six
 //! operations are all we need: create container, put blob, get blob, set metadata, list with
-//! metadata, delete. Requests are signed with Shared Key (or carry a SAS). Transient failures
-//! (connection errors, timeouts, throttling 429, 500/502/503/504) are retried with exponential backoff before
-//! they surface as [`StoreError::Unavailable`].
-//!
-//! Secrets: the account key only feeds the HMAC; a SAS is only appended to request URLs, and
-//! `reqwest` errors are stripped of their URL before they become messages.
-
-use std::time::Duration;
+//! metadata, delete. Signing and the retry of transient failures are the endpoint's
+//! (`rest.rs`), which the queue and table clients share; a failure that outlasts the retries
+//! surfaces as [`StoreError::Unavailable`].
 
 use async_trait::async_trait;
-use base64::Engine;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, Mac};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use quick_xml::events::Event;
 use reqwest::{Method, StatusCode};
-use sha2::Sha256;
 
-use super::connection::{Credential, StorageConnection};
+use super::connection::StorageConnection;
+use super::rest::{Dialect, RestRequest, ServiceEndpoint, rejection};
 use super::{
     Blob, BlobProperties, BlobStore, Condition, ETag, Metadata, StoreError, WriteOutcome,
     validate_blob_name, validate_container_name, validate_metadata,
 };
-use hubhost_identity::STORAGE_SCOPE;
-
-/// Service version we speak: supported by Azure and by Azurite 3.35 (which accepts up to 2025-11-05).
-const API_VERSION: &str = "2023-11-03";
-const ATTEMPTS: u32 = 4;
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What a path segment may keep unencoded (Python's `quote(safe='~/')`, which Azure and Azurite
 /// both sign and route correctly).
-const PATH_KEEP: &AsciiSet = &NON_ALPHANUMERIC
+pub(crate) const PATH_KEEP: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'_')
     .remove(b'.')
     .remove(b'~')
     .remove(b'/');
-const QUERY_KEEP: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
 
 pub struct AzureBlobStore {
-    http: reqwest::Client,
     conn: StorageConnection,
-    /// Scheme and authority of the endpoint, e.g. `http://127.0.0.1:10000`.
-    origin: String,
-    /// Path of the endpoint (empty for real Azure, `/devstoreaccount1` for Azurite).
-    base_path: String,
-    key: Option<Vec<u8>>,
-    /// Entra ID tokens, for `Credential::EntraId` (cached by the credential).
-    tokens: Option<std::sync::Arc<dyn azure_core::credentials::TokenCredential>>,
+    endpoint: ServiceEndpoint,
 }
 
 struct Request<'a> {
@@ -72,51 +47,12 @@ struct Request<'a> {
 
 impl AzureBlobStore {
     pub fn new(conn: StorageConnection) -> Result<Self, StoreError> {
-        let url =
-            reqwest::Url::parse(&conn.blob_endpoint).map_err(|e| StoreError::InvalidName {
-                name: conn.blob_endpoint.clone(),
-                reason: format!("the blob endpoint is not a URL: {e}"),
-            })?;
-        let origin = url.origin().ascii_serialization();
-        let base_path = url.path().trim_end_matches('/').to_string();
-        let key = match &conn.credential {
-            Credential::SharedKey { key, .. } => Some(
-                base64::engine::general_purpose::STANDARD
-                    .decode(key)
-                    .map_err(|_| StoreError::Rejected {
-                        status: 0,
-                        code: "BadAccountKey".into(),
-                        message: "the account key is not valid base64".into(),
-                    })?,
-            ),
-            Credential::Sas(_) | Credential::EntraId(_) => None,
-        };
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(32)
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("cannot build HTTP client: {e}")))?;
-        let tokens = match &conn.credential {
-            Credential::EntraId(identity) => Some(
-                identity
-                    .credential()
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-            ),
-            _ => None,
-        };
-        Ok(AzureBlobStore {
-            http,
-            conn,
-            origin,
-            base_path,
-            key,
-            tokens,
-        })
+        let endpoint = ServiceEndpoint::new(&conn.blob_endpoint, &conn.credential, Dialect::Full)?;
+        Ok(AzureBlobStore { conn, endpoint })
     }
 
     fn path_of(&self, container: &str, name: Option<&str>) -> String {
-        let mut path = format!("{}/{}", self.base_path, container);
+        let mut path = format!("/{container}");
         if let Some(name) = name {
             path.push('/');
             path.extend(utf8_percent_encode(name, PATH_KEEP));
@@ -124,151 +60,18 @@ impl AzureBlobStore {
         path
     }
 
-    fn sign(
-        &self,
-        key: &[u8],
-        account: &str,
-        req: &Request<'_>,
-        path: &str,
-        headers: &[(String, String)],
-    ) -> String {
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.as_str())
-                .unwrap_or("")
-        };
-        let content_length = if req.body.is_empty() {
-            String::new()
-        } else {
-            req.body.len().to_string()
-        };
-        let mut ms_headers: Vec<(String, &str)> = headers
-            .iter()
-            .filter(|(k, _)| k.to_ascii_lowercase().starts_with("x-ms-"))
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.trim()))
-            .collect();
-        ms_headers.sort();
-        let mut canonical = format!(
-            "{}\n\n\n{}\n\n{}\n\n\n{}\n{}\n\n\n",
-            req.method.as_str(),
-            content_length,
-            header("content-type"),
-            header("if-match"),
-            header("if-none-match"),
-        );
-        for (k, v) in &ms_headers {
-            canonical.push_str(&format!("{k}:{v}\n"));
-        }
-        canonical.push_str(&format!("/{account}{path}"));
-        let mut query: Vec<(String, &str)> = req
-            .query
-            .iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str()))
-            .collect();
-        query.sort();
-        for (k, v) in query {
-            canonical.push_str(&format!("\n{k}:{v}"));
-        }
-        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts any key length");
-        mac.update(canonical.as_bytes());
-        let signature =
-            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
-        format!("SharedKey {account}:{signature}")
-    }
-
     /// Sends one request, retrying transient failures; returns the response of the last attempt.
     async fn send(&self, req: Request<'_>) -> Result<reqwest::Response, StoreError> {
         let path = self.path_of(req.container, req.name);
-        let mut backoff = FIRST_BACKOFF;
-        let mut attempt = 1;
-        loop {
-            let outcome = self.send_once(&req, &path).await;
-            let retry = match &outcome {
-                Ok(resp) => matches!(
-                    resp.status(),
-                    StatusCode::TOO_MANY_REQUESTS
-                        | StatusCode::INTERNAL_SERVER_ERROR
-                        | StatusCode::BAD_GATEWAY
-                        | StatusCode::SERVICE_UNAVAILABLE
-                        | StatusCode::GATEWAY_TIMEOUT
-                ),
-                Err(e) => e.is_transient(),
-            };
-            if !retry || attempt >= ATTEMPTS {
-                return outcome;
-            }
-            tracing::debug!(attempt, path = %path, "transient storage failure; retrying");
-            tokio::time::sleep(backoff).await;
-            backoff *= 4;
-            attempt += 1;
-        }
-    }
-
-    async fn send_once(
-        &self,
-        req: &Request<'_>,
-        path: &str,
-    ) -> Result<reqwest::Response, StoreError> {
-        let mut headers = req.headers.clone();
-        headers.push((
-            "x-ms-date".into(),
-            Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
-        ));
-        headers.push(("x-ms-version".into(), API_VERSION.into()));
-        let mut query: Vec<String> = req
-            .query
-            .iter()
-            .map(|(k, v)| format!("{k}={}", utf8_percent_encode(v, QUERY_KEEP)))
-            .collect();
-        match &self.conn.credential {
-            Credential::SharedKey { account, .. } => {
-                let key = self.key.as_deref().unwrap_or_default();
-                let auth = self.sign(key, account, req, path, &headers);
-                headers.push(("Authorization".into(), auth));
-            }
-            Credential::Sas(sas) => query.push(sas.clone()),
-            Credential::EntraId(identity) => {
-                let tokens = self.tokens.as_ref().expect("Entra ID stores have tokens");
-                let token = tokens
-                    .get_token(&[STORAGE_SCOPE], None)
-                    .await
-                    .map_err(|e| {
-                        StoreError::Unavailable(format!(
-                            "Entra ID sign-in as {} failed: {e}",
-                            identity.describe()
-                        ))
-                    })?;
-                headers.push((
-                    "Authorization".into(),
-                    format!("Bearer {}", token.token.secret()),
-                ));
-            }
-        }
-        let mut url = format!("{}{}", self.origin, path);
-        if !query.is_empty() {
-            url.push('?');
-            url.push_str(&query.join("&"));
-        }
-        let mut builder = self.http.request(req.method.clone(), url);
-        for (k, v) in &headers {
-            builder = builder.header(k, v);
-        }
-        if req.method == Method::PUT {
-            // hyper omits Content-Length for an empty body; Azure's PUTs require it.
-            builder = builder
-                .header("Content-Length", req.body.len().to_string())
-                .body(req.body.clone());
-        }
-        builder.send().await.map_err(|e| {
-            // Never let a URL (which may carry a SAS) into a message.
-            StoreError::Unavailable(format!(
-                "{} is unreachable: {}",
-                self.origin,
-                e.without_url()
-            ))
-        })
+        self.endpoint
+            .send(&RestRequest {
+                method: req.method,
+                path: &path,
+                query: req.query,
+                headers: req.headers,
+                body: req.body,
+            })
+            .await
     }
 
     async fn error_from(
@@ -277,46 +80,15 @@ impl AzureBlobStore {
         container: &str,
         name: Option<&str>,
     ) -> StoreError {
-        let status = resp.status();
-        let code = resp
-            .headers()
-            .get("x-ms-error-code")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        let body = resp.text().await.unwrap_or_default();
-        let message = xml_element(&body, "Message").unwrap_or_else(|| {
-            let body: String = body.chars().take(300).collect();
-            if body.trim().is_empty() {
-                status.to_string()
-            } else {
-                body
-            }
-        });
-        let (c, n) = (container.to_string(), name.unwrap_or("").to_string());
-        match (status.as_u16(), code.as_str()) {
-            (412, _) => StoreError::ConditionNotMet {
-                container: c,
-                name: n,
-            },
-            (409, "BlobAlreadyExists") => StoreError::AlreadyExists {
-                container: c,
-                name: n,
-            },
-            (404, _) => StoreError::NotFound {
-                container: c,
-                name: n,
-            },
-            (429 | 500..=599, _) => StoreError::Unavailable(format!(
-                "{} answered {status} {code}: {message}",
-                self.origin
-            )),
-            _ => StoreError::Rejected {
-                status: status.as_u16(),
-                code,
-                message,
-            },
+        let refused = rejection(resp).await;
+        let name = name.unwrap_or("");
+        if refused.status == StatusCode::CONFLICT && refused.code == "BlobAlreadyExists" {
+            return StoreError::AlreadyExists {
+                container: container.to_string(),
+                name: name.to_string(),
+            };
         }
+        refused.into_error(self.endpoint.origin(), container, name)
     }
 
     fn condition_headers(condition: &Condition) -> Vec<(String, String)> {
@@ -380,7 +152,7 @@ fn header_str(resp: &reqwest::Response, name: &str) -> Option<String> {
 }
 
 /// The text of the first `<tag>` element in an XML error body.
-fn xml_element(xml: &str, tag: &str) -> Option<String> {
+pub(crate) fn xml_element(xml: &str, tag: &str) -> Option<String> {
     let start = xml.find(&format!("<{tag}>"))? + tag.len() + 2;
     let end = xml[start..].find(&format!("</{tag}>"))? + start;
     Some(xml[start..end].lines().next().unwrap_or("").to_string())
@@ -696,7 +468,9 @@ mod tests {
     fn blob_names_are_encoded_like_the_python_sdk() {
         let store = AzureBlobStore::new(StorageConnection::development()).unwrap();
         assert_eq!(
-            store.path_of("c", Some("ns/hub/$default/checkpoint/0")),
+            store
+                .endpoint
+                .full_path(&store.path_of("c", Some("ns/hub/$default/checkpoint/0"))),
             "/devstoreaccount1/c/ns/hub/%24default/checkpoint/0"
         );
     }

@@ -2,7 +2,7 @@
 //!
 //! Supports `UseDevelopmentStorage=true` (Azurite's well-known account), account-key strings
 //! (`AccountName=…;AccountKey=…`, with `DefaultEndpointsProtocol`, `EndpointSuffix` or an explicit
-//! `BlobEndpoint`) and SAS strings (`BlobEndpoint=…;SharedAccessSignature=…`). The key and the
+//! `BlobEndpoint`, `QueueEndpoint` and `TableEndpoint`) and SAS strings (`BlobEndpoint=…;SharedAccessSignature=…`). The key and the
 //! SAS are secrets: `Debug` shows neither, and nothing here formats them into a message.
 //! Without a secret, a blob service URL (`https://acct.blob.core.windows.net`) signs in with
 //! Entra ID, as identity-based connections of Functions apps do.
@@ -16,6 +16,8 @@ pub const DEV_ACCOUNT: &str = "devstoreaccount1";
 pub const DEV_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 pub const DEV_BLOB_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
+pub const DEV_QUEUE_ENDPOINT: &str = "http://127.0.0.1:10001/devstoreaccount1";
+pub const DEV_TABLE_ENDPOINT: &str = "http://127.0.0.1:10002/devstoreaccount1";
 
 #[derive(Clone, PartialEq)]
 pub enum Credential {
@@ -34,6 +36,11 @@ pub struct StorageConnection {
     /// Blob service endpoint without a trailing slash, e.g. `https://acct.blob.core.windows.net`
     /// or `http://127.0.0.1:10000/devstoreaccount1`.
     pub blob_endpoint: String,
+    /// The queue and table services of the same account (queue and table outputs), where the
+    /// string names or implies them: `QueueEndpoint` / `TableEndpoint`, else derived from
+    /// `AccountName` as the Azure SDKs derive them.
+    pub queue_endpoint: Option<String>,
+    pub table_endpoint: Option<String>,
     pub credential: Credential,
 }
 
@@ -73,8 +80,16 @@ impl StorageConnection {
         if !endpoint.starts_with("https://") || endpoint.len() <= "https://".len() {
             return Err(ConnectionStringError::NotHttps);
         }
+        // The account's other services, where the blob endpoint is Azure's own form.
+        let sibling = |service: &str| {
+            endpoint
+                .contains(".blob.")
+                .then(|| endpoint.replacen(".blob.", &format!(".{service}."), 1))
+        };
         Ok(StorageConnection {
             blob_endpoint: endpoint.to_string(),
+            queue_endpoint: sibling("queue"),
+            table_endpoint: sibling("table"),
             credential: Credential::EntraId(identity),
         })
     }
@@ -82,6 +97,8 @@ impl StorageConnection {
     pub fn development() -> Self {
         StorageConnection {
             blob_endpoint: DEV_BLOB_ENDPOINT.to_string(),
+            queue_endpoint: Some(DEV_QUEUE_ENDPOINT.to_string()),
+            table_endpoint: Some(DEV_TABLE_ENDPOINT.to_string()),
             credential: Credential::SharedKey {
                 account: DEV_ACCOUNT.to_string(),
                 key: DEV_KEY.to_string(),
@@ -104,20 +121,25 @@ impl StorageConnection {
             if let Some(proxy) = get("developmentstorageproxyuri") {
                 let proxy = proxy.trim_end_matches('/');
                 conn.blob_endpoint = format!("{proxy}:10000/{DEV_ACCOUNT}");
+                conn.queue_endpoint = Some(format!("{proxy}:10001/{DEV_ACCOUNT}"));
+                conn.table_endpoint = Some(format!("{proxy}:10002/{DEV_ACCOUNT}"));
             }
             return Ok(conn);
         }
 
         let account = get("accountname");
-        let endpoint = match get("blobendpoint") {
-            Some(e) => e.trim_end_matches('/').to_string(),
+        // An explicit `{Service}Endpoint`, else the account's public one.
+        let endpoint_of = |service: &str| match get(&format!("{service}endpoint")) {
+            Some(e) => Some(e.trim_end_matches('/').to_string()),
             None => {
-                let account = account.clone().ok_or(ConnectionStringError::NoEndpoint)?;
+                let account = account.clone()?;
                 let protocol = get("defaultendpointsprotocol").unwrap_or_else(|| "https".into());
                 let suffix = get("endpointsuffix").unwrap_or_else(|| "core.windows.net".into());
-                format!("{protocol}://{account}.blob.{suffix}")
+                Some(format!("{protocol}://{account}.{service}.{suffix}"))
             }
         };
+        let endpoint = endpoint_of("blob").ok_or(ConnectionStringError::NoEndpoint)?;
+        let (queue_endpoint, table_endpoint) = (endpoint_of("queue"), endpoint_of("table"));
         let credential = if let (Some(account), Some(key)) = (account, get("accountkey")) {
             base64::engine::general_purpose::STANDARD
                 .decode(&key)
@@ -130,6 +152,8 @@ impl StorageConnection {
         };
         Ok(StorageConnection {
             blob_endpoint: endpoint,
+            queue_endpoint,
+            table_endpoint,
             credential,
         })
     }
@@ -178,6 +202,40 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.blob_endpoint, "https://acct.blob.core.windows.net");
+        assert_eq!(
+            c.queue_endpoint.as_deref(),
+            Some("https://acct.queue.core.windows.net")
+        );
+        assert_eq!(
+            c.table_endpoint.as_deref(),
+            Some("https://acct.table.core.windows.net")
+        );
+    }
+
+    #[test]
+    fn queue_and_table_endpoints_are_named_or_implied() {
+        let c = StorageConnection::parse(&format!(
+            "AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};BlobEndpoint=http://127.0.0.1:1/a;QueueEndpoint=http://127.0.0.1:2/a/"
+        ))
+        .unwrap();
+        assert_eq!(c.queue_endpoint.as_deref(), Some("http://127.0.0.1:2/a"));
+        let dev = StorageConnection::parse("UseDevelopmentStorage=true").unwrap();
+        assert_eq!(dev.table_endpoint.as_deref(), Some(DEV_TABLE_ENDPOINT));
+        // A SAS for the blob service alone names no queue.
+        let sas = StorageConnection::parse(
+            "BlobEndpoint=https://acct.blob.core.windows.net;SharedAccessSignature=sv=1",
+        )
+        .unwrap();
+        assert_eq!(sas.queue_endpoint, None);
+        let entra = StorageConnection::entra_id(
+            "https://acct.blob.core.windows.net/",
+            IdentityChoice::Default,
+        )
+        .unwrap();
+        assert_eq!(
+            entra.table_endpoint.as_deref(),
+            Some("https://acct.table.core.windows.net")
+        );
     }
 
     #[test]

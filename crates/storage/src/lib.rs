@@ -1,4 +1,4 @@
-//! Blob storage behind one trait.
+//! Blob storage behind one trait, and the queue and table services of the same accounts.
 //!
 //! Everything hubhost persists — aggregates, archives, dead letters, and later checkpoints and
 //! ownership — goes through [`BlobStore`]. Three backends implement it: a local directory (the
@@ -6,13 +6,19 @@
 //! (for fast tests of pure logic). The trait speaks Azure's vocabulary on purpose: ETags,
 //! conditional writes (`If-Match`, `If-None-Match: *`), user metadata and prefix listings, so
 //! that code written against it behaves the same against the cloud and against a folder.
+//!
+//! [`queue::QueueService`] and [`table::TableService`] are the queue and table services of an
+//! Azure account (or Azurite), with only what the emulated host's queue and table outputs need.
 
 pub(crate) mod azure;
 pub mod connection;
 pub mod counting;
 pub mod local;
 pub mod memory;
+pub mod queue;
+mod rest;
 pub mod settings;
+pub mod table;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -245,17 +251,22 @@ pub fn validate_blob_name(name: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Azure's container naming rules: 3–63 characters, lowercase letters, digits and single
-/// hyphens, starting and ending with a letter or digit.
-pub fn validate_container_name(name: &str) -> Result<(), StoreError> {
-    let ok = (3..=63).contains(&name.len())
+/// Azure's rule for container and queue names: 3–63 characters, lowercase letters, digits and
+/// single hyphens, starting and ending with a letter or digit.
+pub(crate) fn is_lowercase_dns_name(name: &str) -> bool {
+    (3..=63).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
-        && !name.contains("--");
-    if ok {
+        && !name.contains("--")
+}
+
+/// Azure's container naming rules: 3–63 characters, lowercase letters, digits and single
+/// hyphens, starting and ending with a letter or digit.
+pub fn validate_container_name(name: &str) -> Result<(), StoreError> {
+    if is_lowercase_dns_name(name) {
         Ok(())
     } else {
         Err(StoreError::InvalidName {

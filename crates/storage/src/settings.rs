@@ -59,12 +59,29 @@ pub fn resolve_storage(
     };
     if let Some((endpoint, property)) = endpoint {
         let chosen = IdentityChoice::from_settings(&setting, &env)?;
-        return StorageConnection::entra_id(&endpoint, chosen)
-            .map(StorageLocation::Azure)
-            .map_err(|error| SettingsError::Storage {
+        let mut connection = StorageConnection::entra_id(&endpoint, chosen).map_err(|error| {
+            SettingsError::Storage {
                 source_name: format!("app setting {setting}__{property}"),
                 error,
-            });
+            }
+        })?;
+        // The queue and table outputs' services, where the connection names them.
+        for (property, endpoint) in [
+            ("queueServiceUri", &mut connection.queue_endpoint),
+            ("tableServiceUri", &mut connection.table_endpoint),
+        ] {
+            if let Some(uri) = identity(property) {
+                let uri = uri.trim().trim_end_matches('/');
+                if !uri.starts_with("https://") {
+                    return Err(SettingsError::Storage {
+                        source_name: format!("app setting {setting}__{property}"),
+                        error: ConnectionStringError::NotHttps,
+                    });
+                }
+                *endpoint = Some(uri.to_string());
+            }
+        }
+        return Ok(StorageLocation::Azure(connection));
     }
     Ok(StorageLocation::Directory(default_data_dir()))
 }

@@ -1,5 +1,6 @@
-//! Azurite's blob service as a child process: the local Azure Storage the checkpoint store,
-//! the reference app and the Python SDK's checkpoint store all talk to.
+//! Azurite as a child process: its blob service, the local Azure Storage the checkpoint store,
+//! the reference app and the Python SDK's checkpoint store all talk to, and where queue and
+//! table outputs are tested, its queue and table services beside it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,6 +13,9 @@ use crate::tools::azurite_bin;
 pub struct Azurite {
     child: Child,
     pub port: u16,
+    /// The queue and table services' ports, when they run ([`Azurite::start_all`]).
+    pub queue_port: Option<u16>,
+    pub table_port: Option<u16>,
     pub location: PathBuf,
     _dir: Option<tempfile::TempDir>,
 }
@@ -23,6 +27,49 @@ impl Azurite {
         let mut a = Azurite::start_at(&location, free_port());
         a._dir = Some(dir);
         a
+    }
+
+    /// Azurite's blob, queue and table services, each on a free port, for queue and table
+    /// outputs.
+    pub fn start_all() -> Azurite {
+        let dir = tempfile::tempdir().unwrap();
+        let (blob, queue, table) = (free_port(), free_port(), free_port());
+        let child = Command::new(azurite_bin().with_file_name("azurite"))
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &blob.to_string()])
+            .args([
+                "--queueHost",
+                "127.0.0.1",
+                "--queuePort",
+                &queue.to_string(),
+            ])
+            .args([
+                "--tableHost",
+                "127.0.0.1",
+                "--tablePort",
+                &table.to_string(),
+            ])
+            .args(["--location", dir.path().to_str().unwrap()])
+            .args([
+                "--silent",
+                "--disableTelemetry",
+                "--skipApiVersionCheck",
+                "--loose",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("azurite starts");
+        for port in [blob, queue, table] {
+            wait_for_port(port, "Azurite");
+        }
+        Azurite {
+            child,
+            port: blob,
+            queue_port: Some(queue),
+            table_port: Some(table),
+            location: dir.path().to_path_buf(),
+            _dir: Some(dir),
+        }
     }
 
     /// Starts Azurite keeping its data in `location`, so that a restart keeps the blobs.
@@ -54,17 +101,28 @@ impl Azurite {
         Azurite {
             child,
             port,
+            queue_port: None,
+            table_port: None,
             location: location.to_path_buf(),
             _dir: None,
         }
     }
 
+    /// The account's connection string, with every service that runs.
     pub fn connection_string(&self) -> String {
-        format!(
+        let mut text = format!(
             "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};BlobEndpoint=http://127.0.0.1:{}/devstoreaccount1;",
             hubhost_storage::connection::DEV_KEY,
             self.port
-        )
+        );
+        for (service, port) in [("Queue", self.queue_port), ("Table", self.table_port)] {
+            if let Some(port) = port {
+                text.push_str(&format!(
+                    "{service}Endpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+                ));
+            }
+        }
+        text
     }
 
     /// Stops Azurite gracefully (SIGTERM), so that it saves its data: unlike Azure, Azurite

@@ -180,7 +180,7 @@ pub async fn run(
         &builtin_functions(),
         &settings,
         // The built-in app has eventHub and blob outputs only: nothing to keep in an outbox.
-        &emulate::OutputSinks::start(None),
+        &emulate::OutputSinks::start(None, &serde_json::json!({})),
     )?;
     let store = CheckpointStore::new(opts.storage.open()?, hubhost_checkpoints::DEFAULT_CONTAINER);
     store.ensure_container().await?;

@@ -324,7 +324,11 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
         None => sample_events(),
     };
     // Refuses, as emulate does, an output it would neither carry out nor keep.
-    let outputs = OutputPlan::resolve(spec, &settings, &OutputSinks::start(opts.outbox.clone()))?;
+    let outputs = OutputPlan::resolve(
+        spec,
+        &settings,
+        &OutputSinks::start(opts.outbox.clone(), &app.host_json),
+    )?;
     let function_timeout = super::function_timeout(&app)?;
 
     let (invoker, mut handler) = match &opts.url {

@@ -404,10 +404,11 @@ pub fn report_bindings(app_functions: &[FunctionSpec], functions: &[FunctionTarg
     for f in functions {
         for kept in f.outputs.kept() {
             eprintln!(
-                "hubhost emulate: warning: {}'s output '{}' ({}) is not carried out here: each value is kept as a line in {} (--strict-bindings refuses the app instead)",
+                "hubhost emulate: warning: {}'s output '{}' ({}) is not carried out here, as {}: each value is kept as a line in {} (--strict-bindings refuses the app instead)",
                 f.spec.name,
                 kept.binding,
                 kept.kind,
+                kept.reason,
                 kept.file.display()
             );
         }
@@ -457,7 +458,7 @@ pub async fn run(
         .filter(|f| app.disabled_by(&f.name).is_none())
         .cloned()
         .collect();
-    let sinks = OutputSinks::start(opts.outbox.clone());
+    let sinks = OutputSinks::start(opts.outbox.clone(), &app.host_json);
     let functions = event_hub_functions(&enabled, &settings, &sinks)?;
     let http_functions = Arc::new(triggers::http::HttpTriggers::resolve(
         &app, &enabled, &settings, &sinks,

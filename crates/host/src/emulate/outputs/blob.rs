@@ -1,18 +1,14 @@
 //! The `blob` output: each value written as one blob on the storage account its `connection`
 //! names, at its `path` with the expressions that need no trigger data resolved.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 
+use super::template::{Template, TemplateError};
 use super::{OutputError, OutputValue, text_of};
 use crate::emulate::settings::AppSettings;
 use hubhost_functions::function_app::BindingSpec;
-use hubhost_storage::settings::{STORAGE_SETTING_VAR, SettingsError, resolve_storage};
+use hubhost_storage::settings::SettingsError;
 use hubhost_storage::{Condition, Metadata, SharedStore, StoreError};
-
-/// How long one output's blob write may take before the invocation counts as failed.
-const OUTPUT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a `blob` output's `path` cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -21,12 +17,9 @@ pub enum BlobPathError {
     NotContainerAndName { path: String },
     #[error("path \"{path}\": the container cannot hold binding expressions")]
     ExpressionInContainer { path: String },
-    #[error("path \"{path}\" has an unclosed '{{'")]
-    UnclosedExpression { path: String },
-    #[error(
-        "path \"{path}\" uses {{{expression}}}, which hubhost emulate does not resolve (it resolves {{rand-guid}}, {{sys.randguid}}, {{DateTime}}, {{sys.utcnow}} and %Setting%)"
-    )]
-    UnresolvedExpression { path: String, expression: String },
+    /// An unclosed `{`, or an expression not resolved here.
+    #[error("path \"{path}\" uses {source}")]
+    Expression { path: String, source: TemplateError },
     /// The container, or a name the path renders, is not a valid blob storage name.
     #[error("path \"{path}\": {source}")]
     InvalidName { path: String, source: StoreError },
@@ -49,22 +42,11 @@ pub(super) fn blob_store(
     binding: &BindingSpec,
     settings: &AppSettings,
 ) -> Result<SharedStore, BlobStoreError> {
-    let setting = binding
-        .setting("connection")
-        .unwrap_or(hubhost_storage::settings::DEFAULT_STORAGE_SETTING)
-        .to_string();
-    let location = resolve_storage(None, |key| {
-        if key == STORAGE_SETTING_VAR {
-            Some(setting.clone())
-        } else {
-            settings.get(key)
-        }
-    })?;
-    Ok(location.open()?)
+    Ok(super::storage_location(binding, settings)?.open()?)
 }
 
 /// Writes one `blob` output's value at `path` (its container created if missing), within
-/// [`OUTPUT_TIMEOUT`].
+/// the storage time limit.
 pub(super) async fn write(
     store: &SharedStore,
     path: &BlobPath,
@@ -84,18 +66,14 @@ pub(super) async fn write(
                 &Condition::Always,
             )
             .await
+            .map(|_| ())
     };
-    tokio::time::timeout(OUTPUT_TIMEOUT, write)
-        .await
-        .map_err(|_| OutputError::StorageTimeout {
-            output: output.to_string(),
-        })?
-        .map_err(|source| OutputError::Write {
-            output: output.to_string(),
-            blob: format!("{container}/{name}"),
-            source,
-        })?;
-    Ok(())
+    super::within_storage_timeout(output, write, |source| OutputError::Write {
+        output: output.to_string(),
+        blob: format!("{container}/{name}"),
+        source,
+    })
+    .await
 }
 
 /// A `blob` output value's content.
@@ -107,20 +85,11 @@ pub fn blob_content(value: OutputValue) -> Vec<u8> {
 }
 
 /// A blob output's `path`: `container/name`, where the name may hold the binding expressions
-/// that need no trigger data: `{rand-guid}` and `{sys.randguid}` (a new GUID each time),
-/// `{DateTime}` (`yyyy-MM-ddTHH-mm-ssZ`) and `{sys.utcnow}` (RFC 3339). Others are refused.
+/// that need no trigger data ([`Template`]). Others are refused.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlobPath {
     container: String,
-    parts: Vec<PathPart>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum PathPart {
-    Text(String),
-    Guid,
-    DateTime,
-    UtcNow,
+    name: Template,
 }
 
 impl BlobPath {
@@ -138,55 +107,21 @@ impl BlobPath {
             source,
         };
         hubhost_storage::validate_container_name(container).map_err(invalid)?;
-        let mut parts = Vec::new();
-        let mut rest = name;
-        while let Some(open) = rest.find('{') {
-            if open > 0 {
-                parts.push(PathPart::Text(rest[..open].to_string()));
-            }
-            let close = rest[open..]
-                .find('}')
-                .ok_or_else(|| BlobPathError::UnclosedExpression { path: path_text() })?;
-            let expression = &rest[open + 1..open + close];
-            parts.push(match expression.to_ascii_lowercase().as_str() {
-                "rand-guid" | "sys.randguid" => PathPart::Guid,
-                "datetime" => PathPart::DateTime,
-                "sys.utcnow" => PathPart::UtcNow,
-                _ => {
-                    return Err(BlobPathError::UnresolvedExpression {
-                        path: path_text(),
-                        expression: expression.to_string(),
-                    });
-                }
-            });
-            rest = &rest[open + close + 1..];
-        }
-        if !rest.is_empty() {
-            parts.push(PathPart::Text(rest.to_string()));
-        }
-        let parsed = BlobPath {
+        let name = Template::parse(name).map_err(|source| BlobPathError::Expression {
+            path: path_text(),
+            source,
+        })?;
+        hubhost_storage::validate_blob_name(&name.render(Utc::now(), uuid::Uuid::nil()))
+            .map_err(invalid)?;
+        Ok(BlobPath {
             container: container.to_string(),
-            parts,
-        };
-        let (_, sample) = parsed.render(Utc::now(), uuid::Uuid::nil());
-        hubhost_storage::validate_blob_name(&sample).map_err(invalid)?;
-        Ok(parsed)
+            name,
+        })
     }
 
     /// The container and blob name for one write.
     pub fn render(&self, now: DateTime<Utc>, guid: uuid::Uuid) -> (String, String) {
-        let mut name = String::new();
-        for part in &self.parts {
-            match part {
-                PathPart::Text(t) => name.push_str(t),
-                PathPart::Guid => name.push_str(&guid.hyphenated().to_string()),
-                PathPart::DateTime => name.push_str(&now.format("%Y-%m-%dT%H-%M-%SZ").to_string()),
-                PathPart::UtcNow => {
-                    name.push_str(&now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-                }
-            }
-        }
-        (self.container.clone(), name)
+        (self.container.clone(), self.name.render(now, guid))
     }
 }
 
@@ -210,7 +145,7 @@ mod tests {
         );
         let e = BlobPath::parse("reports/{PartitionContext.PartitionId}.json").unwrap_err();
         assert!(
-            matches!(&e, BlobPathError::UnresolvedExpression { expression, .. } if expression == "PartitionContext.PartitionId"),
+            matches!(&e, BlobPathError::Expression { source: TemplateError::Unresolved { expression }, .. } if expression == "PartitionContext.PartitionId"),
             "{e:?}"
         );
         assert!(
@@ -227,7 +162,10 @@ mod tests {
         ));
         assert!(matches!(
             BlobPath::parse("reports/{unclosed"),
-            Err(BlobPathError::UnclosedExpression { .. })
+            Err(BlobPathError::Expression {
+                source: TemplateError::Unclosed,
+                ..
+            })
         ));
         assert!(matches!(
             BlobPath::parse("reports/../up"),

@@ -3,9 +3,13 @@
 //! says. Each type has a room of its own:
 //! - `event_hub`: `eventHub` outputs, sent as events;
 //! - `blob`: `blob` outputs, written as blobs;
-//! - `outbox`: every other type (cosmosDB, serviceBus, sql, queue, table, …), which no local
-//!   service carries out here, kept as JSON lines in a local outbox. The emulated host says so
-//!   at start for each such binding, and `--strict-bindings` refuses the app instead.
+//! - `queue` and `table`: Storage queue messages and table entities, on the account the
+//!   binding's `connection` names (Azurite locally);
+//! - `outbox`: every other type (cosmosDB, serviceBus, sql, …), which no local service carries
+//!   out here, kept as JSON lines in a local outbox, and queue and table outputs whose
+//!   connection names no storage account (the embedded default, a local folder). The emulated
+//!   host says so at start for each such binding, and `--strict-bindings` refuses the app
+//!   instead.
 //!
 //! How the host reads a value (docs/host-contract.md §6):
 //! - unless the binding says `dataType: binary`, a *string* that is valid base64 becomes bytes
@@ -23,8 +27,12 @@
 mod blob;
 mod event_hub;
 mod outbox;
+mod queue;
+mod table;
+mod template;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
@@ -36,14 +44,18 @@ use super::settings::AppSettings;
 use super::{DEFAULT_CONNECTION_SETTING, EmulateError, SettingProblem};
 use hubhost_eventhubs::EventHubTarget;
 use hubhost_functions::function_app::{Direction, FunctionSpec};
-use hubhost_storage::{SharedStore, StoreError};
+use hubhost_storage::queue::QueueService;
+use hubhost_storage::settings::{STORAGE_SETTING_VAR, SettingsError, resolve_storage};
+use hubhost_storage::table::TableService;
+use hubhost_storage::{SharedStore, StorageLocation, StoreError};
 
 pub use blob::{BlobPath, BlobPathError, BlobStoreError, blob_content};
 pub use event_hub::{EventSender, SendError, event_bodies};
 pub use outbox::{Outbox, OutboxError, OutboxNameError};
+pub use queue::{MessageEncoding, MessageEncodingError, item_bytes};
 
 /// The binding types carried out against a service.
-pub const CARRIED_OUT: &str = "eventHub and blob outputs";
+pub const CARRIED_OUT: &str = "eventHub, blob, queue and table outputs";
 
 /// Why one of an answer's outputs was not carried out. The invocation then fails, as in the
 /// host, and the function's retry policy delivers the batch again.
@@ -63,6 +75,23 @@ pub enum OutputError {
         blob: String,
         source: StoreError,
     },
+    /// A `queue` output's message was not put.
+    #[error("output '{output}': putting a message on queue {queue}: {source}")]
+    Queue {
+        output: String,
+        queue: String,
+        source: StoreError,
+    },
+    /// A `table` output's entity was refused, or not written.
+    #[error("output '{output}': writing to table {table}: {source}")]
+    Table {
+        output: String,
+        table: String,
+        source: StoreError,
+    },
+    /// A `table` output's value is not an entity the Tables extension would write.
+    #[error("output '{output}': {problem}")]
+    NotAnEntity { output: String, problem: String },
     /// An output kept in the outbox could not be written there.
     #[error("output '{output}': {source}")]
     Outbox { output: String, source: OutboxError },
@@ -88,6 +117,22 @@ pub enum BindingProblem {
     NoEventHubName,
     #[error("no \"path\"")]
     NoPath,
+    #[error("no \"queueName\"")]
+    NoQueueName,
+    #[error("no \"tableName\"")]
+    NoTableName,
+    /// A queue's or a table's name, or a table's key, that cannot be used.
+    #[error("{setting} \"{value}\": {problem}")]
+    BadName {
+        setting: &'static str,
+        value: String,
+        problem: String,
+    },
+    /// The `connection` setting names no usable storage.
+    #[error(transparent)]
+    Storage(#[from] SettingsError),
+    #[error(transparent)]
+    MessageEncoding(#[from] MessageEncodingError),
     /// An unset `%Setting%`, or a `connection` setting that says no way to an event hub.
     #[error(transparent)]
     Setting(#[from] SettingProblem),
@@ -107,14 +152,18 @@ pub enum BindingProblem {
 pub struct OutputSinks {
     pub sender: EventSender,
     pub outbox: Option<Outbox>,
+    /// host.json's `extensions`, which say how queue messages are encoded.
+    pub host_json: Value,
 }
 
 impl OutputSinks {
-    /// A new sending thread, and the outbox in `outbox` (`None`: strict).
-    pub fn start(outbox: Option<PathBuf>) -> Self {
+    /// A new sending thread, and the outbox in `outbox` (`None`: strict), for the app whose
+    /// host.json is `host_json`.
+    pub fn start(outbox: Option<PathBuf>, host_json: &Value) -> Self {
         OutputSinks {
             sender: EventSender::start(),
             outbox: outbox.map(Outbox::new),
+            host_json: host_json.clone(),
         }
     }
 }
@@ -181,19 +230,38 @@ enum OutputAction {
         store: SharedStore,
         path: BlobPath,
     },
+    Queue {
+        service: Arc<QueueService>,
+        queue: String,
+        encoding: MessageEncoding,
+    },
+    Table {
+        service: Arc<TableService>,
+        table: String,
+        keys: table::BindingKeys,
+    },
     /// Kept in the outbox, one line per item.
     Outbox {
         kind: String,
         outbox: Outbox,
         file: PathBuf,
+        /// Why it is kept rather than carried out (said at start).
+        reason: &'static str,
     },
 }
+
+/// Why a queue or table output goes to the outbox: its connection names no account.
+const NO_ACCOUNT: &str = "its connection names no storage account with this service (to carry it out, set it, e.g. AzureWebJobsStorage=UseDevelopmentStorage=true with Azurite running)";
+/// Why other outputs go to the outbox.
+const NO_SERVICE: &str = "no local service carries out this type";
 
 /// What carrying out one answer's outputs did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct OutputsDone {
     pub events_sent: usize,
     pub blobs_written: usize,
+    pub messages_put: usize,
+    pub entities_written: usize,
     /// Items written to the outbox.
     pub values_kept: usize,
 }
@@ -205,6 +273,8 @@ pub struct KeptOutput {
     /// Its `type` in function.json.
     pub kind: String,
     pub file: PathBuf,
+    /// Why it is not carried out.
+    pub reason: &'static str,
 }
 
 impl OutputPlan {
@@ -269,17 +339,88 @@ impl OutputPlan {
                     .map_err(|e| bad(BindingProblem::Store(e)))?;
                 OutputAction::Blob { store, path }
             } else {
-                let outbox = sinks
-                    .outbox
-                    .as_ref()
-                    .ok_or_else(|| bad(BindingProblem::NotCarriedOut))?;
-                let file = outbox
-                    .file_for(&spec.name, &binding.name)
-                    .map_err(|e| bad(BindingProblem::OutboxName(e)))?;
-                OutputAction::Outbox {
-                    kind: binding.kind.clone(),
-                    outbox: outbox.clone(),
-                    file,
+                let storage = || {
+                    storage_location(binding, settings).map_err(|e| bad(BindingProblem::Storage(e)))
+                };
+                let carried = if binding.is("queue") {
+                    let queue = binding
+                        .setting("queueName")
+                        .ok_or_else(|| bad(BindingProblem::NoQueueName))?;
+                    // Lowercased, as the extension does.
+                    let queue = fixed_name(&expand(queue)?, "queueName")
+                        .map_err(&bad)?
+                        .to_ascii_lowercase();
+                    hubhost_storage::queue::validate_queue_name(&queue)
+                        .map_err(|e| bad(name_problem("queueName", &queue, e)))?;
+                    let encoding = MessageEncoding::from_host_json(&sinks.host_json)
+                        .map_err(|e| bad(e.into()))?;
+                    match storage()? {
+                        StorageLocation::Azure(connection) => QueueService::new(&connection)
+                            .map_err(|e| bad(BindingProblem::Store(e.into())))?
+                            .map(|service| OutputAction::Queue {
+                                service: Arc::new(service),
+                                queue,
+                                encoding,
+                            }),
+                        _ => None,
+                    }
+                } else if binding.is("table") {
+                    let table = binding
+                        .setting("tableName")
+                        .ok_or_else(|| bad(BindingProblem::NoTableName))?;
+                    let table = fixed_name(&expand(table)?, "tableName").map_err(&bad)?;
+                    hubhost_storage::table::validate_table_name(&table)
+                        .map_err(|e| bad(name_problem("tableName", &table, e)))?;
+                    let key = |setting: &'static str| -> Result<_, EmulateError> {
+                        binding
+                            .setting(setting)
+                            .map(|text| {
+                                let text = expand(text)?;
+                                template::Template::parse(&text).map_err(|e| {
+                                    bad(BindingProblem::BadName {
+                                        setting,
+                                        value: text.clone(),
+                                        problem: e.to_string(),
+                                    })
+                                })
+                            })
+                            .transpose()
+                    };
+                    let keys = table::BindingKeys {
+                        partition_key: key("partitionKey")?,
+                        row_key: key("rowKey")?,
+                    };
+                    match storage()? {
+                        StorageLocation::Azure(connection) => TableService::new(&connection)
+                            .map_err(|e| bad(BindingProblem::Store(e.into())))?
+                            .map(|service| OutputAction::Table {
+                                service: Arc::new(service),
+                                table,
+                                keys,
+                            }),
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                match carried {
+                    Some(action) => action,
+                    None => {
+                        let outbox = sinks
+                            .outbox
+                            .as_ref()
+                            .ok_or_else(|| bad(BindingProblem::NotCarriedOut))?;
+                        let file = outbox
+                            .file_for(&spec.name, &binding.name)
+                            .map_err(|e| bad(BindingProblem::OutboxName(e)))?;
+                        let storage_type = binding.is("queue") || binding.is("table");
+                        OutputAction::Outbox {
+                            kind: binding.kind.clone(),
+                            outbox: outbox.clone(),
+                            file,
+                            reason: if storage_type { NO_ACCOUNT } else { NO_SERVICE },
+                        }
+                    }
                 }
             };
             outputs.push(PlannedOutput {
@@ -316,10 +457,13 @@ impl OutputPlan {
         self.outputs
             .iter()
             .filter_map(|output| match &output.action {
-                OutputAction::Outbox { kind, file, .. } => Some(KeptOutput {
+                OutputAction::Outbox {
+                    kind, file, reason, ..
+                } => Some(KeptOutput {
                     binding: output.name.clone(),
                     kind: kind.clone(),
                     file: file.clone(),
+                    reason,
                 }),
                 _ => None,
             })
@@ -348,6 +492,29 @@ impl OutputPlan {
                         "type": "blob",
                         "blob": format!("{container}/{name}"),
                         "content": body_json(&blob_content(value)),
+                    })
+                }
+                OutputAction::Queue {
+                    queue, encoding, ..
+                } => serde_json::json!({
+                    "type": "queue",
+                    "queue": queue,
+                    "messages": collector_items(value)
+                        .into_iter()
+                        .map(|item| encoding.message_text(&item_bytes(item)))
+                        .collect::<Vec<_>>(),
+                }),
+                OutputAction::Table { table, keys, .. } => {
+                    let entities = table::entities(value, keys, Utc::now(), uuid::Uuid::new_v4());
+                    serde_json::json!({
+                        "type": "table",
+                        "table": table,
+                        "entities": match entities {
+                            Ok(entities) => Value::from(
+                                entities.into_iter().map(|e| Value::Object(e.properties)).collect::<Vec<_>>(),
+                            ),
+                            Err(problem) => serde_json::json!({"refused": problem}),
+                        },
                     })
                 }
                 OutputAction::Outbox { kind, file, .. } => serde_json::json!({
@@ -403,9 +570,37 @@ impl OutputPlan {
                     done.blobs_written += 1;
                     output.items.fetch_add(1, Ordering::Relaxed);
                 }
-                OutputAction::Outbox { kind, outbox, file } => {
+                OutputAction::Queue {
+                    service,
+                    queue,
+                    encoding,
+                } => {
                     let items = collector_items(value);
-                    let lines = outbox::lines(origin, &output.name, kind, &items);
+                    let count = items.len();
+                    queue::put(service, queue, *encoding, items, &output.name).await?;
+                    done.messages_put += count;
+                    output.items.fetch_add(count as u64, Ordering::Relaxed);
+                }
+                OutputAction::Table {
+                    service,
+                    table,
+                    keys,
+                } => {
+                    let entities = table::entities(value, keys, Utc::now(), uuid::Uuid::new_v4())
+                        .map_err(|problem| OutputError::NotAnEntity {
+                        output: output.name.clone(),
+                        problem,
+                    })?;
+                    let count = entities.len();
+                    table::write(service, table, entities, &output.name).await?;
+                    done.entities_written += count;
+                    output.items.fetch_add(count as u64, Ordering::Relaxed);
+                }
+                OutputAction::Outbox {
+                    kind, outbox, file, ..
+                } => {
+                    let items = collector_items(value);
+                    let lines = outbox::lines(origin, &output.name, kind, &items, Utc::now());
                     outbox
                         .append(file, lines)
                         .await
@@ -493,6 +688,68 @@ fn text_of(value: Value) -> Vec<u8> {
     }
 }
 
+/// How long one output's storage writes (a blob, a queue's messages, a table's entities) may
+/// take before the invocation counts as failed.
+const STORAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `write` within [`STORAGE_TIMEOUT`]: its error made an [`OutputError`] by `failed`, or a
+/// timeout of `output`.
+async fn within_storage_timeout(
+    output: &str,
+    write: impl std::future::Future<Output = Result<(), StoreError>>,
+    failed: impl FnOnce(StoreError) -> OutputError,
+) -> Result<(), OutputError> {
+    tokio::time::timeout(STORAGE_TIMEOUT, write)
+        .await
+        .map_err(|_| OutputError::StorageTimeout {
+            output: output.to_string(),
+        })?
+        .map_err(failed)
+}
+
+/// The storage a binding's `connection` names (default `AzureWebJobsStorage`, as in the host),
+/// read the same way as the app's own storage setting.
+fn storage_location(
+    binding: &hubhost_functions::function_app::BindingSpec,
+    settings: &AppSettings,
+) -> Result<StorageLocation, SettingsError> {
+    let setting = binding
+        .setting("connection")
+        .unwrap_or(hubhost_storage::settings::DEFAULT_STORAGE_SETTING)
+        .to_string();
+    resolve_storage(None, |key| {
+        if key == STORAGE_SETTING_VAR {
+            Some(setting.clone())
+        } else {
+            settings.get(key)
+        }
+    })
+}
+
+/// A queue's or a table's name: binding expressions there are resolved from trigger data,
+/// which the emulated host does not do.
+fn fixed_name(name: &str, setting: &'static str) -> Result<String, BindingProblem> {
+    if name.contains('{') {
+        return Err(BindingProblem::BadName {
+            setting,
+            value: name.to_string(),
+            problem: "binding expressions in a queue's or a table's name are not resolved by hubhost emulate".into(),
+        });
+    }
+    Ok(name.to_string())
+}
+
+fn name_problem(setting: &'static str, value: &str, error: StoreError) -> BindingProblem {
+    BindingProblem::BadName {
+        setting,
+        value: value.to_string(),
+        problem: match error {
+            StoreError::InvalidName { reason, .. } => reason,
+            other => other.to_string(),
+        },
+    }
+}
+
 /// The host's test for "this string is JSON": an object or an array by its first and last
 /// characters.
 fn looks_like_json(text: &str) -> bool {
@@ -550,7 +807,7 @@ mod tests {
     #[test]
     fn bindings_emulation_cannot_carry_out_are_refused_saying_why() {
         let settings = AppSettings::from_pairs([("Container", "out")]);
-        let strict = OutputSinks::start(None);
+        let strict = OutputSinks::start(None, &json!({}));
         let problem = |binding: Value| {
             let trigger = json!({"type": "eventHubTrigger", "name": "ev", "eventHubName": "h"});
             let spec =
@@ -589,12 +846,51 @@ mod tests {
             problem(json!({"type": "eventHub", "direction": "out", "name": "e"})),
             BindingProblem::NoEventHubName
         ));
+        assert!(matches!(
+            problem(json!({"type": "queue", "direction": "out", "name": "q"})),
+            BindingProblem::NoQueueName
+        ));
+        assert!(matches!(
+            problem(
+                json!({"type": "queue", "direction": "out", "name": "q", "queueName": "{PartitionKey}"})
+            ),
+            BindingProblem::BadName {
+                setting: "queueName",
+                ..
+            }
+        ));
+        assert!(matches!(
+            problem(
+                json!({"type": "table", "direction": "out", "name": "t", "tableName": "no-dash"})
+            ),
+            BindingProblem::BadName {
+                setting: "tableName",
+                ..
+            }
+        ));
+        // Without --strict-bindings, a queue output whose connection names no account goes to
+        // the outbox, saying why.
+        let dir = tempfile::tempdir().unwrap();
+        let sinks = OutputSinks::start(Some(dir.path().to_path_buf()), &json!({}));
+        let spec = FunctionSpec::from_json(
+            "f",
+            &json!({ "bindings": [
+                {"type": "eventHubTrigger", "name": "ev", "eventHubName": "h"},
+                {"type": "queue", "direction": "out", "name": "q", "queueName": "work"},
+            ]}),
+        )
+        .unwrap();
+        let kept = OutputPlan::resolve(&spec, &settings, &sinks)
+            .unwrap()
+            .kept();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].reason, NO_ACCOUNT);
     }
 
     #[tokio::test]
     async fn outputs_no_service_carries_out_are_kept_in_the_outbox_each_item_once() {
         let dir = tempfile::tempdir().unwrap();
-        let sinks = OutputSinks::start(Some(dir.path().to_path_buf()));
+        let sinks = OutputSinks::start(Some(dir.path().to_path_buf()), &json!({}));
         let spec = FunctionSpec::from_json(
             "Fan",
             &json!({ "bindings": [

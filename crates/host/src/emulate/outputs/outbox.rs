@@ -1,13 +1,15 @@
 //! The outbox: where the emulated host keeps the values of output bindings that no local
-//! service carries out (cosmosDB, serviceBus, sql, signalR, queue, table, any other type), so
-//! that an app with such outputs runs, and its outputs can be read and audited.
+//! service carries out (cosmosDB, serviceBus, sql, signalR, any other type; queue and table
+//! outputs whose connection names no storage account), so that an app with such outputs runs,
+//! and its outputs can be read and audited.
 //!
 //! One file per function and binding, `{outbox}/{function}/{binding}.jsonl`, one JSON line per
 //! item the host's collector would be handed, each saying where it came from:
 //!
 //! ```text
 //! {"function":"Fan","binding":"docs","type":"cosmosDB","invocationId":"…","partitionId":"3",
-//!  "firstSequenceNumber":40,"lastSequenceNumber":49,"value":{"id":"home-7","state":"open"}}
+//!  "firstSequenceNumber":40,"lastSequenceNumber":49,"keptAt":"2026-12-02T10:00:00.123Z",
+//!  "value":{"id":"home-7","state":"open"}}
 //! ```
 //!
 //! `value` is the item as JSON; an item the host reads as bytes (a base64 string on a binding
@@ -141,13 +143,15 @@ pub(super) fn item_json(item: &OutputValue) -> Value {
     }
 }
 
-/// The outbox lines of `items`, handed to `binding` (of type `kind`) by `origin`.
+/// The outbox lines of `items`, handed to `binding` (of type `kind`) by `origin` at `kept_at`.
 pub(super) fn lines(
     origin: &InvocationOrigin<'_>,
     binding: &str,
     kind: &str,
     items: &[OutputValue],
+    kept_at: chrono::DateTime<chrono::Utc>,
 ) -> Vec<u8> {
+    let kept_at = kept_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let mut out = Vec::new();
     for item in items {
         let mut line = json!({
@@ -158,6 +162,7 @@ pub(super) fn lines(
             "partitionId": origin.partition_id,
             "firstSequenceNumber": origin.sequence_numbers.map(|(first, _)| first),
             "lastSequenceNumber": origin.sequence_numbers.map(|(_, last)| last),
+            "keptAt": kept_at,
         });
         let (key, value) = item_field(item);
         line[key] = value;
@@ -184,7 +189,14 @@ mod tests {
     #[test]
     fn each_item_is_one_line_saying_where_it_came_from() {
         let items = collector_items(binding_value(false, json!([{"id": "a"}, "text", "aGk="])));
-        let text = String::from_utf8(lines(&origin(), "docs", "cosmosDB", &items)).unwrap();
+        let text = String::from_utf8(lines(
+            &origin(),
+            "docs",
+            "cosmosDB",
+            &items,
+            chrono::Utc::now(),
+        ))
+        .unwrap();
         let read: Vec<Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -203,7 +215,8 @@ mod tests {
         assert_eq!(read[2]["value"], "aGk=");
         // A whole value that is base64 is bytes, as the host reads it.
         let bytes = collector_items(binding_value(false, json!("aGk=")));
-        let text = String::from_utf8(lines(&origin(), "q", "queue", &bytes)).unwrap();
+        let text =
+            String::from_utf8(lines(&origin(), "q", "queue", &bytes, chrono::Utc::now())).unwrap();
         let line: Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(line["bytes"], "aGk=");
         assert!(line.get("value").is_none());
@@ -244,7 +257,7 @@ mod tests {
                         false,
                         json!([{"w": writer, "v": value}, {"w": writer, "v": value}]),
                     ));
-                    let lines = lines(&origin(), "docs", "cosmosDB", &items);
+                    let lines = lines(&origin(), "docs", "cosmosDB", &items, chrono::Utc::now());
                     outbox.append(&file, lines).await.unwrap();
                 }
             }));
