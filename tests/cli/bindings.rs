@@ -113,7 +113,8 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
          "methods": ["get"]},
         {"type": "http", "direction": "out", "name": "res"}]});
     let tick = json!({"bindings": [
-        {"type": "timerTrigger", "direction": "in", "name": "timer", "schedule": "%TickSchedule%"}]});
+        {"type": "timerTrigger", "direction": "in", "name": "timer", "schedule": "%TickSchedule%"},
+        {"type": "serviceBus", "direction": "out", "name": "audit", "queueName": "audit"}]});
     let queued = json!({"bindings": [
         {"type": "queueTrigger", "direction": "in", "name": "item", "queueName": "work"}]});
     let dir = app(
@@ -274,6 +275,8 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
         "hubhost-data/outbox/Fan/docs.jsonl",
         "Fan's output '$return' (serviceBus) is not carried out here",
         "Tick ← timer \"* * * * * *\" (UTC)",
+        // A timer function's kept output is named too, not only an Event Hubs function's.
+        "Tick's output 'audit' (serviceBus) is not carried out here",
         "Work (queueTrigger) is not run",
     ] {
         assert!(output.contains(said), "{said:?} not in:\n{output}");

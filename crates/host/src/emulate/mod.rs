@@ -400,18 +400,15 @@ pub fn report_app_reading(app: &FunctionApp) {
 /// Says at start what runs differently here than on Azure: each output kept in the outbox (not
 /// carried out), and each function whose trigger the emulated host does not run (it runs
 /// `eventHubTrigger` and `httpTrigger` functions).
-pub fn report_bindings(app_functions: &[FunctionSpec], functions: &[FunctionTarget]) {
-    for f in functions {
-        for kept in f.outputs.kept() {
-            eprintln!(
-                "hubhost emulate: warning: {}'s output '{}' ({}) is not carried out here, as {}: each value is kept as a line in {} (--strict-bindings refuses the app instead)",
-                f.spec.name,
-                kept.binding,
-                kept.kind,
-                kept.reason,
-                kept.file.display()
-            );
-        }
+pub fn report_bindings(app_functions: &[FunctionSpec], kept: &[(String, KeptOutput)]) {
+    for (function, kept) in kept {
+        eprintln!(
+            "hubhost emulate: warning: {function}'s output '{}' ({}) is not carried out here, as {}: each value is kept as a line in {} (--strict-bindings refuses the app instead)",
+            kept.binding,
+            kept.kind,
+            kept.reason,
+            kept.file.display()
+        );
     }
     for spec in app_functions {
         let trigger = match &spec.trigger {
@@ -464,7 +461,19 @@ pub async fn run(
         &app, &enabled, &settings, &sinks,
     )?);
     let timers = triggers::timer::TimerTriggers::resolve(&enabled, &settings, &sinks)?;
-    report_bindings(&enabled, &functions);
+    // Every function's kept outputs, whatever its trigger.
+    let kept: Vec<(String, KeptOutput)> = functions
+        .iter()
+        .flat_map(|f| {
+            f.outputs
+                .kept()
+                .into_iter()
+                .map(|k| (f.spec.name.clone(), k))
+        })
+        .chain(http_functions.kept())
+        .chain(timers.kept())
+        .collect();
+    report_bindings(&enabled, &kept);
 
     let storage =
         hubhost_storage::settings::resolve_storage(opts.storage.as_deref(), |k| settings.get(k))?;

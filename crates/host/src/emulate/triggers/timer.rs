@@ -51,6 +51,14 @@ struct TimerFunction {
 }
 
 impl TimerTriggers {
+    /// Each timer function's outputs kept in the outbox, with the function's name.
+    pub fn kept(&self) -> Vec<(String, crate::emulate::KeptOutput)> {
+        self.timers
+            .iter()
+            .flat_map(|t| t.outputs.kept().into_iter().map(|k| (t.name.clone(), k)))
+            .collect()
+    }
+
     pub fn resolve(
         specs: &[FunctionSpec],
         settings: &AppSettings,

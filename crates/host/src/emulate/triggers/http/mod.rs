@@ -87,6 +87,14 @@ struct HttpFunction {
 }
 
 impl HttpTriggers {
+    /// Each HTTP function's outputs kept in the outbox, with the function's name.
+    pub fn kept(&self) -> Vec<(String, crate::emulate::KeptOutput)> {
+        self.functions
+            .iter()
+            .flat_map(|f| f.outputs.kept().into_iter().map(|k| (f.name.clone(), k)))
+            .collect()
+    }
+
     /// Every `httpTrigger` function of `specs`, with host.json's route prefix and forwarding.
     pub fn resolve(
         app: &FunctionApp,
