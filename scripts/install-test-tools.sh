@@ -42,14 +42,14 @@ for tool in openssl:openssl unshare:util-linux ip:iproute2 jq:jq; do
 done
 
 # The official Python SDK packages, as independent peers in the interop tests (Event Hubs and
-# its blob checkpoint store; Storage queues and tables, which read what queue and table outputs
-# wrote).
+# its blob checkpoint store; Storage blobs, which write what blob inputs read; Storage queues
+# and tables, which read what queue and table outputs wrote).
 # websocket-client and aiohttp carry the SDK's AMQP over WebSockets (sync and async clients).
 # The OpenTelemetry packages: the SDK's tracing as Azure users turn it on, and an OTLP receiver
 # built on OpenTelemetry's own protobuf definitions (HTTP and gRPC).
-PY_PACKAGES=("azure-eventhub==5.15.1" "azure-eventhub-checkpointstoreblob==1.2.0" "azure-storage-queue==12.18.1" "azure-data-tables==12.7.0" "websocket-client==1.8.0" "aiohttp==3.11.18" "confluent-kafka==2.16.1" "kafka-python==3.0.12"
+PY_PACKAGES=("azure-eventhub==5.15.1" "azure-eventhub-checkpointstoreblob==1.2.0" "azure-storage-blob==12.26.0" "azure-storage-queue==12.18.1" "azure-data-tables==12.7.0" "websocket-client==1.8.0" "aiohttp==3.11.18" "confluent-kafka==2.16.1" "kafka-python==3.0.12"
   "azure-core-tracing-opentelemetry==1.0.0b13" "opentelemetry-sdk==1.45.2" "opentelemetry-exporter-otlp-proto-http==1.45.2" "opentelemetry-proto==1.45.2" "grpcio==1.85.3")
-if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.eventhub.extensions.checkpointstoreblob, azure.storage.queue, azure.data.tables, websocket, aiohttp, confluent_kafka, kafka, azure.core.tracing.ext.opentelemetry_span, opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http, opentelemetry.proto, grpc" 2>/dev/null; then
+if [ ! -x .tools/venv/bin/python ] || ! .tools/venv/bin/python -c "import azure.eventhub.extensions.checkpointstoreblob, azure.storage.blob, azure.storage.queue, azure.data.tables, websocket, aiohttp, confluent_kafka, kafka, azure.core.tracing.ext.opentelemetry_span, opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http, opentelemetry.proto, grpc" 2>/dev/null; then
   echo "== installing ${PY_PACKAGES[*]} into .tools/venv"
   if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv --help >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null

@@ -5,12 +5,13 @@ use std::path::PathBuf;
 
 use hubhost_host::emulate::invoke::{self, InvokeOptions};
 
-/// Send one batch to one function exactly as the Functions host would, and print the host's
-/// view of the answer as JSON: status, each output with what the host would do with it, logs,
-/// return value. Exits non-zero unless the host would take every answer (a 2xx JSON object).
+/// Send one batch (or one HTTP request, or one timer firing) to one function exactly as the
+/// Functions host would, and print the host's view of the answer as JSON: status, each output
+/// with what the host would do with it, logs, return value, an HTTP function's response. Exits non-zero unless the host would take every answer (a 2xx JSON object).
 #[derive(clap::Args)]
 pub struct Args {
-    /// The function to invoke (a folder of the app with an eventHubTrigger).
+    /// The function to invoke (a folder of the app with an eventHubTrigger, an httpTrigger or
+    /// a timerTrigger).
     pub function: String,
     /// Function app folder (host.json, */function.json, local.settings.json).
     #[arg(long, default_value = "function_app")]
@@ -31,6 +32,16 @@ pub struct Args {
     /// body, byte for byte (the body goes chunked on the wire).
     #[arg(long)]
     pub show_request: bool,
+    /// An HTTP function's method [default: the first its function.json lists, else GET].
+    #[arg(long)]
+    pub method: Option<String>,
+    /// An HTTP function's path and query, under the route prefix (e.g. /api/items/5?x=1)
+    /// [default: its route].
+    #[arg(long)]
+    pub path: Option<String>,
+    /// An HTTP function's request body.
+    #[arg(long)]
+    pub body: Option<String>,
     #[command(flatten)]
     pub outputs: super::OutboxArgs,
 }
@@ -43,6 +54,9 @@ pub async fn run(args: Args) -> Result<(), String> {
         partition: args.partition,
         url: args.url,
         show_request: args.show_request,
+        method: args.method,
+        path: args.path,
+        body: args.body,
         outbox: args.outputs.folder(),
     };
     let views = invoke::run(&options).await.map_err(|e| e.to_string())?;

@@ -165,7 +165,54 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
         outbox_lines(root, "Fan", "docs").is_empty(),
         "invoke writes nothing to the outbox"
     );
-    // The handler's record of that invocation, which is not the hub's.
+    // invoke calls the HTTP function as the host wraps its request, and shows the response the
+    // client would get; and fires the timer once, as the host's admin API does.
+    let invoke = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+            .args(["invoke"])
+            .args(args)
+            .args(["--app", "."])
+            .current_dir(root)
+            .output()
+            .unwrap();
+        let view: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (
+            out.status.success(),
+            view,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, view, said) = invoke(&["Health", "--path", "/api/Health?name=Ada"]);
+    assert!(ok, "{view}\n{said}");
+    assert_eq!(view["response"]["status"], 201, "{view}");
+    assert_eq!(
+        view["response"]["headers"]["x-function"], "Health",
+        "{view}"
+    );
+    let echoed: Value = serde_json::from_str(view["response"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(echoed["method"], "GET", "{echoed}");
+    assert_eq!(echoed["query"]["name"], "Ada", "{echoed}");
+    let (ok, view, said) = invoke(&["Health", "--method", "POST"]);
+    assert!(
+        !ok && said.contains("takes GET, not POST"),
+        "{view}\n{said}"
+    );
+    let (ok, view, said) = invoke(&["Tick"]);
+    assert!(ok, "{view}\n{said}");
+    assert_eq!(view["succeeded"], true, "{view}");
+    let fired = records(root)
+        .into_iter()
+        .find(|r| r["function"] == "Tick")
+        .unwrap_or_else(|| panic!("Tick was not invoked: {view}"));
+    assert_eq!(fired["timer"]["IsPastDue"], false, "{fired}");
+    assert!(
+        fired["timer"]["ScheduleStatus"]["Next"].is_string(),
+        "{fired}"
+    );
+    let (ok, _, said) = invoke(&["Work"]);
+    assert!(!ok && said.contains("queueTrigger"), "{said}");
+
+    // The handler's record of those invocations, which are not the hub's.
     std::fs::remove_file(root.join("record")).unwrap();
 
     let mut emulate = Emulate::start_with(
@@ -444,5 +491,109 @@ fn queue_and_table_outputs_without_a_storage_account_go_to_the_outbox_saying_why
     assert!(
         output.contains("Fan's output 'q' (queue) is not carried out here, as its connection names no storage account"),
         "{output}"
+    );
+}
+
+#[test]
+fn a_blob_input_named_by_the_partition_key_gives_each_invocation_that_blobs_content() {
+    kit::require!(kit::Tool::Azurite, kit::Tool::PythonSdk);
+    let hub = Hub::start_serving_hubs(&["sensors:2"]);
+    let azurite = kit::Azurite::start();
+    let storage = azurite.connection_string();
+    // The reference blobs, written by the official SDK: one JSON, one text; home-3 has none.
+    let limits = r#"{"home": "home-1", "limit": 30}"#;
+    for (name, text) in [("home-1.json", limits), ("home-2.json", "plain \"text\" é")] {
+        let put = kit::python_json(
+            "storage_peer.py",
+            &["blob-put", &storage, "refs", name, text],
+        );
+        assert_eq!(put["written"], format!("refs/{name}"), "{put}");
+    }
+    for (key, bodies) in [
+        ("home-1", &["a", "b"][..]),
+        ("home-2", &["c"]),
+        ("home-3", &["d"]),
+    ] {
+        let mut args = vec![key];
+        args.extend_from_slice(bodies);
+        let sent = hub.python("send-keyed", &args);
+        assert_eq!(sent["sent"], bodies.len(), "{sent}");
+    }
+
+    let mut look = function("sensors", "HubConnection", "one");
+    let bindings = look["bindings"].as_array_mut().unwrap();
+    bindings.push(json!({"type": "blob", "direction": "in", "name": "ref",
+        "path": "%RefContainer%/{PartitionKey}.json", "connection": "AzureWebJobsStorage"}));
+    bindings.push(json!({"type": "blob", "direction": "in", "name": "raw",
+        "path": "refs/{partitionKey}.json", "dataType": "binary"}));
+    let dir = app("", "", &[("Look", look)]);
+    let root = dir.path();
+    local_settings(
+        root,
+        json!({
+            "HubConnection": format!("{}EntityPath=sensors", hub.connection_string(KEY)),
+            "AzureWebJobsStorage": storage,
+            "RefContainer": "refs",
+        }),
+    );
+
+    // invoke reads the input as emulate does, and shows what the host sent.
+    std::fs::write(
+        root.join("events.json"),
+        r#"[{"body": "x", "partitionKey": "home-1"}]"#,
+    )
+    .unwrap();
+    let invoked = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+        .args(["invoke", "Look", "--app", ".", "--events", "events.json"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&invoked.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&invoked.stderr)));
+    assert!(invoked.status.success(), "{answer}");
+    let answer = if answer.is_array() {
+        answer[0].clone()
+    } else {
+        answer
+    };
+    assert_eq!(
+        answer["inputs"]["ref"],
+        Value::String(Value::String(limits.into()).to_string()),
+        "a string input is JSON text in a string, as the host writes it: {answer}"
+    );
+    std::fs::remove_file(root.join("record")).unwrap();
+
+    let mut emulate = Emulate::start_with(root, &["--http-port", "0"], &[]);
+    wait_records(root, &emulate, "Look gets the 4 events", |r| {
+        events_of(r, "Look") >= 4
+    });
+    let status = emulate.terminate();
+    assert!(status.success(), "{status}\n{}", emulate.output());
+    let b64 = |text: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(text)
+    };
+    let as_sent = |text: &str| Value::String(Value::String(text.into()).to_string());
+    let mut seen = BTreeMap::new();
+    for record in records(root).iter().filter(|r| r["function"] == "Look") {
+        let key = record["key"].as_str().unwrap_or_else(|| panic!("{record}"));
+        let inputs = &record["inputs"];
+        let (text, binary) = match key {
+            "home-1" => (as_sent(limits), json!(b64(limits))),
+            "home-2" => (as_sent("plain \"text\" é"), json!(b64("plain \"text\" é"))),
+            // No blob: the host's text for a value it does not have.
+            _ => (json!("null"), json!("null")),
+        };
+        assert_eq!(inputs["ref"], text, "{key}: {record}");
+        assert_eq!(inputs["raw"], binary, "{key}: {record}");
+        *seen.entry(key.to_string()).or_insert(0) += 1;
+    }
+    assert_eq!(
+        seen,
+        BTreeMap::from([
+            ("home-1".to_string(), 2),
+            ("home-2".to_string(), 1),
+            ("home-3".to_string(), 1)
+        ])
     );
 }

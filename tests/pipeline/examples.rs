@@ -286,12 +286,15 @@ fn bindings_emulate_can_neither_carry_out_nor_keep_are_refused_at_start_up_by_na
         "{queue}"
     );
 
+    // An input no local service reads (blob inputs are read).
     let input = refusal_of(
-        json!({"type": "blob", "direction": "in", "name": "config", "path": "config/app.json"}),
+        json!({"type": "cosmosDB", "direction": "in", "name": "config",
+        "databaseName": "app", "containerName": "config", "id": "{deviceId}"}),
         &[],
     );
     assert!(
-        input.contains("'config' (blob)") && input.contains("input bindings"),
+        input.contains("'config' (cosmosDB)")
+            && input.contains("does not read this input binding type"),
         "{input}"
     );
 

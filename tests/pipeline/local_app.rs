@@ -55,5 +55,12 @@ async fn a_function_app_runs_from_a_test_and_its_outputs_are_read_back() {
             .starts_with("not a reading")
     );
 
+    // What a blob input would read: put in the app's own storage, beside what outputs wrote.
+    app.put_blob("refs", "home-1.json", br#"{"limit":30}"#.to_vec())
+        .await
+        .unwrap();
+    let refs = app.blobs("refs").await.unwrap();
+    assert_eq!(refs["home-1.json"], br#"{"limit":30}"#);
+
     app.stop().await.expect("the host stops cleanly");
 }

@@ -79,15 +79,23 @@ class Handler(BaseHTTPRequestHandler):
         if function == os.environ.get("SLOW_FUNCTION") and not os.path.exists(mark):
             open(mark, "w").close()
             time.sleep(float(os.environ["SLOW_SECONDS"]))
+        if "SequenceNumberArray" in metadata:
+            seqs = as_json(metadata["SequenceNumberArray"])
+        else:
+            # Cardinality one: the event's own sequence number.
+            seqs = [as_json(metadata["SequenceNumber"])]
         line = json.dumps(
             {
                 "instance": INSTANCE,
                 "function": function,
                 "partition": context["PartitionId"],
                 "hub": context["EventHubName"],
-                "seqs": as_json(metadata["SequenceNumberArray"]),
+                "seqs": seqs,
+                "key": as_json(metadata.get("PartitionKey")),
                 "retry": as_json(metadata.get("RetryContext")),
                 "pid": os.getpid(),
+                # Input bindings' values, as the host sent them beside the trigger's.
+                "inputs": {k: v for k, v in request["Data"].items() if k != "events"},
             }
         )
         with LOCK:
@@ -96,7 +104,7 @@ class Handler(BaseHTTPRequestHandler):
         for name in filter(None, os.environ.get("OUTPUT_PER_EVENT", "").split(",")):
             items = [
                 {"id": f"{context['PartitionId']}-{seq}", "partition": context["PartitionId"], "seq": seq}
-                for seq in as_json(metadata["SequenceNumberArray"])
+                for seq in seqs
             ]
             if os.environ.get("OUTPUT_ROW_KEY"):
                 # A table entity's row key: its id.
@@ -111,11 +119,14 @@ class Handler(BaseHTTPRequestHandler):
     def http_function(self, request):
         # An HTTP function: what the host sent, echoed in the `res` output's body.
         function = self.path.strip("/")
-        (req,) = request["Data"].values()
+        # The trigger's value is the one object; inputs are strings (docs/host-contract.md §1.3).
+        (req,) = [v for v in request["Data"].values() if isinstance(v, dict)]
+        inputs = [(k, v) for k, v in request["Data"].items() if not isinstance(v, dict)]
         if "Method" not in req:
             # A timer function: its TimerInfo recorded, nothing answered.
             with LOCK:
-                RECORD.write(json.dumps({"function": function, "timer": req, "pid": os.getpid()}) + "\n")
+                RECORD.write(json.dumps({"function": function, "timer": req, "pid": os.getpid(),
+                                         "inputs": dict(inputs)}) + "\n")
             return self.answer(200, {"Outputs": {}, "Logs": [], "ReturnValue": None})
         with LOCK:
             RECORD.write(json.dumps({"function": function, "http": req}) + "\n")

@@ -1,8 +1,11 @@
-"""Reads what queue and table outputs wrote, with the official Azure Storage SDKs for Python
-(azure-storage-queue, azure-data-tables), as an independent peer of hubhost's own clients.
+"""Reads what queue and table outputs wrote, and writes the blobs blob inputs read, with the
+official Azure Storage SDKs for Python (azure-storage-queue, azure-data-tables,
+azure-storage-blob), as an independent peer of hubhost's own clients.
 
   storage_peer.py queue <connection string> <queue>   -> {"messages": [<decoded text>, ...]}
   storage_peer.py table <connection string> <table>   -> {"entities": [{...}, ...]}
+  storage_peer.py blob-put <connection string> <container> <name> <text>
+                                                      -> {"written": "<container>/<name>"}
 
 Queue messages are peeked (left on the queue) and decoded from base64, as the Storage Queues
 extension's readers decode them; table entities are listed with their properties as the SDK
@@ -13,6 +16,7 @@ import json
 import sys
 
 from azure.data.tables import TableServiceClient
+from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import BinaryBase64DecodePolicy, QueueClient
 
 
@@ -44,6 +48,18 @@ def table(connection, name):
     return {"entities": entities}
 
 
+def blob_put(connection, container, name, text):
+    service = BlobServiceClient.from_connection_string(connection)
+    client = service.get_container_client(container)
+    if not client.exists():
+        client.create_container()
+    client.upload_blob(name, text.encode("utf-8"), overwrite=True)
+    return {"written": f"{container}/{name}"}
+
+
 if __name__ == "__main__":
-    what, connection, name = sys.argv[1:4]
-    print(json.dumps({"queue": queue, "table": table}[what](connection, name)))
+    what, connection = sys.argv[1:3]
+    if what == "blob-put":
+        print(json.dumps(blob_put(connection, *sys.argv[3:6])))
+    else:
+        print(json.dumps({"queue": queue, "table": table}[what](connection, sys.argv[3])))

@@ -466,6 +466,7 @@ fn through_contract(
         retry: None,
         flavor: MetadataFlavor::Current,
         now: chrono::Utc::now(),
+        inputs: &[],
     })
     .map_err(|e| e.to_string())?;
     let batch = decode_request("Floor", trigger, &request).map_err(|e| e.to_string())?;

@@ -3,7 +3,7 @@
 //! arrives as `POST /{FunctionName}` with the HTTP request in `Data.<trigger binding>`, and the
 //! answer carries the HTTP response in `Outputs.<http output binding>` (or `ReturnValue` for
 //! `$return`). With forwarding on, serve the routes yourself instead
-//! ([`crate::server::ServerBuilder::routes`]). docs/host-contract.md §7 has the shapes.
+//! ([`crate::server::ServerBuilder::routes`]). docs/host-contract.md §8 has the shapes.
 
 use std::collections::BTreeMap;
 

@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub use hubhost_trigger::batch;
+pub use hubhost_trigger::inputs;
 pub mod app_config;
 pub mod context;
 pub mod contract;

@@ -59,6 +59,7 @@ use crate::function::EventHubFunction;
 use crate::function_app::{
     BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
 };
+use crate::http::{HttpRequest, HttpResponse};
 use crate::output::FunctionOutput;
 use crate::server::FunctionServer;
 
@@ -128,9 +129,92 @@ impl HostHarness {
             retry: batch.retry.as_ref(),
             flavor: MetadataFlavor::Current,
             now: chrono::Utc::now(),
+            inputs: batch.inputs.wire(),
         })
         .expect("a batch the host could send");
         self.post(&batch.function, body).await
+    }
+
+    /// Sends `request` to the HTTP function `function` as the host sends it when it does not
+    /// forward requests: `POST /{function}` with the request in `Data.<trigger binding>`
+    /// (`Url`, `Method`, `Query`, `Headers`, `Params`, `Body`) and its query and route
+    /// parameters in `Metadata`. The answer's response: [`HostAnswer::http_response`].
+    ///
+    /// ```
+    /// use hubhost_functions::prelude::*;
+    /// use hubhost_functions::testing::HostHarness;
+    ///
+    /// struct Hello;
+    ///
+    /// #[async_trait]
+    /// impl HttpFunction for Hello {
+    ///     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, FunctionError> {
+    ///         let name = request.query.get("name").map_or("world", String::as_str);
+    ///         Ok(HttpResponse::text(200, format!("hello {name}")))
+    ///     }
+    /// }
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let server = FunctionServer::builder().http_function("Hello", Hello).build(None).unwrap();
+    /// let harness = HostHarness::new(server);
+    /// let mut request = HttpRequest::default();
+    /// request.method = "GET".into();
+    /// request.query.insert("name".into(), "Ada".into());
+    /// let answer = harness.invoke_http("Hello", &request).await;
+    /// let response = answer.http_response("res").expect("a response");
+    /// assert_eq!((response.status, response.body.as_str()), (200, "hello Ada"));
+    /// # });
+    /// ```
+    pub async fn invoke_http(&self, function: &str, request: &HttpRequest) -> HostAnswer {
+        let binding = match self.server.declaration(function).map(|s| &s.trigger) {
+            Some(Trigger::Http { binding_name, .. }) => binding_name.clone(),
+            _ => panic!(
+                "no HTTP function named {function:?} here (served: {})",
+                self.server.function_names().join(", ")
+            ),
+        };
+        let url = if request.url.is_empty() {
+            format!("http://localhost:7071/api/{function}")
+        } else {
+            request.url.clone()
+        };
+        let text = |v: &String| Value::String(v.clone());
+        let mut metadata: Map<String, Value> = request
+            .query
+            .iter()
+            .chain(&request.params)
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    Value::String(Value::String(v.clone()).to_string()),
+                )
+            })
+            .collect();
+        metadata.insert(
+            "Query".into(),
+            Value::Object(
+                request
+                    .query
+                    .iter()
+                    .map(|(k, v)| (k.clone(), text(v)))
+                    .collect(),
+            ),
+        );
+        let mut data = Map::new();
+        data.insert(
+            binding,
+            serde_json::json!({
+                "Url": url,
+                "Method": if request.method.is_empty() { "GET" } else { request.method.as_str() },
+                "Query": request.query,
+                "Headers": request.headers,
+                "Params": request.params,
+                "Identities": [],
+                "Body": String::from_utf8_lossy(&request.body),
+            }),
+        );
+        let body = serde_json::json!({"Data": data, "Metadata": metadata});
+        self.post(function, body.to_string().into_bytes()).await
     }
 
     /// Sends `body` as it is to `POST /{function}`: for requests the host would not build
@@ -266,6 +350,41 @@ impl HostAnswer {
                 .decode(value)
                 .unwrap_or_else(|_| value.as_bytes().to_vec()),
         )
+    }
+
+    /// The HTTP response an HTTP function answered through its `http` output `binding` (`res`
+    /// by convention; `$return` for the return value), as the host reads it.
+    pub fn http_response(&self, binding: &str) -> Option<HttpResponse> {
+        let value = if binding == "$return" {
+            &self.return_value
+        } else {
+            self.outputs.get(binding)?
+        };
+        let object = value.as_object()?;
+        let member = |name: &str| {
+            object
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v)
+        };
+        let text = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let status = member("statusCode")
+            .or_else(|| member("status"))
+            .and_then(|s| s.as_u64().or_else(|| s.as_str()?.parse().ok()))
+            .unwrap_or(200) as u16;
+        Some(HttpResponse {
+            status,
+            headers: member("headers")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), text(v)))
+                .collect(),
+            body: member("body").map(text).unwrap_or_default(),
+        })
     }
 
     /// The poison events set aside through the `blob` output `binding`

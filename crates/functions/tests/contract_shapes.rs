@@ -318,6 +318,7 @@ fn encoder_follows_the_host_rules_and_round_trips() {
                 retry: None,
                 flavor,
                 now: chrono::Utc::now(),
+                inputs: &[],
             })
             .unwrap();
             let request: Value = serde_json::from_slice(&bytes).unwrap();
@@ -363,6 +364,7 @@ fn encoder_follows_the_host_rules_and_round_trips() {
         }),
         flavor: MetadataFlavor::Current,
         now: chrono::Utc::now(),
+        inputs: &[],
     })
     .unwrap();
     let request: Value = serde_json::from_slice(&bytes).unwrap();
@@ -384,4 +386,96 @@ fn encoder_follows_the_host_rules_and_round_trips() {
         .expect("the retry context survives the round trip");
     assert_eq!((retry.retry_count, retry.max_retry_count), (1, 3));
     assert_eq!(retry.last_error(), Some("the handler answered 500"));
+}
+
+/// Input bindings' values beside the trigger's, as the host writes them
+/// (`GetHttpScriptInvocationContextValue`): a string input as JSON text in a string, a binary
+/// one as base64, one without a value as `null` text.
+#[test]
+fn input_bindings_beside_the_trigger_are_read_as_the_host_wrote_them() {
+    let body = json!({
+      "Data": {
+        "events": "\"{\\\"homeId\\\":\\\"h9\\\"}\"",
+        "limits": "\"{\\\"limit\\\":30}\"",
+        "image": "AP8=",
+        "missing": "null"
+      },
+      "Metadata": {
+        "PartitionContext": {"FullyQualifiedNamespace": "ns", "EventHubName": "h", "ConsumerGroup": "$Default", "PartitionId": "2"},
+        "SequenceNumber": "59"
+      }
+    });
+    let batch = decode(&trigger(Cardinality::One, DataType::String), &body).unwrap();
+    assert_eq!(&batch.events[0].body[..], br#"{"homeId":"h9"}"#);
+    let mut names: Vec<&str> = batch.inputs.names().collect();
+    names.sort();
+    assert_eq!(names, ["image", "limits", "missing"]);
+    assert_eq!(
+        batch.inputs.text("limits").unwrap().as_deref(),
+        Some(r#"{"limit":30}"#)
+    );
+    let limits: Value = batch.inputs.json("limits").unwrap().unwrap();
+    assert_eq!(limits["limit"], 30);
+    assert_eq!(batch.inputs.bytes("image").unwrap(), Some(vec![0, 255]));
+    assert_eq!(batch.inputs.text("missing").unwrap(), None);
+}
+
+/// The encoder writes the inputs beside the trigger's value in both cardinalities, and the
+/// values other bindings' expressions see are the trigger's as their own types.
+#[test]
+fn the_encoder_writes_inputs_and_gives_the_data_expressions_resolve_from() {
+    use hubhost_functions::batch::{EventRecord, PartitionContext};
+    use hubhost_functions::contract::encode::expression_data;
+    let partition = PartitionContext {
+        partition_id: "5".into(),
+        ..PartitionContext::default()
+    };
+    let mut event = EventRecord::new(r#"{"deviceId":"d-7","n":5,"on":true,"at":{"room":"k"}}"#);
+    event.partition_key = Some("home-1".into());
+    event.sequence_number = Some(41);
+    event.enqueued_time = Some(
+        chrono::DateTime::parse_from_rfc3339("2026-12-02T21:05:09.5Z")
+            .unwrap()
+            .into(),
+    );
+    let inputs = [("ref".to_string(), json!("\"text\""))];
+    for cardinality in [Cardinality::One, Cardinality::Many] {
+        let t = trigger(cardinality, DataType::String);
+        let invocation = HostInvocation {
+            function: "F",
+            trigger: &t,
+            partition: &partition,
+            events: std::slice::from_ref(&event),
+            retry: None,
+            flavor: MetadataFlavor::Current,
+            now: chrono::Utc::now(),
+            inputs: &inputs,
+        };
+        let bytes = encode_request(&invocation).unwrap();
+        let batch = decode_request("F", &t, &bytes).unwrap();
+        assert_eq!(batch.inputs.text("ref").unwrap().as_deref(), Some("text"));
+        assert_eq!(batch.events.len(), 1);
+
+        let data = expression_data(&invocation);
+        assert_eq!(data.get("PartitionContext").unwrap()["PartitionId"], "5");
+        assert_eq!(data.get("sys").unwrap()["MethodName"], "F");
+        if cardinality == Cardinality::One {
+            assert_eq!(data.get("partitionkey"), Some(&json!("home-1")));
+            assert_eq!(data.get("SequenceNumber"), Some(&json!(41)));
+            assert_eq!(
+                data.get("EnqueuedTimeUtc"),
+                Some(&json!("2026-12-02T21-05-09Z"))
+            );
+            // The body's members, as the host copies them: scalars as their .NET text.
+            assert_eq!(data.get("deviceId"), Some(&json!("d-7")));
+            assert_eq!(data.get("n"), Some(&json!("5")));
+            assert_eq!(data.get("on"), Some(&json!("True")));
+            assert_eq!(data.get("at").unwrap()["room"], "k");
+        } else {
+            // Per-event values are arrays; the body's members are not copied.
+            assert_eq!(data.get("PartitionKey"), None);
+            assert_eq!(data.get("PartitionKeyArray"), Some(&json!(["home-1"])));
+            assert_eq!(data.get("deviceId"), None);
+        }
+    }
 }

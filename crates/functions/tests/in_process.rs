@@ -240,3 +240,55 @@ async fn a_request_the_host_would_not_send_gets_a_named_error() {
 fn uuid_like(id: &str) -> bool {
     id.len() == 36 && id.chars().filter(|c| *c == '-').count() == 4
 }
+
+/// Caps each reading at the limit a blob input gives (`refs/{PartitionKey}.json`), and says
+/// when the blob is missing.
+struct Capped;
+
+#[async_trait]
+impl EventHubFunction for Capped {
+    async fn run(
+        &self,
+        batch: TriggerBatch,
+        context: &FunctionContext,
+    ) -> Result<FunctionOutput, FunctionError> {
+        let bad = |e: hubhost_functions::inputs::InputError| FunctionError::BadRequest {
+            code: "bad_input",
+            message: e.to_string(),
+        };
+        let limits: Option<serde_json::Value> = batch.inputs.json("limits").map_err(bad)?;
+        let Some(limits) = limits else {
+            context.log("no limits for this home");
+            return Ok(FunctionOutput::default());
+        };
+        context.log(format!("limit {}", limits["limit"]));
+        Ok(FunctionOutput::default())
+    }
+}
+
+#[tokio::test]
+async fn the_harness_hands_a_function_its_inputs_as_the_host_does() {
+    let harness = HostHarness::for_function("Capped", Capped, &[]);
+    let with = TriggerBatch::builder("Capped")
+        .text("21")
+        .input_text("limits", Some(r#"{"limit": 30}"#))
+        .build();
+    let answer = harness.invoke(&with).await;
+    assert!(answer.succeeded(), "{answer:?}");
+    assert_eq!(answer.logs, ["limit 30"]);
+    let without = TriggerBatch::builder("Capped")
+        .text("21")
+        .input_text("limits", None)
+        .build();
+    assert_eq!(
+        harness.invoke(&without).await.logs,
+        ["no limits for this home"]
+    );
+    // A binary input read as text is the function's error, named.
+    let binary = TriggerBatch::builder("Capped")
+        .text("21")
+        .input_bytes("limits", Some(&[0, 255]))
+        .build();
+    let answer = harness.invoke(&binary).await;
+    assert_eq!(answer.status, 400, "{answer:?}");
+}

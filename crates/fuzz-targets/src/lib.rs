@@ -205,6 +205,7 @@ pub fn host_request_roundtrip(data: &[u8]) {
                     retry: None,
                     flavor,
                     now,
+                    inputs: &[],
                 })
                 .expect("events with bodies of the binding's type encode");
                 let batch = decode_request("F", &trigger, &request).unwrap_or_else(|e| {

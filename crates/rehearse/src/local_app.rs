@@ -143,8 +143,9 @@ impl LocalApp {
 
         let mut hubs: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut connections = vec![emulate::DEFAULT_CONNECTION_SETTING.to_string()];
-        // The storage settings of blob, queue and table outputs: the test's own folder, so that
-        // nothing leaves it (queue and table outputs are then kept in the outbox).
+        // The storage settings of blob inputs and of blob, queue and table outputs: the test's
+        // own folder, so that nothing leaves it (queue and table outputs are then kept in the
+        // outbox, and blob inputs read what `put_blob` put there).
         let mut storage_settings =
             vec![hubhost_storage::settings::DEFAULT_STORAGE_SETTING.to_string()];
         for function in &app.functions {
@@ -159,11 +160,12 @@ impl LocalApp {
                 }
                 connections.extend(output.setting("connection").map(str::to_string));
             }
-            for output in function
-                .outputs()
+            for binding in function
+                .bindings
+                .iter()
                 .filter(|b| b.is("blob") || b.is("queue") || b.is("table"))
             {
-                if let Some(setting) = output.setting("connection") {
+                if let Some(setting) = binding.setting("connection") {
                     storage_settings.push(expand(setting)?);
                 }
             }
@@ -583,6 +585,31 @@ impl LocalApp {
             }
         }
         Ok(blobs)
+    }
+
+    /// Puts a blob in the app's storage, for a blob input to read (`refs/{PartitionKey}.json`).
+    pub async fn put_blob(
+        &self,
+        container: &str,
+        name: &str,
+        content: impl Into<bytes::Bytes>,
+    ) -> Result<(), LocalAppError> {
+        let io = |e: hubhost_storage::StoreError| LocalAppError::Io(e.to_string());
+        let store = StorageLocation::Directory(self.storage_folder())
+            .open()
+            .map_err(io)?;
+        store.ensure_container(container).await.map_err(io)?;
+        store
+            .put(
+                container,
+                name,
+                content.into(),
+                &hubhost_storage::Metadata::new(),
+                &hubhost_storage::Condition::Always,
+            )
+            .await
+            .map_err(io)?;
+        Ok(())
     }
 
     /// The values `function`'s output `binding` kept in the outbox, in order: the lines of

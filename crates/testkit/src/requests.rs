@@ -36,6 +36,7 @@ pub fn host_request(
         retry: None,
         flavor: MetadataFlavor::Current,
         now: Utc::now(),
+        inputs: &[],
     })
     .expect("events built in a test are JSON")
 }

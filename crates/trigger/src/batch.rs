@@ -196,6 +196,9 @@ pub struct TriggerBatch {
     pub retry: Option<RetryContext>,
     /// Every system property of every event, as the host sent them (read on demand).
     pub system_properties: SystemProperties,
+    /// The values of the function's input bindings (a blob read before the call), as the host
+    /// sent them beside the events.
+    pub inputs: crate::inputs::InputValues,
 }
 
 /// The system properties the host sends for each event — the service's annotations

@@ -11,6 +11,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{Map, Value, json};
 
 use crate::batch::{EventRecord, PartitionContext, RetryContext, SystemProperties, TriggerBatch};
+use crate::inputs::InputValues;
 
 /// Builds a [`TriggerBatch`] event by event.
 ///
@@ -49,6 +50,7 @@ pub struct BatchBuilder {
     events: Vec<EventRecord>,
     system: Vec<Map<String, Value>>,
     retry: Option<RetryContext>,
+    inputs: InputValues,
 }
 
 impl TriggerBatch {
@@ -70,6 +72,7 @@ impl TriggerBatch {
             events: Vec::new(),
             system: Vec::new(),
             retry: None,
+            inputs: InputValues::default(),
         }
     }
 }
@@ -210,6 +213,19 @@ impl BatchBuilder {
         self
     }
 
+    /// An input binding of `dataType: string` (the default) with `text` as its value, as the
+    /// host reads it before the call (`None`: no value, as for a blob that does not exist).
+    pub fn input_text(mut self, binding: &str, text: Option<&str>) -> Self {
+        self.inputs.set_text(binding, text);
+        self
+    }
+
+    /// An input binding of `dataType: binary` with `bytes` as its value (`None`: no value).
+    pub fn input_bytes(mut self, binding: &str, bytes: Option<&[u8]>) -> Self {
+        self.inputs.set_bytes(binding, bytes);
+        self
+    }
+
     /// The batch.
     pub fn build(self) -> TriggerBatch {
         let system: Vec<Value> = self.system.into_iter().map(Value::Object).collect();
@@ -219,6 +235,7 @@ impl BatchBuilder {
             events: self.events,
             retry: self.retry,
             system_properties: SystemProperties::from_json(&Value::Array(system).to_string()),
+            inputs: self.inputs,
         }
     }
 

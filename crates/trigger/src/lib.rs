@@ -1,6 +1,8 @@
 //! What an Event Hubs trigger hands a function, independent of how it got there.
 //!
 //! - [`batch`]: one invocation — the partition it came from and its events, in order;
+//! - [`inputs`]: the values of the function's input bindings (a blob read before the call),
+//!   as the host sends them beside the events;
 //! - [`builder`]: a batch built by hand, event by event, shaped like one the host sends (for
 //!   tests, and for invoking a function with events of your own);
 //! - [`time`]: the text forms of times and durations the Functions host writes (.NET dates in
@@ -14,4 +16,5 @@
 
 pub mod batch;
 pub mod builder;
+pub mod inputs;
 pub mod time;

@@ -334,6 +334,7 @@ struct Annotations {
 ///     retry: None,
 ///     flavor: MetadataFlavor::Current,
 ///     now: chrono::Utc::now(),
+///     inputs: &[],
 /// })?;
 /// // … decoded into the typed batch a function gets.
 /// let batch = decode_request("F", &trigger, &body)?;
@@ -408,12 +409,30 @@ pub fn decode_request(
             .map(|value| SystemProperties::from_single_json(member_text(value))),
     }
     .unwrap_or_default();
+    // Every other member of `Data` is an input binding's value (a blob read before the call).
+    let inputs = data
+        .iter()
+        .filter(|(name, _)| !name.eq_ignore_ascii_case(binding))
+        .map(|(name, value)| {
+            let value = match value {
+                Member::Text(text) => Value::String(text.to_string()),
+                Member::Raw(text) => {
+                    serde_json::from_str(text).map_err(|e| ContractError::BadData {
+                        binding: name.to_string(),
+                        problem: e.to_string(),
+                    })?
+                }
+            };
+            Ok((name.to_string(), value))
+        })
+        .collect::<Result<Vec<_>, ContractError>>()?;
     Ok(TriggerBatch {
         function: function.to_string(),
         partition,
         events,
         retry,
         system_properties,
+        inputs: hubhost_trigger::inputs::InputValues::from_wire(inputs),
     })
 }
 

@@ -44,6 +44,9 @@ pub struct HostInvocation<'a> {
     pub flavor: MetadataFlavor,
     /// The time the host stamps on the request.
     pub now: DateTime<Utc>,
+    /// The function's input bindings' values, each as the host writes it into `Data` beside
+    /// the trigger's (see `hubhost_trigger::inputs`).
+    pub inputs: &'a [(String, Value)],
 }
 
 /// Why a request cannot be built.
@@ -279,6 +282,10 @@ fn encode_many(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
         (None, DataType::Binary) => write_as_text(&mut out, &Seq(events.iter().map(base64_body))),
         (None, _) => write_strings_as_text(&mut out, events.iter().map(body_str)),
     }
+    for (name, value) in inv.inputs {
+        member(&mut out, name, false);
+        write_json(&mut out, value);
+    }
     out.extend_from_slice(b"},\"Metadata\":{");
     let context = partition_context(inv);
     member(&mut out, "EnqueuedTimeUtcArray", true);
@@ -369,16 +376,35 @@ pub fn sys_binding_data(function: &str, now: &DateTime<Utc>) -> Value {
 /// The host's binding data for one invocation: names compared as .NET's
 /// `StringComparer.OrdinalIgnoreCase` compares them, so that a later value under another
 /// casing replaces the earlier one and keeps its name.
-#[derive(Default)]
-struct BindingData(Vec<(String, Value)>);
+///
+/// Two forms are built from it: the request's `Metadata` (each value as the host writes it,
+/// most as JSON text in a string) and, by [`expression_data`], the values that other
+/// bindings' expressions (`{PartitionKey}` in a blob input's path) are resolved from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BindingData(Vec<(String, Value)>);
 
 impl BindingData {
-    fn set(&mut self, name: &str, value: Value) {
+    /// Sets `name`, replacing a value under any casing of it.
+    pub fn set(&mut self, name: &str, value: Value) {
         let folded = name.to_uppercase();
         match self.0.iter_mut().find(|(n, _)| n.to_uppercase() == folded) {
             Some(entry) => entry.1 = value,
             None => self.0.push((name.to_string(), value)),
         }
+    }
+
+    /// The value of `name`, in any casing.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        let folded = name.to_uppercase();
+        self.0
+            .iter()
+            .find(|(n, _)| n.to_uppercase() == folded)
+            .map(|(_, v)| v)
+    }
+
+    /// The names it holds, in the order they were first set.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(n, _)| n.as_str())
     }
 
     /// The host's `ToHttpScriptInvocationContext`: each non-null value, except those whose
@@ -399,29 +425,137 @@ impl BindingData {
 /// `"True"`), then JSON text like every string (`"\"42\""`). "A JSON object" is as the host's
 /// `Utility.IsJson` sees it: trimmed text between `{` and `}`.
 fn apply_body_fields(binding: &mut BindingData, body: &str) {
+    for (name, field) in body_fields(body) {
+        let value = match field {
+            BodyField::Object(object) => object,
+            BodyField::Text(text) => as_json_text(&Value::String(text)),
+        };
+        binding.set(&name, value);
+    }
+}
+
+/// A JSON body's top-level member as the host puts it in binding data.
+enum BodyField {
+    Object(Value),
+    /// A scalar's .NET text.
+    Text(String),
+}
+
+/// The members of a JSON object body that `Utility.ApplyBindingData` copies into binding data.
+fn body_fields(body: &str) -> Vec<(String, BodyField)> {
     let trimmed = body.trim();
     if !(trimmed.starts_with('{') && trimmed.ends_with('}')) {
-        return;
+        return Vec::new();
     }
     let Ok(OrderedJson::Object(members)) = serde_json::from_str::<OrderedJson>(trimmed) else {
-        return;
+        return Vec::new();
     };
+    let mut fields = Vec::new();
     for (name, member) in members {
-        let value = match member {
+        let field = match member {
             OrderedJson::Null | OrderedJson::Array(_) => continue,
             object @ OrderedJson::Object(_) => {
-                serde_json::to_value(&object).expect("a parsed value serializes")
+                BodyField::Object(serde_json::to_value(&object).expect("a parsed value serializes"))
             }
             scalar => {
                 let value = serde_json::to_value(&scalar).expect("a parsed value serializes");
                 match dotnet_string(&value) {
-                    Some(text) => as_json_text(&Value::String(text)),
+                    Some(text) => BodyField::Text(text),
                     None => continue,
                 }
             }
         };
-        binding.set(&name, value);
+        fields.push((name, field));
     }
+    fields
+}
+
+/// A `DateTime` as a binding expression writes it without a format
+/// (`yyyy-MM-ddTHH-mm-ssK`, the WebJobs SDK's `BindingDataPathHelper`): `2026-12-02T21-05-09Z`.
+pub fn expression_datetime(time: &DateTime<Utc>) -> String {
+    time.format("%Y-%m-%dT%H-%M-%SZ").to_string()
+}
+
+/// The `sys` object as binding expressions see it (`{sys.MethodName}`, `{sys.UtcNow}`,
+/// `{sys.RandGuid}`).
+pub fn sys_expression_data(function: &str, now: &DateTime<Utc>) -> Value {
+    json!({
+        "MethodName": function,
+        "UtcNow": expression_datetime(now),
+        "RandGuid": uuid::Uuid::new_v4().to_string(),
+    })
+}
+
+/// The trigger's binding data as the expressions of the function's other bindings see it (a
+/// blob input's `path: "refs/{PartitionKey}.json"`): the Event Hubs extension's values as
+/// their own types, not as the request's JSON text — strings as strings, numbers as numbers,
+/// times already in the form an expression writes them ([`expression_datetime`]), objects as
+/// objects (`{PartitionContext.PartitionId}`). With cardinality `one`, a JSON object body's
+/// members too (`{deviceId}`), as the host copies them. With cardinality `many` the
+/// per-event values are arrays (`PartitionKeyArray`, …), which no path can use.
+pub fn expression_data(inv: &HostInvocation) -> BindingData {
+    let mut binding = BindingData::default();
+    let context = partition_context(inv);
+    if inv.flavor == MetadataFlavor::Current {
+        binding.set("TriggerPartitionContext", context.clone());
+    }
+    binding.set("PartitionContext", context);
+    match inv.trigger.cardinality {
+        Cardinality::Many => {
+            let events = inv.events;
+            let array =
+                |f: &dyn Fn(&EventRecord) -> Value| Value::Array(events.iter().map(f).collect());
+            binding.set("PartitionKeyArray", array(&|e| json!(e.partition_key)));
+            binding.set(
+                "OffsetArray",
+                array(&|e| json!(offset_as_long(e.offset.as_deref()).to_string())),
+            );
+            binding.set("SequenceNumberArray", array(&|e| json!(e.sequence_number)));
+            binding.set(
+                "EnqueuedTimeUtcArray",
+                array(&|e| json!(e.enqueued_time.as_ref().map(expression_datetime))),
+            );
+            binding.set(
+                "PropertiesArray",
+                array(&|e| Value::Object(e.properties.clone())),
+            );
+        }
+        Cardinality::One => {
+            if let Some(e) = inv.events.first() {
+                if let Some(key) = &e.partition_key {
+                    binding.set("PartitionKey", json!(key));
+                }
+                binding.set(
+                    "Offset",
+                    json!(offset_as_long(e.offset.as_deref()).to_string()),
+                );
+                if let (MetadataFlavor::Current, Some(o)) = (inv.flavor, &e.offset) {
+                    binding.set("OffsetString", json!(o));
+                }
+                if let Some(seq) = e.sequence_number {
+                    binding.set("SequenceNumber", json!(seq));
+                }
+                if let Some(t) = &e.enqueued_time {
+                    binding.set("EnqueuedTimeUtc", json!(expression_datetime(t)));
+                }
+                binding.set("Properties", Value::Object(e.properties.clone()));
+            }
+        }
+    }
+    binding.set("sys", sys_expression_data(inv.function, &inv.now));
+    if inv.trigger.cardinality == Cardinality::One
+        && inv.trigger.data_type != DataType::Binary
+        && let Some(e) = inv.events.first()
+    {
+        for (name, field) in body_fields(&body_text(e)) {
+            let value = match field {
+                BodyField::Object(object) => object,
+                BodyField::Text(text) => Value::String(text),
+            };
+            binding.set(&name, value);
+        }
+    }
+    binding
 }
 
 /// One event (cardinality one), its metadata built as the host builds its binding data:
@@ -485,6 +619,9 @@ fn encode_one(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     }
     let mut data = Map::new();
     data.insert(inv.trigger.binding_name.clone(), data_value);
+    for (name, value) in inv.inputs {
+        data.insert(name.clone(), value.clone());
+    }
     let request = json!({"Data": data, "Metadata": metadata});
     Ok(serde_json::to_vec(&request).expect("a JSON value always serializes"))
 }
@@ -687,6 +824,7 @@ mod tests {
                             retry,
                             flavor,
                             now: Utc.timestamp_opt(1_700_000_100, 5).unwrap(),
+                            inputs: &[],
                         };
                         let written = without_guid(encode_request(&inv).unwrap());
                         let oracle = without_guid(many_as_values(&inv));
@@ -736,6 +874,7 @@ mod tests {
             retry: Some(&retry),
             flavor: MetadataFlavor::Current,
             now: Utc::now(),
+            inputs: &[],
         })
         .unwrap();
         let request: Value = serde_json::from_slice(&request).unwrap();

@@ -16,9 +16,12 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::faults::FaultSwitch;
+use super::inputs::InputPlan;
 use super::outputs::{InvocationOrigin, OutputPlan};
 use crate::invoker::{HostFailure, InvokeError, Invoker, within_function_timeout};
-use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+use hubhost_functions::contract::encode::{
+    HostInvocation, MetadataFlavor, encode_request, expression_data,
+};
 use hubhost_functions::function_app::{EventHubTrigger, RetryPolicy, RetryStrategy};
 use hubhost_processor::{BatchHandler, BatchOutcome, PartitionBatch};
 use hubhost_trigger::batch::RetryContext;
@@ -34,6 +37,8 @@ pub struct FunctionDispatch {
     /// With `%…%` expanded.
     pub trigger: EventHubTrigger,
     pub retry: Option<RetryPolicy>,
+    /// What to read into the request beside the batch (a blob named by `{PartitionKey}`).
+    pub inputs: Arc<InputPlan>,
     /// What to do with the answer's `Outputs` (carried out before the batch counts as done).
     pub outputs: Arc<OutputPlan>,
     /// A rehearsal's switches, when one runs.
@@ -71,7 +76,7 @@ impl FunctionDispatch {
             }
             None => None,
         };
-        let body = encode_request(&HostInvocation {
+        let mut invocation = HostInvocation {
             function: &self.function,
             trigger: &self.trigger,
             partition: &batch.context,
@@ -79,8 +84,25 @@ impl FunctionDispatch {
             retry,
             flavor: MetadataFlavor::Current,
             now: Utc::now(),
-        })
-        .map_err(|e| InvocationFailure::Function(HostFailure::other(e.to_string())))?;
+            inputs: &[],
+        };
+        // The inputs are read before the call, their paths from the trigger's binding data;
+        // one that cannot be read fails the invocation, as in the host.
+        let inputs = if self.inputs.is_empty() {
+            Vec::new()
+        } else {
+            self.inputs
+                .read(&expression_data(&invocation), invocation.now)
+                .await
+                .map_err(|e| {
+                    InvocationFailure::Function(HostFailure::other(format!(
+                        "input binding failed: {e}"
+                    )))
+                })?
+        };
+        invocation.inputs = &inputs;
+        let body = encode_request(&invocation)
+            .map_err(|e| InvocationFailure::Function(HostFailure::other(e.to_string())))?;
         let parent = hubhost_telemetry::traceparent_of(span);
         let invocation_id = uuid::Uuid::new_v4().to_string();
         let invocation = self
@@ -429,6 +451,7 @@ mod tests {
                 },
                 max_retry_count,
             }),
+            inputs: Arc::default(),
             outputs: Arc::default(),
             faults: None,
             function_timeout: None,

@@ -7,19 +7,29 @@
 //! environment, `GET /` until it answers), or is the one already running at a URL. The answer
 //! is shown as the host sees it ([`host_view`]): the status, each output with what the host
 //! (and `emulate`) would do with it, the logs and the return value. A function of cardinality
-//! `one` gets one invocation per event, as from the host.
+//! `one` gets one invocation per event, as from the host. An HTTP function gets one request,
+//! wrapped as `emulate`'s HTTP trigger wraps it (`triggers::http`), and a timer function one
+//! firing (`triggers::timer`): the same requests `emulate` sends, not a second model of them.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::handler_process::start_on_free_port;
-use super::{AppSettings, EmulateError, OutputPlan, OutputSinks, resolve_trigger};
+use super::triggers::{http, timer};
+use super::{
+    AppSettings, EmulateError, InputError, InputPlan, OutputPlan, OutputSinks, resolve_trigger,
+};
 use crate::invoker::{Invocation, InvokeError, Invoker, within_function_timeout};
-use hubhost_functions::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+use hubhost_functions::contract::encode::{
+    HostInvocation, MetadataFlavor, encode_request, expression_data,
+};
 use hubhost_functions::contract::newtonsoft::OrderedJson;
-use hubhost_functions::function_app::{Cardinality, EventHubTrigger, FunctionApp, FunctionSpec};
+use hubhost_functions::function_app::{
+    Cardinality, EventHubTrigger, FunctionApp, FunctionSpec, Trigger,
+};
 use hubhost_trigger::batch::TriggerBatch;
 
 /// What `hubhost invoke` was asked to do.
@@ -37,6 +47,11 @@ pub struct InvokeOptions {
     pub url: Option<String>,
     /// Write each request to stderr as it goes on the wire (line, headers, body).
     pub show_request: bool,
+    /// An HTTP function's request: its method [default: the first it lists, else GET], its
+    /// path and query under the route prefix [default: its route], its body.
+    pub method: Option<String>,
+    pub path: Option<String>,
+    pub body: Option<String>,
     /// Where `emulate` would keep the outputs no local service carries out (`None`:
     /// `--strict-bindings`, such a function is refused). invoke writes nothing there: its
     /// answer says what would be kept.
@@ -53,11 +68,23 @@ pub enum InvokeCommandError {
     #[error("the app has no function named {function} (it has: {available})")]
     UnknownFunction { function: String, available: String },
     #[error(
-        "{function} is not triggered by an event hub ({trigger}); hubhost invoke sends Event Hubs batches"
+        "{function} has a {trigger}; hubhost invoke calls Event Hubs, HTTP and timer functions"
     )]
-    NotEventHub { function: String, trigger: String },
+    NotInvokable { function: String, trigger: String },
+    /// A flag that does not apply to the function's trigger.
+    #[error("{flag} does not apply to {function}, {kind}")]
+    Flag {
+        flag: String,
+        function: String,
+        kind: String,
+    },
+    #[error(transparent)]
+    Http(#[from] http::HttpInvokeError),
     #[error("the handler gave no answer: {0}")]
     NoAnswer(#[from] InvokeError),
+    /// An input binding could not be read (the host would fail the invocation before calling).
+    #[error(transparent)]
+    Input(#[from] InputError),
 }
 
 /// One event of an events file.
@@ -282,8 +309,11 @@ pub fn host_view(answer: &Invocation, outputs: &OutputPlan) -> Value {
     view
 }
 
-/// Invokes the function with the events, starting its handler unless `url` names one; the host's
-/// view of each answer, in order.
+/// Invokes the function, starting its handler unless `url` names one; the host's view of each
+/// answer, in order. An Event Hubs function gets the events (one invocation per event for
+/// cardinality `one`); an HTTP function one request (`--method`, `--path`, `--body`), and its
+/// view adds the `response` the client would get; a timer function one firing, as the host's
+/// admin API fires it.
 pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError> {
     let settings = AppSettings::load(&opts.app)?;
     let app = FunctionApp::load_with_settings(&opts.app, settings.values())
@@ -306,29 +336,8 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
             spec.name
         );
     }
-    let Some((trigger, target)) = resolve_trigger(spec, &settings)? else {
-        return Err(InvokeCommandError::NotEventHub {
-            function: spec.name.clone(),
-            trigger: format!("{:?}", spec.trigger),
-        });
-    };
-    let events = match &opts.events {
-        Some(path) => {
-            let problem = |problem: String| InvokeCommandError::Events {
-                path: path.clone(),
-                problem,
-            };
-            let text = std::fs::read_to_string(path).map_err(|e| problem(e.to_string()))?;
-            parse_events(&text).map_err(problem)?
-        }
-        None => sample_events(),
-    };
-    // Refuses, as emulate does, an output it would neither carry out nor keep.
-    let outputs = OutputPlan::resolve(
-        spec,
-        &settings,
-        &OutputSinks::start(opts.outbox.clone(), &app.host_json),
-    )?;
+    let sinks = OutputSinks::start(opts.outbox.clone(), &app.host_json);
+    let prepared = prepare(opts, &app, spec, &settings, &sinks).await?;
     let function_timeout = super::function_timeout(&app)?;
 
     let (invoker, mut handler) = match &opts.url {
@@ -341,32 +350,19 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
     };
     let mut views = Vec::new();
     let mut outcome = Ok(());
-    for batch in batches(spec, &trigger, &target.namespace, &opts.partition, &events) {
-        let body = encode_request(&HostInvocation {
-            function: &spec.name,
-            trigger: &trigger,
-            partition: &batch.partition,
-            events: &batch.events,
-            retry: batch.retry.as_ref(),
-            flavor: MetadataFlavor::Current,
-            now: Utc::now(),
-        })
-        .map_err(|e| InvokeCommandError::Events {
-            path: opts.events.clone().unwrap_or_default(),
-            problem: e.to_string(),
-        })?;
+    for request in prepared {
         let invocation_id = uuid::Uuid::new_v4().to_string();
         if opts.show_request {
             // The line and headers, then the body as one chunk would carry it.
             let mut shown = invoker
                 .request_head(&spec.name, &invocation_id)
                 .into_bytes();
-            shown.extend_from_slice(&body);
+            shown.extend_from_slice(&request.body);
             shown.push(b'\n');
             std::io::Write::write_all(&mut std::io::stderr(), &shown)
                 .map_err(|e| InvokeCommandError::NoAnswer(InvokeError::NoAnswer(e.to_string())))?;
         }
-        let invocation = invoker.invoke_as(&spec.name, &invocation_id, body, None);
+        let invocation = invoker.invoke_as(&spec.name, &invocation_id, request.body, None);
         let answered = match within_function_timeout(function_timeout, invocation).await {
             Ok(answered) => answered,
             Err(limit) => {
@@ -376,7 +372,27 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
             }
         };
         match answered {
-            Ok(answer) => views.push(host_view(&answer, &outputs)),
+            Ok(answer) => {
+                let mut view = host_view(&answer, &request.outputs);
+                if !request.inputs.is_empty() {
+                    // What the host read for the call, as it sent it.
+                    view["inputs"] = Value::Object(request.inputs.into_iter().collect());
+                }
+                if let Some(binding) = &request.http_response
+                    && answer.succeeded()
+                {
+                    let value = http::response_value(&answer.body, binding);
+                    match http::response_view(value).await {
+                        Ok(response) => view["response"] = response,
+                        Err(reason) => {
+                            // The host fails the invocation, and the client gets a 500.
+                            view["succeeded"] = Value::Bool(false);
+                            view["hostError"] = Value::String(reason);
+                        }
+                    }
+                }
+                views.push(view);
+            }
             Err(e) => {
                 outcome = Err(e.into());
                 break;
@@ -387,6 +403,142 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
         process.stop(child).await;
     }
     outcome.map(|()| views)
+}
+
+/// One request `hubhost invoke` sends, with what reading its answer needs.
+struct Prepared {
+    body: Vec<u8>,
+    /// The input bindings' values in it, as sent.
+    inputs: Vec<(String, Value)>,
+    outputs: Arc<OutputPlan>,
+    /// An HTTP function's `http` output, whose value is the response.
+    http_response: Option<String>,
+}
+
+/// The requests the host would send `spec` for this invocation, each with its inputs read.
+async fn prepare(
+    opts: &InvokeOptions,
+    app: &FunctionApp,
+    spec: &FunctionSpec,
+    settings: &AppSettings,
+    sinks: &OutputSinks,
+) -> Result<Vec<Prepared>, InvokeCommandError> {
+    let not_for = |flag: &str, kind: &str| InvokeCommandError::Flag {
+        flag: flag.to_string(),
+        function: spec.name.clone(),
+        kind: kind.to_string(),
+    };
+    let http_flags = [
+        ("--method", opts.method.is_some()),
+        ("--path", opts.path.is_some()),
+        ("--body", opts.body.is_some()),
+    ];
+    let refuse_http_flags = |kind: &str| match http_flags.iter().find(|(_, set)| *set) {
+        Some((flag, _)) => Err(not_for(flag, kind)),
+        None => Ok(()),
+    };
+    if let Some((trigger, target)) = resolve_trigger(spec, settings)? {
+        refuse_http_flags("an Event Hubs function")?;
+        return prepare_batches(opts, spec, settings, sinks, &trigger, &target.namespace).await;
+    }
+    let one = std::slice::from_ref(spec);
+    if matches!(spec.trigger, Trigger::Http { .. }) {
+        if opts.events.is_some() {
+            return Err(not_for("--events", "an HTTP function"));
+        }
+        let http = http::HttpTriggers::resolve(app, one, settings, sinks)?;
+        let body = bytes::Bytes::from(opts.body.clone().unwrap_or_default());
+        let request = http
+            .invocation_for(
+                &spec.name,
+                opts.method.as_deref(),
+                opts.path.as_deref(),
+                body,
+            )
+            .await?;
+        return Ok(vec![Prepared {
+            inputs: Vec::new(),
+            body: request.body,
+            outputs: request.outputs,
+            http_response: request.response,
+        }]);
+    }
+    let timers = timer::TimerTriggers::resolve(one, settings, sinks)?;
+    if let Some(firing) = timers.firing_now(&spec.name).await {
+        if opts.events.is_some() {
+            return Err(not_for("--events", "a timer function"));
+        }
+        refuse_http_flags("a timer function")?;
+        let (body, outputs) = firing?;
+        return Ok(vec![Prepared {
+            body,
+            inputs: Vec::new(),
+            outputs,
+            http_response: None,
+        }]);
+    }
+    Err(InvokeCommandError::NotInvokable {
+        function: spec.name.clone(),
+        trigger: match &spec.trigger {
+            Trigger::Other { kind, .. } => kind.clone(),
+            Trigger::EventHub(_) => "eventHubTrigger".into(),
+            Trigger::Http { .. } => "httpTrigger".into(),
+        },
+    })
+}
+
+/// The batches for an Event Hubs function, encoded as the host encodes them.
+async fn prepare_batches(
+    opts: &InvokeOptions,
+    spec: &FunctionSpec,
+    settings: &AppSettings,
+    sinks: &OutputSinks,
+    trigger: &EventHubTrigger,
+    namespace: &str,
+) -> Result<Vec<Prepared>, InvokeCommandError> {
+    let events = match &opts.events {
+        Some(path) => {
+            let problem = |problem: String| InvokeCommandError::Events {
+                path: path.clone(),
+                problem,
+            };
+            let text = std::fs::read_to_string(path).map_err(|e| problem(e.to_string()))?;
+            parse_events(&text).map_err(problem)?
+        }
+        None => sample_events(),
+    };
+    let inputs = InputPlan::resolve(spec, settings)?;
+    // Refuses, as emulate does, an output it would neither carry out nor keep.
+    let outputs = Arc::new(OutputPlan::resolve(spec, settings, sinks)?);
+    let mut prepared = Vec::new();
+    for batch in batches(spec, trigger, namespace, &opts.partition, &events) {
+        let mut invocation = HostInvocation {
+            function: &spec.name,
+            trigger,
+            partition: &batch.partition,
+            events: &batch.events,
+            retry: batch.retry.as_ref(),
+            flavor: MetadataFlavor::Current,
+            now: Utc::now(),
+            inputs: &[],
+        };
+        // Read as emulate reads them, before the call.
+        let values = inputs
+            .read(&expression_data(&invocation), invocation.now)
+            .await?;
+        invocation.inputs = &values;
+        let body = encode_request(&invocation).map_err(|e| InvokeCommandError::Events {
+            path: opts.events.clone().unwrap_or_default(),
+            problem: e.to_string(),
+        })?;
+        prepared.push(Prepared {
+            body,
+            inputs: values,
+            outputs: outputs.clone(),
+            http_response: None,
+        });
+    }
+    Ok(prepared)
 }
 
 #[cfg(test)]

@@ -17,11 +17,14 @@ mod dispatch;
 mod executable;
 pub mod faults;
 mod handler_process;
+mod inputs;
+pub use inputs::{InputError, InputPlan};
 pub mod invoke;
 mod metrics;
 mod outputs;
 mod owner_id;
 mod settings;
+mod template;
 pub mod trace_summary;
 mod triggers;
 
@@ -235,6 +238,8 @@ pub struct FunctionTarget {
     pub spec: FunctionSpec,
     pub trigger: EventHubTrigger,
     pub target: EventHubTarget,
+    /// Its input bindings, resolved; the app is refused if one cannot be read.
+    pub inputs: Arc<InputPlan>,
     /// Its output bindings, resolved; the app is refused if one cannot be carried out.
     pub outputs: Arc<OutputPlan>,
 }
@@ -315,11 +320,13 @@ pub fn event_hub_functions(
         let Some((trigger, target)) = resolve_trigger(spec, settings)? else {
             continue;
         };
+        let inputs = Arc::new(InputPlan::resolve(spec, settings)?);
         let outputs = Arc::new(OutputPlan::resolve(spec, settings, sinks)?);
         out.push(FunctionTarget {
             spec: spec.clone(),
             trigger,
             target,
+            inputs,
             outputs,
         });
     }

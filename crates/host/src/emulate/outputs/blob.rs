@@ -3,9 +3,9 @@
 
 use chrono::{DateTime, Utc};
 
-use super::template::{Template, TemplateError};
 use super::{OutputError, OutputValue, text_of};
 use crate::emulate::settings::AppSettings;
+use crate::emulate::template::{Template, TemplateError};
 use hubhost_functions::function_app::BindingSpec;
 use hubhost_storage::settings::SettingsError;
 use hubhost_storage::{Condition, Metadata, SharedStore, StoreError};
@@ -38,7 +38,7 @@ pub enum BlobStoreError {
 
 /// The storage a `blob` binding's `connection` names (default `AzureWebJobsStorage`, as in the
 /// host), read the same way as the app's own storage setting.
-pub(super) fn blob_store(
+pub(crate) fn blob_store(
     binding: &BindingSpec,
     settings: &AppSettings,
 ) -> Result<SharedStore, BlobStoreError> {

@@ -29,7 +29,6 @@ mod event_hub;
 mod outbox;
 mod queue;
 mod table;
-mod template;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,6 +48,7 @@ use hubhost_storage::settings::{STORAGE_SETTING_VAR, SettingsError, resolve_stor
 use hubhost_storage::table::TableService;
 use hubhost_storage::{SharedStore, StorageLocation, StoreError};
 
+pub(crate) use blob::blob_store;
 pub use blob::{BlobPath, BlobPathError, BlobStoreError, blob_content};
 pub use event_hub::{EventSender, SendError, event_bodies};
 pub use outbox::{Outbox, OutboxError, OutboxNameError};
@@ -103,11 +103,16 @@ pub enum OutputError {
 /// Why an output binding of a function.json cannot be carried out by `hubhost emulate`.
 #[derive(Debug, thiserror::Error)]
 pub enum BindingProblem {
-    /// Input bindings (a blob read before the call, …) are the host's, not carried out here.
+    /// An input binding of a type no local service reads here.
     #[error(
-        "input bindings are not carried out by hubhost emulate (it carries out {CARRIED_OUT}, and keeps other outputs in its outbox)"
+        "hubhost emulate does not read this input binding type (it reads blob inputs; it carries out {CARRIED_OUT}, and keeps other outputs in its outbox); remove it or run the app under the Functions host"
     )]
     Input,
+    /// A blob input's `dataType` other than `string` or `binary`.
+    #[error(
+        "dataType \"{data_type}\": hubhost emulate reads blob inputs as string (the default) or binary"
+    )]
+    InputDataType { data_type: String },
     /// `--strict-bindings`: a type that would be kept in the outbox.
     #[error(
         "hubhost emulate does not carry out this binding type (it carries out {CARRIED_OUT}), and --strict-bindings refuses to keep its values in the outbox; remove the flag, remove the binding, or run the app under the Functions host"
@@ -298,7 +303,8 @@ impl OutputPlan {
                 continue;
             }
             if binding.direction == Direction::In {
-                return Err(bad(BindingProblem::Input));
+                // Read before the call (`inputs`).
+                continue;
             }
             let expand = |text: &str| {
                 settings
@@ -376,7 +382,7 @@ impl OutputPlan {
                             .setting(setting)
                             .map(|text| {
                                 let text = expand(text)?;
-                                template::Template::parse(&text).map_err(|e| {
+                                crate::emulate::template::Template::parse(&text).map_err(|e| {
                                     bad(BindingProblem::BadName {
                                         setting,
                                         value: text.clone(),
@@ -821,10 +827,6 @@ mod tests {
         };
         let blob =
             |path: &str| json!({"type": "blob", "direction": "out", "name": "b", "path": path});
-        assert!(matches!(
-            problem(json!({"type": "blob", "direction": "in", "name": "b", "path": "c/n"})),
-            BindingProblem::Input
-        ));
         assert!(matches!(
             problem(json!({"type": "cosmosDB", "direction": "out", "name": "docs"})),
             BindingProblem::NotCarriedOut

@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::template::Template;
 use super::{OutputError, OutputValue};
+use crate::emulate::template::Template;
 use hubhost_storage::table::{EntityWrite, TableService, validate_entity_key};
 
 /// A table output's keys as the binding gives them (expressions resolved per invocation).

@@ -222,6 +222,7 @@ fn consumers(
                     function: f.spec.name.clone(),
                     trigger: f.trigger.clone(),
                     retry: f.spec.retry.clone(),
+                    inputs: f.inputs.clone(),
                     outputs: f.outputs.clone(),
                     faults: delivery.faults.clone(),
                     drain: delivery.drain,

@@ -20,10 +20,11 @@ use chrono::{DateTime, Datelike, Duration as ChronoDuration, TimeZone, Timelike,
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::emulate::inputs::InputPlan;
 use crate::emulate::outputs::{InvocationOrigin, OutputPlan, OutputSinks};
 use crate::emulate::{AppSettings, EmulateError, SettingProblem};
 use crate::invoker::Invoker;
-use hubhost_functions::contract::encode::sys_binding_data;
+use hubhost_functions::contract::encode::{BindingData, sys_binding_data, sys_expression_data};
 use hubhost_functions::function_app::{FunctionSpec, Trigger};
 
 /// How often an instance that does not hold a timer's lock tries to take it.
@@ -47,6 +48,7 @@ struct TimerFunction {
     binding: String,
     schedule: Schedule,
     run_on_startup: bool,
+    inputs: Arc<InputPlan>,
     outputs: Arc<OutputPlan>,
 }
 
@@ -92,6 +94,7 @@ impl TimerTriggers {
                 binding: text("name").to_string(),
                 schedule,
                 run_on_startup,
+                inputs: Arc::new(InputPlan::resolve(spec, settings)?),
                 outputs: Arc::new(OutputPlan::resolve(spec, settings, sinks)?),
             });
         }
@@ -100,6 +103,26 @@ impl TimerTriggers {
 
     pub fn is_empty(&self) -> bool {
         self.timers.is_empty()
+    }
+
+    /// The request the host sends `function` for one firing now, as the host's admin API
+    /// (`POST /admin/functions/{name}`) fires a timer (`hubhost invoke`), its inputs read; and
+    /// the function's outputs. `None` when `function` is not one of these timers.
+    pub async fn firing_now(
+        &self,
+        function: &str,
+    ) -> Option<Result<(Vec<u8>, Arc<OutputPlan>), crate::emulate::InputError>> {
+        let timer = self.timers.iter().find(|t| t.name == function)?;
+        let now = Utc::now();
+        let mut data = BindingData::default();
+        data.set("sys", sys_expression_data(&timer.name, &now));
+        let inputs = match timer.inputs.read(&data, now).await {
+            Ok(inputs) => inputs,
+            Err(e) => return Some(Err(e)),
+        };
+        let next = timer.schedule.next_after(now);
+        let body = invocation(timer, now, None, next, false, &inputs);
+        Some(Ok((body, timer.outputs.clone())))
     }
 
     /// One line per timer: its schedule and next occurrence.
@@ -211,9 +234,20 @@ async fn fire(
     let next = timer.schedule.next_after(scheduled);
     // Past due when the occurrence after this one has come too (the last firing overran).
     let past_due = next.is_some_and(|after| after <= Utc::now());
-    let body = invocation(timer, scheduled, *last, next, past_due);
+    let previous = last.replace(scheduled);
+    // A timer's binding data is `sys` alone: its inputs' paths can name nothing else.
+    let now = Utc::now();
+    let mut data = BindingData::default();
+    data.set("sys", sys_expression_data(&timer.name, &now));
+    let inputs = match timer.inputs.read(&data, now).await {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            tracing::error!(function = %timer.name, error = %e, "an input of the timer function failed");
+            return;
+        }
+    };
+    let body = invocation(timer, scheduled, previous, next, past_due, &inputs);
     let invocation_id = uuid::Uuid::new_v4().to_string();
-    *last = Some(scheduled);
     let answer = match invoker
         .invoke_as(&timer.name, &invocation_id, body, None)
         .await
@@ -247,6 +281,7 @@ fn invocation(
     last: Option<DateTime<Utc>>,
     next: Option<DateTime<Utc>>,
     past_due: bool,
+    inputs: &[(String, Value)],
 ) -> Vec<u8> {
     let date = |t: DateTime<Utc>| Value::from(hubhost_trigger::time::dotnet_datetime_offset(&t));
     let info = json!({
@@ -260,6 +295,7 @@ fn invocation(
     });
     let mut data = Map::new();
     data.insert(timer.binding.clone(), info);
+    data.extend(inputs.iter().cloned());
     let body = json!({
         "Data": data,
         "Metadata": {"sys": sys_binding_data(&timer.name, &Utc::now())},

@@ -42,6 +42,7 @@ use response::{empty, error, http_response, not_found};
 use route::{RouteTemplate, percent_decode, strip_prefix};
 use tokio_util::sync::CancellationToken;
 
+use crate::emulate::inputs::InputPlan;
 use crate::emulate::outputs::{InvocationOrigin, OutputPlan, OutputSinks};
 use crate::emulate::{AppSettings, EmulateError};
 use crate::invoker::Invoker;
@@ -83,7 +84,75 @@ struct HttpFunction {
     auth_level: String,
     /// The `http` output's name, if any.
     response: Option<String>,
+    inputs: Arc<InputPlan>,
     outputs: Arc<OutputPlan>,
+}
+
+/// One request for an HTTP function, as `hubhost invoke` sends it.
+pub struct HttpInvocation {
+    /// The invocation request's body.
+    pub body: Vec<u8>,
+    pub outputs: Arc<OutputPlan>,
+    /// The `http` output's name, whose value is the response.
+    pub response: Option<String>,
+}
+
+/// Why a request for an HTTP function cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpInvokeError {
+    #[error("{0} has no httpTrigger")]
+    NotHttp(String),
+    #[error(
+        "host.json forwards HTTP requests as they came (enableForwardingHttpRequest or enableProxyingHttpRequest): the handler serves the route itself; call it, or run hubhost emulate and call http://127.0.0.1:7071"
+    )]
+    Forwarding,
+    #[error("the function takes {methods}, not {method}")]
+    Method { method: String, methods: String },
+    #[error("--path \"{0}\" is not a URL path")]
+    Path(String),
+    #[error("--path \"{path}\" is not the function's route ({route}; give its parameters' values)")]
+    NotItsRoute { path: String, route: String },
+    #[error(transparent)]
+    Input(crate::emulate::InputError),
+}
+
+/// The `http` output `binding`'s value in an answer: `Outputs.<binding>`, or `ReturnValue` for
+/// `$return`.
+pub fn response_value(answer: &Value, binding: &str) -> Option<Value> {
+    if binding == "$return" {
+        answer.get("ReturnValue").cloned()
+    } else {
+        answer.get("Outputs").and_then(|o| o.get(binding)).cloned()
+    }
+}
+
+/// The HTTP response the host would give the client for the `http` output's `value`:
+/// `{"status", "headers", "body"}` (the body as text when it is UTF-8), or the host's reason
+/// for failing the invocation instead.
+pub async fn response_view(value: Option<Value>) -> Result<Value, String> {
+    let response = http_response(value)?;
+    let status = response.status().as_u16();
+    let headers: serde_json::Map<String, Value> = response
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                Value::from(String::from_utf8_lossy(v.as_bytes()).into_owned()),
+            )
+        })
+        .collect();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    Ok(serde_json::json!({
+        "status": status,
+        "headers": headers,
+        "body": String::from_utf8_lossy(&body),
+    }))
 }
 
 impl HttpTriggers {
@@ -130,6 +199,7 @@ impl HttpTriggers {
                     .iter()
                     .find(|b| b.is("http"))
                     .map(|b| b.name.clone()),
+                inputs: Arc::new(InputPlan::resolve(spec, settings)?),
                 outputs: Arc::new(OutputPlan::resolve(spec, settings, sinks)?),
             });
         }
@@ -159,6 +229,78 @@ impl HttpTriggers {
 
     pub fn is_empty(&self) -> bool {
         self.functions.is_empty()
+    }
+
+    /// What the host sends `function` for a request `method path_and_query` with `body` (the
+    /// path under the route prefix, e.g. `/api/items/5?x=1`; default the function's route,
+    /// which then has no parameters), wrapped as the host wraps it, its inputs read: what
+    /// `hubhost invoke` sends. Forwarded requests are not built here: with forwarding on, the
+    /// handler serves the route itself.
+    pub async fn invocation_for(
+        &self,
+        function: &str,
+        method: Option<&str>,
+        path_and_query: Option<&str>,
+        body: Bytes,
+    ) -> Result<HttpInvocation, HttpInvokeError> {
+        let f = self
+            .functions
+            .iter()
+            .find(|f| f.name == function)
+            .ok_or_else(|| HttpInvokeError::NotHttp(function.to_string()))?;
+        if self.forwarding {
+            return Err(HttpInvokeError::Forwarding);
+        }
+        let method = method
+            .map(str::to_ascii_uppercase)
+            .or_else(|| f.methods.first().cloned())
+            .unwrap_or_else(|| "GET".into());
+        if !f.methods.is_empty() && !f.methods.contains(&method) {
+            return Err(HttpInvokeError::Method {
+                method,
+                methods: f.methods.join(","),
+            });
+        }
+        let target = match path_and_query {
+            Some(p) => format!("/{}", p.trim_start_matches('/')),
+            None => format!("/{}", self.path_of(&f.route)),
+        };
+        let uri: hyper::Uri = format!("http://localhost:7071{target}")
+            .parse()
+            .map_err(|_| HttpInvokeError::Path(target.clone()))?;
+        let route_path = strip_prefix(uri.path(), &self.route_prefix)
+            .ok_or_else(|| HttpInvokeError::Path(target.clone()))?;
+        let segments: Vec<String> = route_path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(percent_decode)
+            .collect();
+        let params = f
+            .route
+            .matches(&segments)
+            .ok_or_else(|| HttpInvokeError::NotItsRoute {
+                path: target.clone(),
+                route: self.path_of(&f.route),
+            })?;
+        let (parts, ()) = Request::builder()
+            .method(method.as_str())
+            .uri(uri)
+            .header(hyper::header::HOST, "localhost:7071")
+            .body(())
+            .map_err(|_| HttpInvokeError::Path(target.clone()))?
+            .into_parts();
+        let received = ReceivedRequest::new(&parts, body, params);
+        let now = chrono::Utc::now();
+        let inputs = f
+            .inputs
+            .read(&received.binding_data(&f.name, &now), now)
+            .await
+            .map_err(HttpInvokeError::Input)?;
+        Ok(HttpInvocation {
+            body: received.invocation(&f.name, &f.binding, &inputs),
+            outputs: f.outputs.clone(),
+            response: f.response.clone(),
+        })
     }
 
     /// One line per function: its methods and URL at `addr`, and what differs from Azure.
@@ -290,7 +432,19 @@ impl HttpTriggers {
             return forward(invoker, &invocation_id, &parts, body, &function.name).await;
         }
         let received = ReceivedRequest::new(&parts, body, params);
-        let invocation = received.invocation(&function.name, &function.binding);
+        let now = chrono::Utc::now();
+        let inputs = match function
+            .inputs
+            .read(&received.binding_data(&function.name, &now), now)
+            .await
+        {
+            Ok(inputs) => inputs,
+            Err(e) => {
+                tracing::error!(function = %function.name, error = %e, "an input of the HTTP function failed");
+                return empty(StatusCode::INTERNAL_SERVER_ERROR);
+            }
+        };
+        let invocation = received.invocation(&function.name, &function.binding, &inputs);
         let answered = tokio::time::timeout(
             ANSWER_WAIT,
             invoker.invoke_as(&function.name, &invocation_id, invocation, None),
@@ -321,17 +475,10 @@ impl HttpTriggers {
             tracing::error!(function = %function.name, error = %e, "an output of the HTTP function failed");
             return empty(StatusCode::INTERNAL_SERVER_ERROR);
         }
-        let value = function.response.as_deref().and_then(|name| {
-            if name == "$return" {
-                answer.body.get("ReturnValue").cloned()
-            } else {
-                answer
-                    .body
-                    .get("Outputs")
-                    .and_then(|o| o.get(name))
-                    .cloned()
-            }
-        });
+        let value = function
+            .response
+            .as_deref()
+            .and_then(|name| response_value(&answer.body, name));
         match http_response(value) {
             Ok(response) => response,
             Err(problem) => {

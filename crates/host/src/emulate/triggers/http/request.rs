@@ -9,7 +9,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::route::percent_decode;
-use hubhost_functions::contract::encode::sys_binding_data;
+use hubhost_functions::contract::encode::{BindingData, sys_binding_data, sys_expression_data};
 
 /// One request as the host reads it before it invokes the function.
 pub(super) struct ReceivedRequest {
@@ -80,10 +80,31 @@ impl ReceivedRequest {
         }
     }
 
+    /// The binding data its inputs' paths are resolved from: each query parameter, then each
+    /// route parameter (which wins), as text; `Query` and `Headers`; `sys`.
+    pub(super) fn binding_data(&self, function: &str, now: &chrono::DateTime<Utc>) -> BindingData {
+        let mut data = BindingData::default();
+        for (name, value) in &self.query {
+            data.set(name, value.clone());
+        }
+        for (name, value) in &self.params {
+            data.set(name, Value::from(value.clone()));
+        }
+        data.set("Query", Value::Object(self.query.clone()));
+        data.set("Headers", Value::Object(self.headers.clone()));
+        data.set("sys", sys_expression_data(function, now));
+        data
+    }
+
     /// The invocation request: `Data.<binding>` the request, `Metadata` its binding data
     /// (each query parameter and route parameter, `Query`, `Headers`, `sys`), strings in
     /// `Metadata` written as JSON text, as the host writes every non-object value there.
-    pub(super) fn invocation(&self, function: &str, binding: &str) -> Vec<u8> {
+    pub(super) fn invocation(
+        &self,
+        function: &str,
+        binding: &str,
+        inputs: &[(String, Value)],
+    ) -> Vec<u8> {
         let params: Map<String, Value> = self
             .params
             .iter()
@@ -123,6 +144,7 @@ impl ReceivedRequest {
         metadata.insert("sys".into(), sys_binding_data(function, &Utc::now()));
         let mut data = Map::new();
         data.insert(binding.to_string(), request);
+        data.extend(inputs.iter().cloned());
         serde_json::to_vec(&json!({"Data": data, "Metadata": metadata})).expect("JSON")
     }
 }
