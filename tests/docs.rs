@@ -97,6 +97,7 @@ const EXAMPLES: &[&str] = &[
     "hubhost simulate --hub sensors --homes 100 --duration 20",
     "cargo build -p count-readings && hubhost emulate --app examples/count-readings/function_app",
     "cargo build -p forward-alarms && hubhost emulate --app examples/forward-alarms/function_app",
+    "cargo build -p home-limits && hubhost emulate --app examples/home-limits/function_app",
 ];
 
 /// Documented commands no scenario runs, and why.
@@ -693,7 +694,7 @@ fn stand_in_root(name: &str) -> PathBuf {
         root.join("local.settings.json.example"),
     )
     .unwrap();
-    for example in ["count-readings", "forward-alarms"] {
+    for example in ["count-readings", "forward-alarms", "home-limits"] {
         kit::copy_dir(
             &repo().join("examples").join(example).join("function_app"),
             &root.join("examples").join(example).join("function_app"),
@@ -1384,6 +1385,7 @@ fn the_examples_run_as_docs_writing_functions_says() {
     for example in [
         "cargo build -p count-readings && hubhost emulate --app examples/count-readings/function_app",
         "cargo build -p forward-alarms && hubhost emulate --app examples/forward-alarms/function_app",
+        "cargo build -p home-limits && hubhost emulate --app examples/home-limits/function_app",
     ] {
         let mut emulate = shell.start(example);
         emulate.wait_for("every reading processed", Duration::from_secs(900), |out| {

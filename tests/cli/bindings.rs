@@ -51,32 +51,6 @@ fn served_at(output: &str, name: &str) -> String {
         .to_string()
 }
 
-/// One HTTP/1.1 request to `url` + `query`: the status, the header block and the body.
-fn request(url: &str, method: &str, query: &str, body: &str) -> (u16, String, String) {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://").unwrap();
-    let (authority, path) = rest.split_once('/').unwrap();
-    let mut stream = std::net::TcpStream::connect(authority).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "{method} /{path}{query} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_string(), body.to_string())
-}
-
 /// The page at the `/metrics` address emulate printed.
 fn metrics_page(output: &str) -> String {
     let url = output
@@ -229,7 +203,7 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
     }
     // The HTTP function, as the host calls it: the request in Data.req, the answer's `res`.
     let base = served_at(&emulate.output(), "Health");
-    let (status, headers, body) = request(&base, "GET", "?name=Ada+L&name=B", "");
+    let (status, headers, body) = kit::http_request(&base, "GET", "?name=Ada+L&name=B", "");
     assert_eq!(status, 201, "{headers}\n{body}");
     assert!(
         headers.to_ascii_lowercase().contains("x-function: health"),
@@ -247,7 +221,7 @@ fn outputs_no_local_service_carries_out_are_kept_in_the_outbox_once_each() {
         "{echoed}"
     );
     // Not a method it lists: no function serves it.
-    let (status, _, body) = request(&base, "POST", "", "{}");
+    let (status, _, body) = kit::http_request(&base, "POST", "", "{}");
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("\"error\""), "{body}");
 
@@ -596,4 +570,60 @@ fn a_blob_input_named_by_the_partition_key_gives_each_invocation_that_blobs_cont
             ("home-3".to_string(), 1)
         ])
     );
+}
+
+#[test]
+fn a_failing_timer_firing_is_retried_as_its_retry_policy_says_then_given_up() {
+    kit::require!(kit::Tool::PythonSdk);
+    // Fires once at start (and next on the hour); its retry policy allows two retries, a
+    // second apart. On Azure a timer function's retry policy applies as an Event Hubs
+    // function's does.
+    let flaky = json!({
+        "bindings": [{"type": "timerTrigger", "direction": "in", "name": "timer",
+            "schedule": "0 0 * * * *", "runOnStartup": true}],
+        "retry": {"strategy": "fixedDelay", "maxRetryCount": 2, "delayInterval": "00:00:01"}});
+    let dir = app("", "", &[("Flaky", flaky)]);
+    let root = dir.path();
+    local_settings(root, json!({}));
+    // invoke fires it once as the host's admin API does: the first attempt of a function with
+    // a retry policy carries its RetryContext.
+    let invoked = Command::new(env!("CARGO_BIN_EXE_hubhost"))
+        .args(["invoke", "Flaky", "--app", "."])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(
+        invoked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&invoked.stderr)
+    );
+    let first = records(root);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0]["retry"]["RetryCount"], 0, "{first:?}");
+    assert_eq!(first[0]["retry"]["MaxRetryCount"], 2, "{first:?}");
+    std::fs::remove_file(root.join("record")).unwrap();
+    let mut emulate =
+        Emulate::start_with(root, &["--http-port", "0"], &[("FAIL_FUNCTION", "Flaky")]);
+    let attempts = |r: &[Value]| r.iter().filter(|r| r["function"] == "Flaky").count();
+    wait_records(root, &emulate, "the firing and its two retries", |r| {
+        attempts(r) >= 3
+    });
+    // The policy is spent: no fourth attempt comes after the next delay.
+    std::thread::sleep(Duration::from_millis(2500));
+    let status = emulate.terminate();
+    assert!(status.success(), "{status}\n{}", emulate.output());
+    let fired: Vec<Value> = records(root)
+        .into_iter()
+        .filter(|r| r["function"] == "Flaky")
+        .collect();
+    assert_eq!(fired.len(), 3, "{fired:#?}\n{}", emulate.output());
+    for (n, attempt) in fired.iter().enumerate() {
+        let retry = &attempt["retry"];
+        assert_eq!(retry["RetryCount"], n, "{attempt}");
+        assert_eq!(retry["MaxRetryCount"], 2, "{attempt}");
+        // The host passes the previous attempt's failure to the next.
+        assert_eq!(retry["Exception"].is_null(), n == 0, "{attempt}");
+    }
+    let output = emulate.output();
+    assert!(output.contains("no retries left"), "{output}");
 }

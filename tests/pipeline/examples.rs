@@ -1,8 +1,9 @@
 //! The examples, end to end with real processes: a `hubhost hub`, `hubhost emulate` running each
 //! example's handler (its binary, built from `examples/`), and the official Python SDK as the
 //! independent producer and consumer. They show a user's own function on the framework, its
-//! `blob` and `eventHub` outputs carried out by the emulated host, and bindings the emulated
-//! host cannot carry out refused at start-up.
+//! `blob` and `eventHub` outputs carried out by the emulated host, an app's HTTP and timer
+//! functions beside its Event Hubs function with the blob inputs the host reads for each, and
+//! bindings the emulated host cannot carry out refused at start-up.
 
 use hubhost_testkit as common;
 use hubhost_testkit::Tool;
@@ -20,7 +21,7 @@ use hubhost_testkit::pool::EmulatePool;
 /// Builds the examples and returns the directory their binaries are in: beside this build of
 /// `hubhost`.
 fn build_examples() -> PathBuf {
-    common::build_examples(&["count-readings", "forward-alarms"])
+    common::build_examples(&["count-readings", "forward-alarms", "home-limits"])
 }
 
 /// A copy of `examples/{name}/function_app` in `dir`, its executable path made absolute (the
@@ -82,10 +83,15 @@ impl Emulate {
 
     /// `hubhost_events_processed_total` of `function`, from the instance's `/metrics`.
     fn events_processed(&mut self, function: &str) -> Option<f64> {
+        self.metric("hubhost_events_processed_total", function)
+    }
+
+    /// The sum of the family `name`'s samples for `function`, from the instance's `/metrics`.
+    fn metric(&mut self, name: &str, function: &str) -> Option<f64> {
         let (_, samples) = self.runtime.block_on(self.pool.metrics(Self::NAME)).ok()?;
         Some(hubhost_metrics::sum(
             &samples,
-            "hubhost_events_processed_total",
+            name,
             &[("function", function)],
         ))
     }
@@ -239,6 +245,119 @@ fn forward_alarms_sends_each_alarm_to_the_alarms_hub() {
     ]
     .map(|(h, s, st)| (h.to_string(), s.to_string(), st.to_string()));
     assert_eq!(alarms, expected, "{}", emulate.log());
+}
+
+/// The blobs of `container` in `storage`, each as JSON.
+fn json_blobs(storage: &Path, container: &str) -> Vec<Value> {
+    let store = StorageLocation::Directory(storage.to_path_buf())
+        .open()
+        .unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut blobs = Vec::new();
+        for blob in store.list(container, "").await.unwrap_or_default() {
+            let content = store.get(container, &blob.name).await.unwrap().unwrap();
+            blobs.push(serde_json::from_slice(&content.data).unwrap());
+        }
+        blobs
+    })
+}
+
+#[test]
+fn home_limits_runs_its_event_hubs_http_and_timer_functions_each_with_its_blob_input() {
+    common::require!(Tool::PythonSdk);
+    let bin_dir = build_examples();
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_copy("home-limits", dir.path(), &bin_dir);
+    let storage = dir.path().join("storage");
+    // home-1's limits, where the blob inputs read them; home-2 has none.
+    let limits = r#"{"maxCoPpm": 30}"#;
+    let store = StorageLocation::Directory(storage.clone()).open().unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        store.ensure_container("limits").await.unwrap();
+        store
+            .put(
+                "limits",
+                "home-1.json",
+                limits.as_bytes().to_vec().into(),
+                &hubhost_storage::Metadata::new(),
+                &hubhost_storage::Condition::Always,
+            )
+            .await
+            .unwrap();
+    });
+    let hub = Hub::start(None);
+    let co = |home: &str, ppm: f64| {
+        json!({"homeId": home, "sensorId": "co-1", "type": "co", "value": ppm}).to_string()
+    };
+    send(
+        &hub,
+        "k",
+        &[
+            co("home-1", 35.5),
+            co("home-1", 20.0),
+            reading("home-1", "smoke", "ok"),
+            co("home-2", 90.0),
+            "not json".to_string(),
+        ],
+    );
+
+    let mut emulate = Emulate::start(&app, &hub, &storage, dir.path());
+    emulate.wait_processed("CheckLimits", 4.0);
+    // The body that is not JSON has no `homeId` for the input's path: the host fails that
+    // invocation before calling the function (no retry policy, so it moves on).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while emulate.metric("hubhost_batches_failed_total", "CheckLimits") != Some(1.0) {
+        assert!(Instant::now() < deadline, "{}", emulate.log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Only home-1's first CO level is over its limits: home-2 has none, so passes anything.
+    let over = json_blobs(&storage, "over-limit");
+    assert_eq!(over.len(), 1, "{over:?}\n{}", emulate.log());
+    assert_eq!(over[0]["homeId"], "home-1");
+    assert_eq!(over[0]["coPpm"], 35.5);
+    assert_eq!(over[0]["maxCoPpm"], 30.0);
+    assert!(over[0]["sequenceNumber"].is_i64(), "{over:?}");
+
+    // The HTTP function, at the URL emulate printed, reads the blob its route names.
+    let out = std::fs::read_to_string(dir.path().join(format!("{}.out", Emulate::NAME)))
+        .unwrap_or_default();
+    let url = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Limits ← HTTP GET "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no URL for Limits in:\n{out}"));
+    let base = url
+        .strip_suffix("/api/limits/{home}")
+        .unwrap_or_else(|| panic!("{url}"));
+    let get = |url: String| {
+        let (status, _, body) = common::http_request(&url, "GET", "", "");
+        (status, body)
+    };
+    assert_eq!(
+        get(format!("{base}/api/limits/home-1")),
+        (200, limits.to_string())
+    );
+    assert_eq!(
+        get(format!("{base}/api/limits/home-2")),
+        (404, "no limits for home-2".to_string())
+    );
+
+    // The timer function fires every 5 s (its schedule is a setting of the app's).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let beats = loop {
+        let beats = json_blobs(&storage, "heartbeats");
+        if !beats.is_empty() || Instant::now() > deadline {
+            break beats;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert!(
+        !beats.is_empty(),
+        "no heartbeat in 30 s:\n{out}\n{}",
+        emulate.log()
+    );
+    assert_eq!(beats[0]["pastDue"], false, "{beats:?}");
+    assert!(beats[0]["next"].is_string(), "{beats:?}");
 }
 
 /// What `hubhost emulate` (with `args`) says about `binding` added to the forward-alarms app:

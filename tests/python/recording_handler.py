@@ -15,6 +15,9 @@ For the tests of output bindings: OUTPUT_PER_EVENT names outputs (comma-separate
 for the return value), each answered with one item per event of the batch,
 {"id": "<partition>-<sequence number>", "partition": …, "seq": …} (with OUTPUT_ROW_KEY, also
 "RowKey": the id, for table outputs).
+
+For the tests of retry policies: FAIL_FUNCTION names a function whose every invocation is
+recorded, then answered 500.
 """
 
 import json
@@ -123,10 +126,13 @@ class Handler(BaseHTTPRequestHandler):
         (req,) = [v for v in request["Data"].values() if isinstance(v, dict)]
         inputs = [(k, v) for k, v in request["Data"].items() if not isinstance(v, dict)]
         if "Method" not in req:
-            # A timer function: its TimerInfo recorded, nothing answered.
+            # A timer function: its TimerInfo and retry context recorded, nothing answered.
             with LOCK:
                 RECORD.write(json.dumps({"function": function, "timer": req, "pid": os.getpid(),
-                                         "inputs": dict(inputs)}) + "\n")
+                                         "inputs": dict(inputs),
+                                         "retry": request["Metadata"].get("RetryContext")}) + "\n")
+            if function == os.environ.get("FAIL_FUNCTION"):
+                return self.answer(500, {"error": "failing as FAIL_FUNCTION says"})
             return self.answer(200, {"Outputs": {}, "Logs": [], "ReturnValue": None})
         with LOCK:
             RECORD.write(json.dumps({"function": function, "http": req}) + "\n")

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::function::FunctionError;
+use crate::inputs::InputValues;
 
 /// The HTTP request of one invocation.
 ///
@@ -39,6 +40,9 @@ pub struct HttpRequest {
     pub params: BTreeMap<String, String>,
     /// The request body.
     pub body: Bytes,
+    /// The values of the function's input bindings, read before the call (a blob named by a
+    /// route parameter, say).
+    pub inputs: InputValues,
 }
 
 /// Why an invocation's HTTP request cannot be read.
@@ -57,8 +61,8 @@ impl HttpRequest {
     pub fn from_invocation(body: &[u8], binding: &str) -> Result<Self, HttpRequestError> {
         let json: Value = serde_json::from_slice(body)
             .map_err(|e| HttpRequestError::MalformedJson(e.to_string()))?;
-        let request = json
-            .get("Data")
+        let data = json.get("Data").and_then(Value::as_object);
+        let request = data
             .and_then(|d| d.get(binding))
             .and_then(Value::as_object)
             .ok_or_else(|| HttpRequestError::MissingRequest(binding.to_string()))?;
@@ -89,6 +93,7 @@ impl HttpRequest {
                 None | Some(Value::Null) => Bytes::new(),
                 Some(v) => Bytes::from(value_text(v)),
             },
+            inputs: InputValues::from_data(data, binding),
         })
     }
 

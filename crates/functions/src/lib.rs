@@ -11,8 +11,8 @@
 //! - [`function`]: what a function is ([`function::EventHubFunction`]) and how it fails;
 //!   [`context`]: what it is told about an invocation and where it logs; [`counters`]: what it
 //!   counts; [`server`]: the HTTP server the host calls, hosting the functions you register;
-//!   [`output`]: what a function answers, output bindings included; [`http`]: HTTP-triggered
-//!   functions.
+//!   [`output`]: what a function answers, output bindings included; [`http`] and [`timer`]:
+//!   HTTP- and timer-triggered functions; [`inputs`]: the input bindings' values.
 //! - `once` (feature `once`): outputs once under redelivery, partition moves and frozen owners —
 //!   a per-partition mark in the app's storage, claimed before the function answers.
 //! - [`testing`]: a function called in-process, directly or exactly as the host calls it.
@@ -39,6 +39,7 @@ pub mod once;
 pub mod output;
 pub mod server;
 pub mod testing;
+pub mod timer;
 
 /// What a function needs, in one import: `use hubhost_functions::prelude::*;`.
 pub mod prelude {
@@ -49,5 +50,6 @@ pub mod prelude {
     pub use crate::http::{HttpFunction, HttpRequest, HttpResponse};
     pub use crate::output::FunctionOutput;
     pub use crate::server::{FunctionServer, ServeError};
+    pub use crate::timer::{TimerFunction, TimerInfo};
     pub use async_trait::async_trait;
 }

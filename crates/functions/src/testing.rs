@@ -55,6 +55,8 @@ use tower::ServiceExt;
 
 use crate::batch::TriggerBatch;
 use crate::contract::encode::{HostInvocation, MetadataFlavor, encode_request};
+use crate::contract::http_request::HostHttpRequest;
+use crate::contract::timer_request::encode_timer_request;
 use crate::function::EventHubFunction;
 use crate::function_app::{
     BindingSpec, Cardinality, DataType, EventHubTrigger, FunctionSpec, Trigger,
@@ -62,6 +64,7 @@ use crate::function_app::{
 use crate::http::{HttpRequest, HttpResponse};
 use crate::output::FunctionOutput;
 use crate::server::FunctionServer;
+use crate::timer::TimerInfo;
 
 /// A [`FunctionServer`] called as the Functions host calls it, without a socket.
 pub struct HostHarness {
@@ -178,43 +181,77 @@ impl HostHarness {
         } else {
             request.url.clone()
         };
-        let text = |v: &String| Value::String(v.clone());
-        let mut metadata: Map<String, Value> = request
-            .query
+        let method = if request.method.is_empty() {
+            "GET"
+        } else {
+            request.method.as_str()
+        };
+        let headers = request
+            .headers
             .iter()
-            .chain(&request.params)
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    Value::String(Value::String(v.clone()).to_string()),
-                )
-            })
-            .collect();
-        metadata.insert(
-            "Query".into(),
-            Value::Object(
-                request
-                    .query
-                    .iter()
-                    .map(|(k, v)| (k.clone(), text(v)))
-                    .collect(),
+            .flat_map(|(name, values)| values.iter().map(|v| (name.clone(), v.clone())));
+        let host_request = HostHttpRequest::new(
+            method,
+            url,
+            request.query.clone(),
+            headers,
+            request.params.clone(),
+            request.body.clone(),
+        );
+        let body = host_request.encode(
+            function,
+            &binding,
+            request.inputs.wire(),
+            &chrono::Utc::now(),
+        );
+        self.post(function, body).await
+    }
+
+    /// Fires the timer function `function` once, as the host fires it, with `timer` (and its
+    /// inputs) in `Data.<trigger binding>`. What it answered: [`HostAnswer`]'s outputs and logs.
+    ///
+    /// ```
+    /// use hubhost_functions::prelude::*;
+    /// use hubhost_functions::testing::HostHarness;
+    ///
+    /// struct Tick;
+    ///
+    /// #[async_trait]
+    /// impl TimerFunction for Tick {
+    ///     async fn run(&self, timer: TimerInfo) -> Result<FunctionOutput, FunctionError> {
+    ///         let mut output = FunctionOutput::default();
+    ///         output.log(if timer.is_past_due { "late" } else { "on time" });
+    ///         Ok(output)
+    ///     }
+    /// }
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let server = FunctionServer::builder().timer_function("Tick", Tick).build(None).unwrap();
+    /// let harness = HostHarness::new(server);
+    /// let late = TimerInfo { is_past_due: true, ..TimerInfo::default() };
+    /// let answer = harness.invoke_timer("Tick", &late).await;
+    /// assert!(answer.succeeded());
+    /// assert_eq!(answer.logs, ["late"]);
+    /// # });
+    /// ```
+    pub async fn invoke_timer(&self, function: &str, timer: &TimerInfo) -> HostAnswer {
+        let binding = match self.server.declaration(function).map(|s| &s.trigger) {
+            Some(Trigger::Other { kind, settings })
+                if kind.eq_ignore_ascii_case("timerTrigger") =>
+            {
+                settings
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("myTimer")
+                    .to_string()
+            }
+            _ => panic!(
+                "no timer function named {function:?} here (served: {})",
+                self.server.function_names().join(", ")
             ),
-        );
-        let mut data = Map::new();
-        data.insert(
-            binding,
-            serde_json::json!({
-                "Url": url,
-                "Method": if request.method.is_empty() { "GET" } else { request.method.as_str() },
-                "Query": request.query,
-                "Headers": request.headers,
-                "Params": request.params,
-                "Identities": [],
-                "Body": String::from_utf8_lossy(&request.body),
-            }),
-        );
-        let body = serde_json::json!({"Data": data, "Metadata": metadata});
-        self.post(function, body.to_string().into_bytes()).await
+        };
+        let body = encode_timer_request(function, &binding, timer, &chrono::Utc::now());
+        self.post(function, body).await
     }
 
     /// Sends `body` as it is to `POST /{function}`: for requests the host would not build

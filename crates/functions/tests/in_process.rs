@@ -10,6 +10,7 @@ use hubhost_functions::function_app::{
 };
 use hubhost_functions::prelude::*;
 use hubhost_functions::testing::HostHarness;
+use hubhost_functions::timer::ScheduleStatus;
 use serde_json::json;
 
 const REJECTED: CounterFamily = CounterFamily {
@@ -291,4 +292,137 @@ async fn the_harness_hands_a_function_its_inputs_as_the_host_does() {
         .build();
     let answer = harness.invoke(&binary).await;
     assert_eq!(answer.status, 400, "{answer:?}");
+}
+
+/// A periodic report: the report blob it is given (a blob input), and one queue message saying
+/// whether the firing was late.
+struct Report;
+
+#[async_trait]
+impl TimerFunction for Report {
+    async fn run(&self, timer: TimerInfo) -> Result<FunctionOutput, FunctionError> {
+        let last = timer
+            .inputs
+            .text("previous")
+            .map_err(|e| FunctionError::BadRequest {
+                code: "bad_input",
+                message: e.to_string(),
+            })?;
+        let status = timer.schedule_status.as_ref().map_or(0, |s| {
+            s.next.map_or(0, |next| (next - s.last).num_seconds())
+        });
+        let mut output = FunctionOutput::default();
+        output.log(format!(
+            "previous report: {}",
+            last.as_deref().unwrap_or("none")
+        ));
+        output.put_queue_message(
+            "reports",
+            format!("past due {}, every {status} s", timer.is_past_due),
+        );
+        Ok(output)
+    }
+}
+
+/// Answers with the item a blob input read for the route's `{id}`.
+struct Item;
+
+#[async_trait]
+impl HttpFunction for Item {
+    async fn call(&self, request: HttpRequest) -> Result<HttpResponse, FunctionError> {
+        match request.inputs.text("item") {
+            Ok(Some(item)) => Ok(HttpResponse::text(200, item)),
+            Ok(None) => Ok(HttpResponse::text(
+                404,
+                format!("no item {}", request.params["id"]),
+            )),
+            Err(e) => Err(FunctionError::BadRequest {
+                code: "bad_input",
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+#[tokio::test]
+async fn timer_and_http_functions_declared_by_the_app_folder_run_as_the_host_calls_them() {
+    let app = tempfile::tempdir().unwrap();
+    std::fs::write(app.path().join("host.json"), r#"{"version": "2.0"}"#).unwrap();
+    let declare = |name: &str, function: serde_json::Value| {
+        std::fs::create_dir(app.path().join(name)).unwrap();
+        std::fs::write(
+            app.path().join(name).join("function.json"),
+            function.to_string(),
+        )
+        .unwrap();
+    };
+    declare(
+        "Report",
+        json!({"bindings": [
+            {"type": "timerTrigger", "direction": "in", "name": "tick", "schedule": "0 */5 * * * *"},
+            {"type": "blob", "direction": "in", "name": "previous", "path": "reports/last.txt"},
+            {"type": "queue", "direction": "out", "name": "reports", "queueName": "reports"}]}),
+    );
+    declare(
+        "Item",
+        json!({"bindings": [
+            {"type": "httpTrigger", "direction": "in", "name": "request", "route": "items/{id}"},
+            {"type": "blob", "direction": "in", "name": "item", "path": "items/{id}.json"},
+            {"type": "http", "direction": "out", "name": "response"}]}),
+    );
+    let server = FunctionServer::builder()
+        .timer_function("Report", Report)
+        .http_function("Item", Item)
+        .build(Some(app.path()))
+        .unwrap();
+    let harness = HostHarness::new(server);
+
+    // The timer's binding is `tick` here, not the default `myTimer`: the harness sends it
+    // under the declared name, with the schedule's status and the input beside it.
+    let now = chrono::Utc::now();
+    let mut late = TimerInfo {
+        is_past_due: true,
+        schedule_status: Some(ScheduleStatus {
+            last: now,
+            next: Some(now + chrono::Duration::minutes(5)),
+            last_updated: now,
+        }),
+        ..TimerInfo::default()
+    };
+    late.inputs.set_text("previous", Some("Monday's"));
+    let answer = harness.invoke_timer("Report", &late).await;
+    assert!(answer.succeeded(), "{answer:?}");
+    assert_eq!(answer.logs, ["previous report: Monday's"]);
+    assert_eq!(
+        answer.queue_messages("reports"),
+        ["past due true, every 300 s"]
+    );
+    // A first report has none before it: the input has no value.
+    let mut first = TimerInfo::default();
+    first.inputs.set_text("previous", None);
+    let answer = harness.invoke_timer("Report", &first).await;
+    assert!(answer.succeeded(), "{answer:?}");
+    assert_eq!(answer.logs, ["previous report: none"]);
+
+    // The HTTP function's request under its declared binding, with the route's parameter and
+    // the blob input the host read for it.
+    let mut request = HttpRequest {
+        method: "GET".into(),
+        ..HttpRequest::default()
+    };
+    request.params.insert("id".into(), "7".into());
+    request.inputs.set_text("item", Some(r#"{"id": 7}"#));
+    let answer = harness.invoke_http("Item", &request).await;
+    let response = answer.http_response("response").expect("a response");
+    assert_eq!(
+        (response.status, response.body.as_str()),
+        (200, r#"{"id": 7}"#)
+    );
+    request.inputs.set_text("item", None);
+    let answer = harness.invoke_http("Item", &request).await;
+    let response = answer.http_response("response").expect("a response");
+    assert_eq!(
+        (response.status, response.body.as_str()),
+        (404, "no item 7")
+    );
 }

@@ -41,7 +41,7 @@ pub use kafka::{KafkaCallError, KafkaConnection, gzip_record_batch, record_batch
 
 pub use process::{
     COMMAND_LIMIT, FIXED_PORTS_TURN, FixedPorts, KilledOnDrop, binary, build_examples, copy_dir,
-    free_port, hold_fixed_ports, http_get, http_get_bearer, hubhost, output_within,
+    free_port, hold_fixed_ports, http_get, http_get_bearer, http_request, hubhost, output_within,
     process_status_number, resident_kib, set_by_cargo_test, status_number, transparent_huge_pages,
     try_free_port, try_wait_within, wait_for_port, wait_within, without_test_run_env,
 };

@@ -201,6 +201,35 @@ fn http_get_with(port: u16, path: &str, headers: &str) -> Option<String> {
         .map(|(_, body)| body.to_string())
 }
 
+/// One HTTP/1.1 request, `method` to `url` + `query` with `body`, as a client sends it: the
+/// status, the header block and the body.
+pub fn http_request(url: &str, method: &str, query: &str, body: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("an http:// URL");
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = std::net::TcpStream::connect(authority).expect("the server listens");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a timeout");
+    write!(
+        stream,
+        "{method} /{path}{query} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("the request is written");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("the response is read");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
 /// A number of a `/proc/{pid}/status` text: `VmRSS` (in KiB), `Threads`, `THP_enabled`, …
 pub fn status_number(status: &str, field: &str) -> Option<u64> {
     status

@@ -71,6 +71,18 @@ impl InputValues {
         InputValues { values }
     }
 
+    /// The inputs of a request's `Data` object: every member but the trigger's own
+    /// (`trigger`, matched ignoring case as the host's names are).
+    pub fn from_data(data: Option<&serde_json::Map<String, Value>>, trigger: &str) -> Self {
+        let values = data
+            .into_iter()
+            .flatten()
+            .filter(|(name, _)| !name.eq_ignore_ascii_case(trigger))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        InputValues { values }
+    }
+
     /// The values as the host writes them into the request's `Data`.
     pub fn wire(&self) -> &[(String, Value)] {
         &self.values

@@ -380,11 +380,7 @@ pub fn decode_request(
     let partition = partition_context(&metadata)?;
     let retry = metadata
         .parse::<Value>("RetryContext")?
-        .map(|v| RetryContext {
-            retry_count: v.get("RetryCount").and_then(Value::as_i64).unwrap_or(0),
-            max_retry_count: v.get("MaxRetryCount").and_then(Value::as_i64).unwrap_or(0),
-            exception: v.get("Exception").filter(|e| !e.is_null()).cloned(),
-        });
+        .map(|v| retry_context_of(&v));
 
     let events = bodies
         .into_iter()
@@ -434,6 +430,18 @@ pub fn decode_request(
         system_properties,
         inputs: hubhost_trigger::inputs::InputValues::from_wire(inputs),
     })
+}
+
+/// The host's `RetryContext` object (`Metadata.RetryContext`) as the typed retry context.
+pub fn retry_context_of(value: &Value) -> RetryContext {
+    RetryContext {
+        retry_count: value.get("RetryCount").and_then(Value::as_i64).unwrap_or(0),
+        max_retry_count: value
+            .get("MaxRetryCount")
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+        exception: value.get("Exception").filter(|e| !e.is_null()).cloned(),
+    }
 }
 
 /// A member's text for [`SystemProperties`], which reads both forms.

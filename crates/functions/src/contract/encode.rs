@@ -312,7 +312,7 @@ fn encode_many(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     write_as_text(&mut out, &Seq(events.iter().map(|e| &e.properties)));
     if let Some(retry) = inv.retry {
         member(&mut out, "RetryContext", false);
-        write_json(&mut out, &retry_context(retry));
+        write_json(&mut out, &retry_context_value(retry));
     }
     member(&mut out, "SequenceNumberArray", false);
     write_as_text(&mut out, &Seq(events.iter().map(|e| e.sequence_number)));
@@ -347,9 +347,10 @@ fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     serde_json::to_writer(out, value).expect("a value serializes to a Vec, which cannot fail");
 }
 
-/// The WebJobs SDK's `RetryContext` as Newtonsoft writes it: the host sets the counts and the
-/// exception, and leaves `Instance` null and `State` empty.
-fn retry_context(r: &RetryContext) -> Value {
+/// The WebJobs SDK's `RetryContext` as Newtonsoft writes it into `Metadata` (for every trigger
+/// of a function with a retry policy): the host sets the counts and the exception, and leaves
+/// `Instance` null and `State` empty.
+pub fn retry_context_value(r: &RetryContext) -> Value {
     json!({
         "RetryCount": r.retry_count,
         "MaxRetryCount": r.max_retry_count,
@@ -615,7 +616,7 @@ fn encode_one(inv: &HostInvocation) -> Result<Vec<u8>, EncodeError> {
     };
     let mut metadata = binding.into_metadata();
     if let Some(r) = inv.retry {
-        metadata.insert("RetryContext".into(), retry_context(r));
+        metadata.insert("RetryContext".into(), retry_context_value(r));
     }
     let mut data = Map::new();
     data.insert(inv.trigger.binding_name.clone(), data_value);
@@ -724,7 +725,7 @@ mod tests {
         }
         metadata.insert("PartitionContext".into(), context);
         if let Some(r) = inv.retry {
-            metadata.insert("RetryContext".into(), retry_context(r));
+            metadata.insert("RetryContext".into(), retry_context_value(r));
         }
         metadata.insert("sys".into(), sys(inv));
         let mut data = Map::new();

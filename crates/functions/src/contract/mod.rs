@@ -8,14 +8,18 @@
 //!   cardinality one/many, dataType string/binary/unset) into a typed [`crate::batch::TriggerBatch`];
 //! - [`encode`] builds, byte for byte, the request the host would send for a batch — used by the
 //!   demo, the tests, the benchmark and the emulated host;
+//! - [`http_request`] and [`timer_request`] build the requests of HTTP- and timer-triggered
+//!   functions, as the host builds them;
 //! - [`response`] is the answer;
 //! - [`json_text`] is the JSON-text-in-a-string encoding both directions share, in one pass.
 
 pub mod decode;
 pub mod encode;
+pub mod http_request;
 pub mod json_text;
 pub mod newtonsoft;
 pub mod response;
+pub mod timer_request;
 
 /// Why a request cannot be decoded. Each message names the offending part of the request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

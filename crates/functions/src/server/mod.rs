@@ -43,6 +43,7 @@ use serde_json::json;
 
 use crate::function_app::{DeclarationError, FunctionApp, FunctionAppError, FunctionSpec, Trigger};
 use crate::http::HttpFunction;
+use crate::timer::TimerFunction;
 use hubhost_metrics::Exposition;
 
 use crate::counters::{CounterFamily, HistogramFamily};
@@ -80,11 +81,19 @@ pub enum ServeError {
     Server(std::io::Error),
 }
 
+/// The trigger kind of a function registered by [`ServerBuilder::function`], whose declaration
+/// only the app folder gives.
+const DECLARED_BY_FOLDER: &str = "declared by function.json";
+
+/// A timer trigger's binding type.
+const TIMER_TRIGGER: &str = "timerTrigger";
+
 /// A registered function, by trigger.
 #[derive(Clone)]
 enum Implementation {
     EventHub(Arc<dyn EventHubFunction>),
     Http(Arc<dyn HttpFunction>),
+    Timer(Arc<dyn TimerFunction>),
 }
 
 type Cleanup = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -144,6 +153,27 @@ impl ServerBuilder {
         self
     }
 
+    /// A timer-triggered function (see [`crate::timer`]), with the declaration `func new` gives
+    /// one when there is no app folder: trigger binding `myTimer`. Its `schedule` is the
+    /// host's business, read from function.json; the handler only answers the firings.
+    pub fn timer_function(mut self, name: &str, function: impl TimerFunction) -> Self {
+        let declaration = FunctionSpec {
+            name: name.to_string(),
+            trigger: Trigger::Other {
+                kind: TIMER_TRIGGER.into(),
+                settings: json!({"type": TIMER_TRIGGER, "direction": "in", "name": "myTimer"})
+                    .as_object()
+                    .cloned()
+                    .expect("an object"),
+            },
+            retry: None,
+            bindings: Vec::new(),
+        };
+        self.functions
+            .push((declaration, Implementation::Timer(Arc::new(function))));
+        self
+    }
+
     /// An Event Hubs function declared only by the app folder's `{name}/function.json` (the
     /// usual case: the host and `hubhost emulate` read the same file). Without an app folder,
     /// [`build`](Self::build) refuses it; use [`event_hub_function`](Self::event_hub_function).
@@ -152,7 +182,7 @@ impl ServerBuilder {
             FunctionSpec {
                 name: name.to_string(),
                 trigger: crate::function_app::Trigger::Other {
-                    kind: "declared by function.json".into(),
+                    kind: DECLARED_BY_FOLDER.into(),
                     settings: Default::default(),
                 },
                 retry: None,
@@ -248,10 +278,9 @@ impl ServerBuilder {
     pub fn build(self, app_root: Option<&FsPath>) -> Result<FunctionServer, FunctionAppError> {
         let declared = match app_root {
             Some(root) => FunctionApp::load(root)?.functions,
-            None if let Some((spec, _)) = self
-                .functions
-                .iter()
-                .find(|(s, _)| matches!(s.trigger, crate::function_app::Trigger::Other { .. })) =>
+            None if let Some((spec, _)) = self.functions.iter().find(|(s, _)| {
+                matches!(&s.trigger, Trigger::Other { kind, .. } if kind == DECLARED_BY_FOLDER)
+            }) =>
             {
                 return Err(FunctionAppError::Invalid {
                     path: format!("{}/function.json", spec.name).into(),
@@ -294,6 +323,18 @@ impl ServerBuilder {
                             .outputs()
                             .find(|b| b.is("http"))
                             .map_or_else(|| "$return".to_string(), |b| b.name.clone()),
+                        function,
+                    }
+                }
+                (Trigger::Other { kind, settings }, Some(Implementation::Timer(function)))
+                    if kind.eq_ignore_ascii_case(TIMER_TRIGGER) =>
+                {
+                    Bound::Timer {
+                        binding: settings
+                            .get("name")
+                            .and_then(|n| n.as_str())
+                            .unwrap_or("myTimer")
+                            .to_string(),
                         function,
                     }
                 }

@@ -11,6 +11,7 @@ use crate::function::{EventHubFunction, FunctionError};
 use crate::function_app::{EventHubTrigger, FunctionSpec};
 use crate::http::HttpFunction;
 use crate::output::FunctionOutput;
+use crate::timer::TimerFunction;
 use hubhost_metrics::{Histogram, LATENCY_BUCKETS};
 
 /// A function matched with its declaration.
@@ -25,6 +26,11 @@ pub(super) enum Bound {
         /// The `http` output binding's name (`$return`: the answer's `ReturnValue`).
         response: String,
         function: Arc<dyn HttpFunction>,
+    },
+    Timer {
+        /// The trigger binding: the `TimerInfo` is `Data.<binding>`.
+        binding: String,
+        function: Arc<dyn TimerFunction>,
     },
 }
 

@@ -21,6 +21,7 @@ use crate::contract::decode::decode_request;
 use crate::contract::response::InvocationResponse;
 use crate::function::FunctionError;
 use crate::http::{HttpFunction, HttpRequest};
+use crate::timer::{TimerFunction, TimerInfo};
 
 pub(super) fn reply(status: StatusCode, body: &InvocationResponse) -> Response {
     let bytes = serde_json::to_vec(body).expect("responses serialize");
@@ -121,6 +122,17 @@ pub(super) async fn invoke(
                 registered,
                 binding,
                 response,
+                function.clone(),
+                bytes,
+                started,
+                &invocation_id,
+            )
+            .await;
+        }
+        Bound::Timer { binding, function } => {
+            return invoke_timer(
+                registered,
+                binding,
                 function.clone(),
                 bytes,
                 started,
@@ -278,11 +290,7 @@ pub(super) async fn invoke_http(
     let stats = &registered.stats;
     let request = match HttpRequest::from_invocation(&bytes, binding) {
         Ok(r) => r,
-        Err(e) => {
-            FunctionStats::count(&stats.bad_request, 1);
-            tracing::warn!(function = name, invocation_id, "bad request: {e}");
-            return error(StatusCode::BAD_REQUEST, "bad_http_request", e.to_string());
-        }
+        Err(e) => return refused(registered, invocation_id, "bad_http_request", &e),
     };
     let (method, url) = (request.method.clone(), request.url.clone());
     let outcome = tokio::spawn(async move { function.call(request).await }).await;
@@ -305,20 +313,87 @@ pub(super) async fn invoke_http(
             tracing::error!(function = name, %method, url = %url, invocation_id, code, "invocation failed: {e}");
             error(status, code, e.to_string())
         }
-        Err(join) => {
-            FunctionStats::count(&stats.panicked, 1);
+        Err(join) => panicked(registered, invocation_id, &join, "request"),
+    }
+}
+
+/// One firing of a timer-triggered function: the `TimerInfo` from `Data.<binding>`, the
+/// function's outputs and logs in the answer.
+pub(super) async fn invoke_timer(
+    registered: &Registered,
+    binding: &str,
+    function: Arc<dyn TimerFunction>,
+    bytes: bytes::Bytes,
+    started: Instant,
+    invocation_id: &str,
+) -> Response {
+    let name = registered.spec.name.as_str();
+    let stats = &registered.stats;
+    let timer = match TimerInfo::from_invocation(&bytes, binding) {
+        Ok(timer) => timer,
+        Err(e) => return refused(registered, invocation_id, "bad_timer_request", &e),
+    };
+    let past_due = timer.is_past_due;
+    let outcome = tokio::spawn(async move { function.run(timer).await }).await;
+    stats.latency.observe(started.elapsed());
+    match outcome {
+        Ok(Ok(output)) => {
+            FunctionStats::count(&stats.ok, 1);
+            registered.warn_undeclared(&output);
+            tracing::info!(
+                function = name,
+                past_due,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                invocation_id,
+                "timer fired"
+            );
+            reply(
+                StatusCode::OK,
+                &InvocationResponse::ok(output.outputs, output.logs, output.return_value),
+            )
+        }
+        Ok(Err(e)) => {
+            let (status, code) = stats.count_failure(&e);
             tracing::error!(
                 function = name,
                 invocation_id,
-                "invocation panicked: {join}"
+                code,
+                "invocation failed: {e}"
             );
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "handler_panic",
-                "this request's function panicked; the handler is still running",
-            )
+            error(status, code, e.to_string())
         }
+        Err(join) => panicked(registered, invocation_id, &join, "firing"),
     }
+}
+
+/// A request that does not carry what the function's trigger promises: 400 with `code`,
+/// counted as a bad request.
+fn refused(
+    registered: &Registered,
+    invocation_id: &str,
+    code: &'static str,
+    problem: &dyn std::fmt::Display,
+) -> Response {
+    FunctionStats::count(&registered.stats.bad_request, 1);
+    tracing::warn!(function = %registered.spec.name, invocation_id, "bad request: {problem}");
+    error(StatusCode::BAD_REQUEST, code, problem.to_string())
+}
+
+/// A function that panicked on one `what` (a request, a firing): 500 `handler_panic`, counted;
+/// the process stays up.
+fn panicked(
+    registered: &Registered,
+    invocation_id: &str,
+    join: &tokio::task::JoinError,
+    what: &str,
+) -> Response {
+    FunctionStats::count(&registered.stats.panicked, 1);
+    tracing::error!(function = %registered.spec.name, invocation_id, "invocation panicked: {join}");
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "handler_panic",
+        format!("this {what}'s function panicked; the handler is still running"),
+    )
 }
 
 pub(super) enum Failure {

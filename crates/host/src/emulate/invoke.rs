@@ -457,7 +457,7 @@ async fn prepare(
             )
             .await?;
         return Ok(vec![Prepared {
-            inputs: Vec::new(),
+            inputs: request.inputs,
             body: request.body,
             outputs: request.outputs,
             http_response: request.response,
@@ -469,11 +469,11 @@ async fn prepare(
             return Err(not_for("--events", "a timer function"));
         }
         refuse_http_flags("a timer function")?;
-        let (body, outputs) = firing?;
+        let firing = firing?;
         return Ok(vec![Prepared {
-            body,
-            inputs: Vec::new(),
-            outputs,
+            body: firing.body,
+            inputs: firing.inputs,
+            outputs: firing.outputs,
             http_response: None,
         }]);
     }

@@ -94,6 +94,10 @@ pub enum EmulateError {
     HttpListen { port: u16, source: std::io::Error },
     #[error("the app has no enabled function with an eventHubTrigger; nothing to run")]
     NoEventHubFunctions,
+    #[error(
+        "the app has no enabled function emulate runs (an eventHubTrigger, httpTrigger or timerTrigger); nothing to run"
+    )]
+    NothingToRun,
     #[error("the custom handler ({command}) could not start: {problem}")]
     HandlerStart {
         command: String,
@@ -308,8 +312,8 @@ pub enum SettingProblem {
     },
 }
 
-/// Every `eventHubTrigger` function of the app with its event hub and its outputs resolved;
-/// outputs go through `sinks`.
+/// Every `eventHubTrigger` function of the app with its event hub and its outputs resolved
+/// (none, for an app of HTTP and timer functions); outputs go through `sinks`.
 pub fn event_hub_functions(
     app_functions: &[FunctionSpec],
     settings: &AppSettings,
@@ -329,9 +333,6 @@ pub fn event_hub_functions(
             inputs,
             outputs,
         });
-    }
-    if out.is_empty() {
-        return Err(EmulateError::NoEventHubFunctions);
     }
     Ok(out)
 }
@@ -468,6 +469,9 @@ pub async fn run(
         &app, &enabled, &settings, &sinks,
     )?);
     let timers = triggers::timer::TimerTriggers::resolve(&enabled, &settings, &sinks)?;
+    if functions.is_empty() && http_functions.is_empty() && timers.is_empty() {
+        return Err(EmulateError::NothingToRun);
+    }
     // Every function's kept outputs, whatever its trigger.
     let kept: Vec<(String, KeptOutput)> = functions
         .iter()

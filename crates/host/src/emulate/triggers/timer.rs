@@ -17,15 +17,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Datelike, Duration as ChronoDuration, TimeZone, Timelike, Utc};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::emulate::inputs::InputPlan;
 use crate::emulate::outputs::{InvocationOrigin, OutputPlan, OutputSinks};
 use crate::emulate::{AppSettings, EmulateError, SettingProblem};
 use crate::invoker::Invoker;
-use hubhost_functions::contract::encode::{BindingData, sys_binding_data, sys_expression_data};
-use hubhost_functions::function_app::{FunctionSpec, Trigger};
+use hubhost_functions::contract::encode::{BindingData, sys_expression_data};
+use hubhost_functions::contract::timer_request::encode_timer_request;
+use hubhost_functions::function_app::{FunctionSpec, RetryPolicy, Trigger};
+use hubhost_functions::inputs::InputValues;
+use hubhost_functions::timer::{ScheduleStatus, TimerInfo};
+use hubhost_trigger::batch::RetryContext;
+
+use crate::emulate::dispatch::retry_delay;
+use crate::invoker::HostFailure;
 
 /// How often an instance that does not hold a timer's lock tries to take it.
 pub const LOCK_RETRY: Duration = Duration::from_secs(5);
@@ -38,6 +45,15 @@ pub struct ScheduleError {
     pub problem: String,
 }
 
+/// One firing's request, as `hubhost invoke` sends it.
+pub struct TimerInvocation {
+    /// The invocation request's body.
+    pub body: Vec<u8>,
+    /// The input bindings' values in it, as sent.
+    pub inputs: Vec<(String, Value)>,
+    pub outputs: Arc<OutputPlan>,
+}
+
 /// The app's timer functions, resolved.
 pub struct TimerTriggers {
     timers: Vec<TimerFunction>,
@@ -48,6 +64,9 @@ struct TimerFunction {
     binding: String,
     schedule: Schedule,
     run_on_startup: bool,
+    /// The function's `retry` policy: on Azure a timer function's failed firing is tried
+    /// again as it says, as an Event Hubs function's batch is.
+    retry: Option<RetryPolicy>,
     inputs: Arc<InputPlan>,
     outputs: Arc<OutputPlan>,
 }
@@ -94,6 +113,7 @@ impl TimerTriggers {
                 binding: text("name").to_string(),
                 schedule,
                 run_on_startup,
+                retry: spec.retry.clone(),
                 inputs: Arc::new(InputPlan::resolve(spec, settings)?),
                 outputs: Arc::new(OutputPlan::resolve(spec, settings, sinks)?),
             });
@@ -111,7 +131,7 @@ impl TimerTriggers {
     pub async fn firing_now(
         &self,
         function: &str,
-    ) -> Option<Result<(Vec<u8>, Arc<OutputPlan>), crate::emulate::InputError>> {
+    ) -> Option<Result<TimerInvocation, crate::emulate::InputError>> {
         let timer = self.timers.iter().find(|t| t.name == function)?;
         let now = Utc::now();
         let mut data = BindingData::default();
@@ -120,9 +140,22 @@ impl TimerTriggers {
             Ok(inputs) => inputs,
             Err(e) => return Some(Err(e)),
         };
-        let next = timer.schedule.next_after(now);
-        let body = invocation(timer, now, None, next, false, &inputs);
-        Some(Ok((body, timer.outputs.clone())))
+        let firing = Firing {
+            scheduled: now,
+            last: None,
+            next: timer.schedule.next_after(now),
+            past_due: false,
+        };
+        Some(Ok(TimerInvocation {
+            body: invocation(
+                timer,
+                &firing,
+                retry_context(timer, 0, None),
+                inputs.clone(),
+            ),
+            inputs,
+            outputs: timer.outputs.clone(),
+        }))
     }
 
     /// One line per timer: its schedule and next occurrence.
@@ -191,7 +224,7 @@ async fn fire_while_held(
     tracing::info!(function = %timer.name, "this instance runs the timer");
     let mut last: Option<DateTime<Utc>> = None;
     if timer.run_on_startup {
-        fire(&timer, &invoker, Utc::now(), &mut last).await;
+        fire(&timer, &invoker, Utc::now(), &mut last, &stop).await;
     }
     // The occurrence after the last one fired, but not one long gone: a firing that overran
     // is followed by one occurrence at once, not by every one it missed.
@@ -205,7 +238,7 @@ async fn fire_while_held(
             () = tokio::time::sleep(wait) => {}
             () = stop.cancelled() => break,
         }
-        fire(&timer, &invoker, next, &mut last).await;
+        fire(&timer, &invoker, next, &mut last, &stop).await;
     }
     drop(held);
 }
@@ -230,23 +263,90 @@ async fn fire(
     invoker: &Invoker,
     scheduled: DateTime<Utc>,
     last: &mut Option<DateTime<Utc>>,
+    stop: &CancellationToken,
 ) {
     let next = timer.schedule.next_after(scheduled);
     // Past due when the occurrence after this one has come too (the last firing overran).
     let past_due = next.is_some_and(|after| after <= Utc::now());
     let previous = last.replace(scheduled);
+    let firing = Firing {
+        scheduled,
+        last: previous,
+        next,
+        past_due,
+    };
+    // The function's retry policy, as the host applies it to any trigger: each failure tried
+    // again after the policy's delay, with `RetryContext`, until the policy's maximum. A stop
+    // ends the retries.
+    let mut last_error: Option<HostFailure> = None;
+    let mut attempt: u32 = 0;
+    loop {
+        let retry = retry_context(timer, attempt, last_error.as_ref());
+        let error = match fire_once(timer, invoker, &firing, retry).await {
+            Ok(()) => return,
+            Err(error) => error,
+        };
+        let Some(policy) = &timer.retry else {
+            tracing::error!(function = %timer.name, error = %error.message, "the timer function failed");
+            return;
+        };
+        if policy.max_retry_count >= 0 && i64::from(attempt) >= policy.max_retry_count {
+            tracing::error!(function = %timer.name, error = %error.message, retries = attempt, "the timer function failed; no retries left");
+            return;
+        }
+        attempt += 1;
+        let delay = retry_delay(policy, attempt);
+        tracing::warn!(function = %timer.name, attempt, ?delay, error = %error.message, "the timer function failed; retrying");
+        last_error = Some(error);
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// The `RetryContext` of attempt `attempt` (0: the first) at a firing of a function with a
+/// retry policy, with the previous attempt's failure; `None` without a policy, as the host
+/// sends none then.
+fn retry_context(
+    timer: &TimerFunction,
+    attempt: u32,
+    last_error: Option<&HostFailure>,
+) -> Option<RetryContext> {
+    timer.retry.as_ref().map(|policy| RetryContext {
+        retry_count: i64::from(attempt),
+        max_retry_count: policy.max_retry_count,
+        exception: last_error
+            .map(|e| RetryContext::exception_from(&timer.name, e.exception_class, &e.message)),
+    })
+}
+
+/// One occurrence of a timer, as its firings' `TimerInfo` says it.
+struct Firing {
+    scheduled: DateTime<Utc>,
+    last: Option<DateTime<Utc>>,
+    next: Option<DateTime<Utc>>,
+    past_due: bool,
+}
+
+/// One attempt at a firing: its inputs read, the request sent, its outputs carried out. Any
+/// of them failing fails the invocation, as in the host.
+async fn fire_once(
+    timer: &TimerFunction,
+    invoker: &Invoker,
+    firing: &Firing,
+    retry: Option<RetryContext>,
+) -> Result<(), HostFailure> {
     // A timer's binding data is `sys` alone: its inputs' paths can name nothing else.
     let now = Utc::now();
     let mut data = BindingData::default();
     data.set("sys", sys_expression_data(&timer.name, &now));
-    let inputs = match timer.inputs.read(&data, now).await {
-        Ok(inputs) => inputs,
-        Err(e) => {
-            tracing::error!(function = %timer.name, error = %e, "an input of the timer function failed");
-            return;
-        }
-    };
-    let body = invocation(timer, scheduled, previous, next, past_due, &inputs);
+    let inputs = timer
+        .inputs
+        .read(&data, now)
+        .await
+        .map_err(|e| HostFailure::other(format!("input binding failed: {e}")))?;
+    let body = invocation(timer, firing, retry, inputs);
     let invocation_id = uuid::Uuid::new_v4().to_string();
     let answer = match invoker
         .invoke_as(&timer.name, &invocation_id, body, None)
@@ -254,53 +354,41 @@ async fn fire(
     {
         Ok(answer) if answer.succeeded() => answer,
         Ok(answer) => {
-            let reason = answer.refused.map(|r| r.message).unwrap_or_default();
-            tracing::error!(function = %timer.name, %reason, "the timer function failed");
-            return;
+            return Err(answer.refused.unwrap_or_else(|| {
+                HostFailure::other(format!("the handler answered {}", answer.status))
+            }));
         }
-        Err(e) => {
-            tracing::error!(function = %timer.name, error = %e, "the timer function got no answer from the handler");
-            return;
-        }
+        Err(e) => return Err(HostFailure::other(e.to_string())),
     };
     let origin = InvocationOrigin::without_events(&timer.name, &invocation_id);
-    if let Err(e) = timer
+    timer
         .outputs
         .carry_out(&answer.body, &origin, answer.trace_context.as_deref(), None)
         .await
-    {
-        tracing::error!(function = %timer.name, error = %e, "an output of the timer function failed");
-    }
+        .map(|_| ())
+        .map_err(|e| HostFailure::other(format!("output binding failed: {e}")))
 }
 
 /// The invocation request: `Data.<trigger>` the `TimerInfo` (dates as Newtonsoft writes a
-/// local `DateTime` on a host whose zone is UTC), `Metadata` only `sys`.
+/// local `DateTime` on a host whose zone is UTC), `Metadata` `sys` and the `RetryContext`.
 fn invocation(
     timer: &TimerFunction,
-    scheduled: DateTime<Utc>,
-    last: Option<DateTime<Utc>>,
-    next: Option<DateTime<Utc>>,
-    past_due: bool,
-    inputs: &[(String, Value)],
+    firing: &Firing,
+    retry: Option<RetryContext>,
+    inputs: Vec<(String, Value)>,
 ) -> Vec<u8> {
-    let date = |t: DateTime<Utc>| Value::from(hubhost_trigger::time::dotnet_datetime_offset(&t));
-    let info = json!({
-        "Schedule": {"AdjustForDST": true},
-        "ScheduleStatus": {
-            "Last": date(last.unwrap_or(scheduled)),
-            "Next": next.map_or(Value::Null, date),
-            "LastUpdated": date(Utc::now()),
-        },
-        "IsPastDue": past_due,
-    });
-    let mut data = Map::new();
-    data.insert(timer.binding.clone(), info);
-    data.extend(inputs.iter().cloned());
-    let body = json!({
-        "Data": data,
-        "Metadata": {"sys": sys_binding_data(&timer.name, &Utc::now())},
-    });
-    serde_json::to_vec(&body).expect("JSON")
+    let now = Utc::now();
+    let info = TimerInfo {
+        is_past_due: firing.past_due,
+        schedule_status: Some(ScheduleStatus {
+            last: firing.last.unwrap_or(firing.scheduled),
+            next: firing.next,
+            last_updated: now,
+        }),
+        inputs: InputValues::from_wire(inputs),
+        retry,
+    };
+    encode_timer_request(&timer.name, &timer.binding, &info, &now)
 }
 
 /// An NCRONTAB schedule with seconds: each field the set of values it allows.

@@ -37,7 +37,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Request, Response, StatusCode};
 use serde_json::Value;
 
-use request::ReceivedRequest;
+use request::received;
 use response::{empty, error, http_response, not_found};
 use route::{RouteTemplate, percent_decode, strip_prefix};
 use tokio_util::sync::CancellationToken;
@@ -92,6 +92,8 @@ struct HttpFunction {
 pub struct HttpInvocation {
     /// The invocation request's body.
     pub body: Vec<u8>,
+    /// The input bindings' values in it, as sent.
+    pub inputs: Vec<(String, Value)>,
     pub outputs: Arc<OutputPlan>,
     /// The `http` output's name, whose value is the response.
     pub response: Option<String>,
@@ -289,15 +291,16 @@ impl HttpTriggers {
             .body(())
             .map_err(|_| HttpInvokeError::Path(target.clone()))?
             .into_parts();
-        let received = ReceivedRequest::new(&parts, body, params);
+        let host_request = received(&parts, body, params);
         let now = chrono::Utc::now();
         let inputs = f
             .inputs
-            .read(&received.binding_data(&f.name, &now), now)
+            .read(&host_request.binding_data(&f.name, &now), now)
             .await
             .map_err(HttpInvokeError::Input)?;
         Ok(HttpInvocation {
-            body: received.invocation(&f.name, &f.binding, &inputs),
+            body: host_request.encode(&f.name, &f.binding, &inputs, &now),
+            inputs,
             outputs: f.outputs.clone(),
             response: f.response.clone(),
         })
@@ -431,11 +434,11 @@ impl HttpTriggers {
         if self.forwarding {
             return forward(invoker, &invocation_id, &parts, body, &function.name).await;
         }
-        let received = ReceivedRequest::new(&parts, body, params);
+        let host_request = received(&parts, body, params);
         let now = chrono::Utc::now();
         let inputs = match function
             .inputs
-            .read(&received.binding_data(&function.name, &now), now)
+            .read(&host_request.binding_data(&function.name, &now), now)
             .await
         {
             Ok(inputs) => inputs,
@@ -444,7 +447,7 @@ impl HttpTriggers {
                 return empty(StatusCode::INTERNAL_SERVER_ERROR);
             }
         };
-        let invocation = received.invocation(&function.name, &function.binding, &inputs);
+        let invocation = host_request.encode(&function.name, &function.binding, &inputs, &now);
         let answered = tokio::time::timeout(
             ANSWER_WAIT,
             invoker.invoke_as(&function.name, &invocation_id, invocation, None),
