@@ -20,6 +20,12 @@ pub struct Args {
     /// (the Functions host checkpoints either way).
     #[arg(long)]
     pub checkpoint_on_success: bool,
+    /// Azure's rule for a batch the handler gives no answer to (it died, or restarts): a failed
+    /// attempt, counted towards the retry policy, and once the policy is spent (or without one)
+    /// moved past, its events lost, as the Functions host does. By default such a batch is
+    /// delivered again, so that nothing is lost to a crashed handler while you develop.
+    #[arg(long)]
+    pub azure_rules: bool,
     /// Run as the Functions scale controller instead of as one instance: start and stop
     /// instances of the app (each a `hubhost emulate` process) on the event hub's backlog, as
     /// target-based scaling does in Azure.
@@ -111,6 +117,7 @@ pub async fn run(
         app,
         storage,
         checkpoint_on_success,
+        azure_rules,
         instance_id,
         foreign_ownership_expiry,
         metrics_port,
@@ -175,6 +182,11 @@ pub async fn run(
             handler_settings,
             outbox: outputs.folder(),
             http_port,
+            no_answer: if azure_rules {
+                hubhost_host::emulate::NoAnswerRule::AsAzure
+            } else {
+                hubhost_host::emulate::NoAnswerRule::Redeliver
+            },
         },
         shutdown_signal(),
     )
@@ -194,6 +206,9 @@ async fn scale(args: Args) -> Result<(), String> {
     instance.push(args.app.clone().into());
     if let Some(storage) = &args.storage {
         instance.extend(["--storage".into(), storage.into()]);
+    }
+    if args.azure_rules {
+        instance.push("--azure-rules".into());
     }
     if args.checkpoint_on_success {
         instance.push("--checkpoint-on-success".into());
@@ -276,8 +291,11 @@ fn fault_plan(
         .collect();
     let plan = hubhost_rehearse::plan::schedule(seed, &kinds, count, span, &outputs);
     let handed_out = std::sync::Arc::new(tokio::sync::watch::channel(0).0);
-    let switch =
-        hubhost_host::emulate::faults::FaultSwitch::new(handed_out.clone(), Default::default());
+    let switch = hubhost_host::emulate::faults::FaultSwitch::new(
+        handed_out.clone(),
+        Default::default(),
+        Default::default(),
+    );
     eprintln!(
         "hubhost emulate: rehearsing {} faults (seed {seed}): {}",
         plan.len(),

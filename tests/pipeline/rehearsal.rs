@@ -168,6 +168,57 @@ async fn the_audit_is_per_binding_a_queue_duplicates_and_a_cosmos_upsert_by_id_d
     );
 }
 
+/// Azure's rule for a handler that dies mid-invocation: the failed attempt counts towards the
+/// function's retry policy, and once the policy is spent (here at once: `maxRetryCount: 0`) the
+/// batch is moved past, its inputs lost on Azure, and the rehearsal says so. (`emulate` by
+/// default delivers such a batch again; `--azure-rules` gives this rule there.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_handler_is_a_failed_attempt_and_a_spent_policy_loses_its_batch_as_on_azure() {
+    let dir = tempfile::tempdir().unwrap();
+    hubhost_testkit::copy_dir(&app(), dir.path());
+    let file = dir.path().join("Forward/function.json");
+    let mut function: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    function["retry"] = serde_json::json!({"strategy": "fixedDelay", "maxRetryCount": 0,
+        "delayInterval": "00:00:01"});
+    std::fs::write(&file, function.to_string()).unwrap();
+    let once = handler("forward-once");
+    let mut lost = None;
+    for seed in [21, 22, 23] {
+        let report = Rehearsal::new(seed)
+            .count(160)
+            .faults(&[FaultKind::KillHandler])
+            .fault_count(3)
+            .within(Duration::from_secs(120))
+            .run(dir.path(), &once)
+            .await
+            .unwrap();
+        eprintln!("{}", report.summary());
+        // The given-up batches are done with: the run completes, moved past them.
+        assert!(report.completed, "{}", report.summary());
+        if !report.lost_on_azure.is_empty() {
+            lost = Some(report);
+            break;
+        }
+    }
+    let report = lost.expect("a killed handler loses a batch under one of the seeds");
+    assert!(!report.passed, "{}", report.summary());
+    for given_up in &report.lost_on_azure {
+        assert_eq!(given_up.attempts, 1, "{given_up:?}");
+        assert_eq!(given_up.max_retry_count, Some(0), "{given_up:?}");
+        assert!(given_up.events > 0, "{given_up:?}");
+    }
+    let summary = report.summary();
+    assert!(
+        summary.contains(" after 1 failed attempt; policy maxRetryCount 0 (Forward, partition "),
+        "{summary}"
+    );
+    // What is missing was in the batches given up (a killed attempt may have sent some
+    // outputs before it died, so not every input of them need be missing).
+    let lost_events: usize = report.lost_on_azure.iter().map(|g| g.events).sum();
+    assert!(report.missing.len() <= lost_events, "{summary}");
+}
+
 /// `hubhost rehearse` from the app's folder as a user types it: JSON on stdout, the verdict in
 /// the exit status, the seed in the summary.
 #[test]

@@ -92,6 +92,8 @@ pub struct LocalApp {
     events_handed_out: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// Per `Function/partition`, the last sequence number answered, across every instance.
     answered: hubhost_host::emulate::faults::Answered,
+    /// The batches given up after their failures, across every instance (on Azure, lost).
+    given_up: hubhost_host::emulate::faults::GivenUpLog,
     /// Set for a rehearsal: instances see each other's ownership expire within seconds.
     foreign_ownership_expiry: Option<Duration>,
     /// How long a stopping instance drains a batch under retry (a rehearsal: the function
@@ -233,6 +235,7 @@ impl LocalApp {
             instances: Vec::new(),
             events_handed_out: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             answered: Default::default(),
+            given_up: Default::default(),
             foreign_ownership_expiry: timings.foreign_ownership_expiry,
             drain: timings.drain,
             http: reqwest::Client::new(),
@@ -246,12 +249,18 @@ impl LocalApp {
     /// of the partitions, its own handler process), and waits until it runs.
     pub async fn start_instance(&mut self, id: &str) -> Result<(), LocalAppError> {
         let metrics = std::sync::Arc::new(std::sync::OnceLock::new());
-        let faults = FaultSwitch::new(self.events_handed_out.clone(), self.answered.clone());
+        let faults = FaultSwitch::new(
+            self.events_handed_out.clone(),
+            self.answered.clone(),
+            self.given_up.clone(),
+        );
         let options = EmulateOptions {
             handler_settings: Vec::new(),
             app: self.root.clone(),
             storage: Some(self.storage_folder().display().to_string()),
-            checkpoint_on_success: true,
+            // Azure's rules: a failed batch is checkpointed past once its retry policy is spent,
+            // and a batch the handler gave no answer to is a failed attempt.
+            checkpoint_on_success: false,
             instance_id: Some(id.into()),
             foreign_ownership_expiry: self.foreign_ownership_expiry,
             metrics: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
@@ -262,6 +271,7 @@ impl LocalApp {
             outbox: Some(self.outbox_folder()),
             // Beside other tests and instances: a free port, never 7071.
             http_port: Some(0),
+            no_answer: emulate::NoAnswerRule::AsAzure,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let emulate = tokio::spawn(emulate::run(options, async move {
@@ -317,6 +327,12 @@ impl LocalApp {
                     .get(&format!("{function}/{partition}"))
                     .is_some_and(|a| a >= last)
         })
+    }
+
+    /// The batches the instances gave up after their failures, the retry policy spent (or
+    /// none): what Azure moves past, its events lost.
+    pub fn given_up(&self) -> Vec<hubhost_host::emulate::faults::GivenUp> {
+        self.given_up.lock().expect("given-up lock").clone()
     }
 
     /// The app's copy the instances run (host.json, function folders, local.settings.json).

@@ -22,7 +22,7 @@ use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semanti
 use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings, copy_tree};
 use crate::plan::{self, Fault, FaultKind, OWNERSHIP_EXPIRY, Scheduled};
 use hubhost_functions::function_app::{DEFAULT_FUNCTION_TIMEOUT, FunctionApp};
-use hubhost_host::emulate::faults::FaultSwitch;
+use hubhost_host::emulate::faults::{FaultSwitch, GivenUp};
 use hubhost_host::emulate::{AppSettings, resolve_trigger};
 
 type KeyOf = Arc<dyn Fn(&[u8]) -> Option<String> + Send + Sync>;
@@ -81,6 +81,10 @@ pub struct Report {
     /// Per output binding: its type, its effects and its duplicated inputs.
     pub outputs: Vec<OutputFindings>,
     pub faults: Vec<FiredFault>,
+    /// The batches the host gave up after their failures, the function's retry policy spent (or
+    /// none), and moved past: on Azure their events are never delivered again. A handler that
+    /// died mid-invocation counts as a failed attempt here, as on Azure.
+    pub lost_on_azure: Vec<GivenUp>,
     /// Whether every input was processed and checkpointed within the rehearsal's time.
     pub completed: bool,
     pub passed: bool,
@@ -139,6 +143,9 @@ impl Report {
                 "\n  duplicated: {} ×{} through '{}' after faults {:?}",
                 d.key, d.count, d.output, d.faults_before
             ));
+        }
+        for lost in self.lost_on_azure.iter().take(5) {
+            text.push_str(&format!("\n  {}", lost.describe()));
         }
         for m in self.missing.iter().take(5) {
             text.push_str(&format!(
@@ -298,7 +305,8 @@ impl Rehearsal {
         let effects =
             collect_effects(&local, &run.outputs, started_wall, &*self.effect_key).await?;
         let findings = audit::audit(&run.inputs, &effects, &run.faults);
-        let passed = run.completed && findings.passed(self.semantics);
+        let lost_on_azure = local.given_up();
+        let passed = run.completed && findings.passed(self.semantics) && lost_on_azure.is_empty();
         let outputs = run
             .outputs
             .iter()
@@ -325,6 +333,7 @@ impl Rehearsal {
             unmatched: findings.unmatched,
             outputs,
             faults: run.faults,
+            lost_on_azure,
             completed: run.completed,
             passed,
             seconds: run.seconds,
@@ -805,7 +814,7 @@ mod tests {
     #[tokio::test]
     async fn one_instance_is_driven_by_its_plan_as_events_are_handed_out() {
         let handed_out = Arc::new(tokio::sync::watch::channel(0u64).0);
-        let switch = FaultSwitch::new(handed_out.clone(), Default::default());
+        let switch = FaultSwitch::new(handed_out.clone(), Default::default(), Default::default());
         let plan = vec![
             Scheduled {
                 at_event: 5,

@@ -15,7 +15,7 @@ use hubhost_telemetry::trace_context::Producers;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use super::faults::FaultSwitch;
+use super::faults::{FaultSwitch, GivenUp};
 use super::inputs::InputPlan;
 use super::outputs::{InvocationOrigin, OutputPlan};
 use crate::invoker::{HostFailure, InvokeError, Invoker, within_function_timeout};
@@ -29,6 +29,22 @@ use hubhost_trigger::batch::RetryContext;
 /// How long an instance that stops lets the retries of a batch under way go on: the host's drain
 /// mode lets executions under way finish rather than leave their batch to the next owner.
 pub const DRAIN: Duration = Duration::from_secs(30);
+
+/// What a delivery the handler gave no answer to (not listening, restarting, died
+/// mid-request) counts as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NoAnswerRule {
+    /// hubhost's rule for local development, kinder than Azure's: not the function's verdict.
+    /// The batch is delivered again (with a retry policy, as a retry that does not count
+    /// towards its maximum) and never checkpointed past, so nothing is lost to a crashed
+    /// handler.
+    #[default]
+    Redeliver,
+    /// The Functions host's rule: a failed invocation. It counts towards the retry policy's
+    /// maximum and, once the policy gives up (or at once, without one), the batch is
+    /// checkpointed past like any failed batch: on Azure its events are lost.
+    AsAzure,
+}
 
 /// Invokes one function for each batch, with the function's retry policy.
 pub struct FunctionDispatch {
@@ -49,6 +65,8 @@ pub struct FunctionDispatch {
     pub function_timeout: Option<Duration>,
     /// Told of each invocation that timed out, so the instance restarts the handler.
     pub timed_out: Arc<tokio::sync::Notify>,
+    /// What a delivery the handler gave no answer to counts as.
+    pub no_answer: NoAnswerRule,
 }
 
 /// Why one invocation did not succeed.
@@ -63,6 +81,32 @@ enum InvocationFailure {
 }
 
 impl FunctionDispatch {
+    /// A batch whose invocations failed `attempts` times, the retry policy spent (or none):
+    /// the pump checkpoints past it as the host does, so it is not delivered again. Said in
+    /// the log, and told to a rehearsal, which reports its events as lost on Azure.
+    fn gave_up(&self, batch: &PartitionBatch, attempts: u32, error: &HostFailure) {
+        let first_sequence = batch.events.first().and_then(|e| e.sequence_number);
+        let last_sequence = batch.events.last().and_then(|e| e.sequence_number);
+        tracing::error!(
+            function = %self.function, partition = %batch.context.partition_id,
+            ?first_sequence, ?last_sequence, events = batch.events.len(), attempts,
+            max_retry_count = ?self.retry.as_ref().map(|p| p.max_retry_count),
+            %error, "the function failed the batch and its retry policy is spent (or it has none): the host moves past it"
+        );
+        if let Some(faults) = &self.faults {
+            faults.batch_given_up(GivenUp {
+                function: self.function.clone(),
+                partition: batch.context.partition_id.clone(),
+                first_sequence,
+                last_sequence,
+                events: batch.events.len(),
+                attempts,
+                max_retry_count: self.retry.as_ref().map(|p| p.max_retry_count),
+                error: error.message.clone(),
+            });
+        }
+    }
+
     async fn invoke_once(
         &self,
         batch: &PartitionBatch,
@@ -303,26 +347,35 @@ impl FunctionDispatch {
                     }
                     return BatchOutcome::Succeeded;
                 }
-                // Without a retry policy the pump delivers the batch again once the handler is
-                // back (never a verdict, so never checkpointed).
-                Err(InvocationFailure::NoAnswer(e)) if self.retry.is_none() => {
+                // hubhost's rule, without a retry policy: the pump delivers the batch again
+                // once the handler is back (never a verdict, so never checkpointed).
+                Err(InvocationFailure::NoAnswer(e))
+                    if self.retry.is_none() && self.no_answer == NoAnswerRule::Redeliver =>
+                {
                     return BatchOutcome::NotProcessed(e);
                 }
                 // With one, a handler that died mid-invocation failed that invocation, as to
                 // the host: delivered again here with `RetryContext`, through a stop's drain
                 // too, so that the outputs `Once` claimed on the attempt before are given by
-                // this instance's retry. Not a verdict on the function, so not counted towards
-                // the policy's maximum.
-                Err(InvocationFailure::NoAnswer(e)) => HostFailure::other(e),
+                // this instance's retry. Under hubhost's rule not a verdict on the function,
+                // so not counted towards the policy's maximum; under Azure's, counted.
+                Err(InvocationFailure::NoAnswer(e)) => {
+                    if self.no_answer == NoAnswerRule::AsAzure {
+                        verdicts += 1;
+                    }
+                    HostFailure::other(e)
+                }
                 Err(InvocationFailure::Function(e)) => {
                     verdicts += 1;
                     e
                 }
             };
             let Some(policy) = &self.retry else {
+                self.gave_up(batch, attempt + 1, &error);
                 return BatchOutcome::Failed(error.message);
             };
             if policy.max_retry_count >= 0 && verdicts > policy.max_retry_count {
+                self.gave_up(batch, attempt + 1, &error);
                 return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
             }
             attempt += 1;
@@ -455,6 +508,7 @@ mod tests {
             outputs: Arc::default(),
             faults: None,
             function_timeout: None,
+            no_answer: NoAnswerRule::Redeliver,
             timed_out: Default::default(),
             drain: Duration::ZERO,
         }
@@ -626,6 +680,49 @@ mod tests {
         let outcome = draining.handle(&one_event_batch(), &stop).await;
         assert_eq!(outcome, BatchOutcome::Succeeded);
         assert_eq!(*seen.lock().unwrap(), [0, 1, 2]);
+    }
+
+    #[tokio::test]
+    async fn under_azure_rules_a_dead_handler_is_a_failed_attempt_and_a_spent_policy_gives_up() {
+        // The same two deaths as above: under Azure's rule each counts, so a policy of one
+        // retry is spent by the second, and the batch is given up, told to the rehearsal.
+        let (invoker, seen) = dying_handler(2).await;
+        let mut as_azure = dispatch(invoker, 1);
+        as_azure.no_answer = NoAnswerRule::AsAzure;
+        let switch = FaultSwitch::new(
+            Arc::new(tokio::sync::watch::channel(0).0),
+            Default::default(),
+            Default::default(),
+        );
+        as_azure.faults = Some(switch.clone());
+        let outcome = as_azure
+            .handle(&one_event_batch(), &CancellationToken::new())
+            .await;
+        assert!(matches!(&outcome, BatchOutcome::Failed(_)), "{outcome:?}");
+        assert_eq!(*seen.lock().unwrap(), [0, 1]);
+        let given_up = switch.given_up();
+        assert_eq!(given_up.len(), 1, "{given_up:?}");
+        assert_eq!(
+            (given_up[0].attempts, given_up[0].max_retry_count),
+            (2, Some(1))
+        );
+        assert!(
+            given_up[0].describe().starts_with(
+                "lost on Azure: 1 input after 2 failed attempts; policy maxRetryCount 1"
+            ),
+            "{}",
+            given_up[0].describe()
+        );
+        // Without a retry policy, a handler that is down fails the batch at once: no
+        // redelivery, as the host moves past it.
+        let port = hubhost_process::child::free_listen_port().unwrap();
+        let mut without_policy = dispatch(Invoker::new(&format!("http://127.0.0.1:{port}")), -1);
+        without_policy.retry = None;
+        without_policy.no_answer = NoAnswerRule::AsAzure;
+        let outcome = without_policy
+            .handle(&one_event_batch(), &CancellationToken::new())
+            .await;
+        assert!(matches!(&outcome, BatchOutcome::Failed(_)), "{outcome:?}");
     }
 
     #[test]

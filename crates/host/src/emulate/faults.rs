@@ -40,6 +40,54 @@ pub struct FaultSwitch {
     frozen_until: Mutex<Option<Instant>>,
     geo_offsets: AtomicBool,
     kill_handler: Notify,
+    given_up: GivenUpLog,
+}
+
+/// The batches given up after their failures (shared by a rehearsal's instances, so that one
+/// that left still counts).
+pub type GivenUpLog = Arc<Mutex<Vec<GivenUp>>>;
+
+/// A batch the function failed, its retry policy spent (or none), that the host then moved
+/// past: on Azure its events are never delivered again.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GivenUp {
+    pub function: String,
+    pub partition: String,
+    pub first_sequence: Option<i64>,
+    pub last_sequence: Option<i64>,
+    /// How many events the batch held.
+    pub events: usize,
+    /// Invocations that failed, the first included.
+    pub attempts: u32,
+    /// The policy's `maxRetryCount`; `None` without a retry policy.
+    pub max_retry_count: Option<i64>,
+    /// Why the last attempt failed.
+    pub error: String,
+}
+
+impl GivenUp {
+    /// `lost on Azure: 100 inputs after 3 failed attempts; policy maxRetryCount 2`, and where.
+    pub fn describe(&self) -> String {
+        let policy = match self.max_retry_count {
+            Some(n) => format!("policy maxRetryCount {n}"),
+            None => "no retry policy".to_string(),
+        };
+        let sequences = match (self.first_sequence, self.last_sequence) {
+            (Some(first), Some(last)) => format!(", sequence numbers {first}..={last}"),
+            _ => String::new(),
+        };
+        format!(
+            "lost on Azure: {} input{} after {} failed attempt{}; {policy} ({}, partition {}{sequences}): {}",
+            self.events,
+            if self.events == 1 { "" } else { "s" },
+            self.attempts,
+            if self.attempts == 1 { "" } else { "s" },
+            self.function,
+            self.partition,
+            self.error
+        )
+    }
 }
 
 impl std::fmt::Debug for FaultSwitch {
@@ -53,7 +101,11 @@ impl std::fmt::Debug for FaultSwitch {
 impl FaultSwitch {
     /// Switches for one instance; `events` is shared by every instance of a rehearsal so that
     /// "after the k-th event" means the same point whichever instance hands it out.
-    pub fn new(events: Arc<watch::Sender<u64>>, answered: Answered) -> Arc<Self> {
+    pub fn new(
+        events: Arc<watch::Sender<u64>>,
+        answered: Answered,
+        given_up: GivenUpLog,
+    ) -> Arc<Self> {
         Arc::new(FaultSwitch {
             events,
             answered,
@@ -62,6 +114,7 @@ impl FaultSwitch {
             frozen_until: Mutex::default(),
             geo_offsets: AtomicBool::new(false),
             kill_handler: Notify::new(),
+            given_up,
         })
     }
 
@@ -97,6 +150,22 @@ impl FaultSwitch {
         self.kill_handler.notify_one();
     }
 
+    /// The batches given up so far, by every instance sharing this log, in order.
+    pub fn given_up(&self) -> Vec<GivenUp> {
+        self.given_up.lock().expect("not poisoned").clone()
+    }
+
+    /// Records a batch the host moved past after its failures (see [`GivenUp`]): done with,
+    /// as a batch that succeeded is.
+    pub fn batch_given_up(&self, given_up: GivenUp) {
+        self.batch_succeeded(
+            &given_up.function,
+            &given_up.partition,
+            given_up.last_sequence,
+        );
+        self.given_up.lock().expect("not poisoned").push(given_up);
+    }
+
     /// Resolves when [`Self::kill_handler`] was called (the run loop waits on it).
     pub async fn kill_requested(&self) {
         self.kill_handler.notified().await
@@ -108,7 +177,8 @@ impl FaultSwitch {
         self.events.send_modify(|n| *n += events as u64);
     }
 
-    /// A batch of `function` on `partition` through `last` succeeded (its outputs carried out).
+    /// A batch of `function` on `partition` through `last` succeeded (its outputs carried out),
+    /// or was given up: the function is done with it.
     pub fn batch_succeeded(&self, function: &str, partition: &str, last: Option<i64>) {
         if let Some(last) = last {
             let mut answered = self.answered.lock().expect("answered lock");
@@ -253,7 +323,11 @@ mod tests {
 
     #[test]
     fn an_output_fails_for_its_period_only() {
-        let faults = FaultSwitch::new(Arc::new(watch::channel(0).0), Answered::default());
+        let faults = FaultSwitch::new(
+            Arc::new(watch::channel(0).0),
+            Answered::default(),
+            GivenUpLog::default(),
+        );
         faults.fail_output_for("alarms", Duration::from_millis(200));
         assert!(faults.output_failing("alarms"));
         assert!(!faults.output_failing("other"));
@@ -271,7 +345,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_store_refuses_while_down_and_waits_while_frozen() {
-        let faults = FaultSwitch::new(Arc::new(watch::channel(0).0), Answered::default());
+        let faults = FaultSwitch::new(
+            Arc::new(watch::channel(0).0),
+            Answered::default(),
+            GivenUpLog::default(),
+        );
         let store = FaultyStore::wrap(
             Arc::new(hubhost_storage::memory::MemoryStore::default()),
             faults.clone(),

@@ -40,7 +40,7 @@ use hubhost_functions::function_app::{EventHubTrigger, FunctionApp, FunctionSpec
 use hubhost_processor::ProcessorOptions;
 use hubhost_storage::counting::CountingStore;
 
-pub use dispatch::{DRAIN, FunctionDispatch, retry_delay};
+pub use dispatch::{DRAIN, FunctionDispatch, NoAnswerRule, retry_delay};
 pub use outputs::{
     BindingProblem, BlobPathError, BlobStoreError, EventSender, InvocationOrigin, KeptOutput,
     Outbox, OutboxError, OutputError, OutputPlan, OutputSinks, OutputsDone, SendError,
@@ -235,6 +235,8 @@ pub struct EmulateOptions {
     /// The port the app's HTTP functions are served on (0: any free one) [default: 7071, as
     /// `func start`, or a free one when 7071 is taken].
     pub http_port: Option<u16>,
+    /// What a delivery the handler gave no answer to counts as (`--azure-rules`: as on Azure).
+    pub no_answer: NoAnswerRule,
 }
 
 /// One Event Hubs function, resolved against the settings.
@@ -540,6 +542,7 @@ pub async fn run(
             faults: opts.faults.clone(),
             function_timeout,
             timed_out: timed_out.clone(),
+            no_answer: opts.no_answer,
         },
     )?;
     let counts = triggers.counts().clone();
@@ -558,6 +561,11 @@ pub async fn run(
         println!(
             "  {} ← {:?}, consumer group {}",
             f.spec.name, f.target, f.trigger.consumer_group
+        );
+    }
+    if !functions.is_empty() && opts.no_answer == NoAnswerRule::Redeliver {
+        println!(
+            "  kinder than Azure: a batch the handler gives no answer to (it died, or restarts) is delivered again, where Azure counts a failed attempt and, once the retry policy is spent, moves past it; --azure-rules for Azure's rule"
         );
     }
     let http_server = if http_functions.is_empty() {

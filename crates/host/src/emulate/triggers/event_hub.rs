@@ -18,7 +18,7 @@ use hubhost_processor::{
 };
 
 use crate::emulate::faults::FaultSwitch;
-use crate::emulate::{EmulateError, FunctionDispatch, FunctionTarget};
+use crate::emulate::{EmulateError, FunctionDispatch, FunctionTarget, NoAnswerRule};
 use crate::invoker::Invoker;
 
 /// How an instance delivers batches beyond the function's own settings.
@@ -32,6 +32,8 @@ pub struct Delivery {
     pub function_timeout: Option<std::time::Duration>,
     /// Told when an invocation outlived `function_timeout`: the host then restarts the handler.
     pub timed_out: Arc<tokio::sync::Notify>,
+    /// What a delivery the handler gave no answer to counts as.
+    pub no_answer: NoAnswerRule,
 }
 
 impl Default for Delivery {
@@ -41,6 +43,7 @@ impl Default for Delivery {
             faults: None,
             function_timeout: None,
             timed_out: Arc::new(tokio::sync::Notify::new()),
+            no_answer: NoAnswerRule::Redeliver,
         }
     }
 }
@@ -228,6 +231,7 @@ fn consumers(
                     drain: delivery.drain,
                     function_timeout: delivery.function_timeout,
                     timed_out: delivery.timed_out.clone(),
+                    no_answer: delivery.no_answer,
                 }),
                 stats: Arc::new(ProcessorStats::default()),
                 ends: Default::default(),
