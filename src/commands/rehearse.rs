@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hubhost_host::emulate::handler_executable;
+use hubhost_host::emulate::invoke::{EventSpec, parse_events};
 use hubhost_rehearse::{FaultKind, Rehearsal, Semantics};
 
 /// Run the app as Azure runs it while the faults Azure brings happen to it — the handler killed
@@ -15,16 +17,19 @@ use hubhost_rehearse::{FaultKind, Rehearsal, Semantics};
 #[derive(clap::Args)]
 pub struct Args {
     /// Function app folder (host.json, */function.json, local.settings.json); its handler is
-    /// host.json's defaultExecutablePath, built.
+    /// host.json's defaultExecutablePath, found as `hubhost emulate` finds it.
     #[arg(long, default_value = "function_app")]
     pub app: PathBuf,
-    /// The handler executable [default: host.json's defaultExecutablePath].
+    /// The handler executable [default: host.json's defaultExecutablePath, found as `hubhost
+    /// emulate` finds it].
     #[arg(long)]
     pub handler: Option<PathBuf>,
     /// The function whose trigger gets the inputs [default: the first Event Hubs function].
     #[arg(long)]
     pub function: Option<String>,
-    /// Inputs: a JSON array or NDJSON, each a body (a string as its text, anything else as JSON).
+    /// Inputs: an events file as `hubhost invoke` reads one (a JSON array or NDJSON; an object
+    /// with `body` is an event, any other value the body itself: a string as its text, anything
+    /// else as JSON); only the bodies are sent.
     #[arg(long, conflicts_with = "count")]
     pub events: Option<PathBuf>,
     /// Generated inputs {"id":"input-00001","n":1}… [default: 200].
@@ -73,7 +78,9 @@ pub async fn run(args: Args) -> Result<(), String> {
     }
     let handler = match args.handler {
         Some(handler) => handler,
-        None => declared_handler(&args.app)?,
+        // Found as `emulate` finds it: the app folder, `PATH` (this build's folder first), or
+        // where Cargo built it.
+        None => handler_executable(&args.app).map_err(|e| e.to_string())?,
     };
     // The emulated instances print their start-up lines; stdout is the report's alone.
     let stdout = StdoutToStderr::begin();
@@ -94,50 +101,13 @@ pub async fn run(args: Args) -> Result<(), String> {
     }
 }
 
-/// host.json's `defaultExecutablePath`, from the app folder when relative; it must be built.
-fn declared_handler(app: &Path) -> Result<PathBuf, String> {
-    let host = app.join("host.json");
-    let text = std::fs::read_to_string(&host).map_err(|e| format!("{}: {e}", host.display()))?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", host.display()))?;
-    let declared = json["customHandler"]["description"]["defaultExecutablePath"]
-        .as_str()
-        .ok_or_else(|| {
-            format!(
-                "{}: no customHandler.description.defaultExecutablePath",
-                host.display()
-            )
-        })?;
-    let path = app.join(declared);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "the handler {} is not built (host.json's defaultExecutablePath); build it, or name it with --handler",
-            path.display()
-        ))
-    }
-}
-
-/// A JSON array or NDJSON of bodies.
+/// The events file's bodies, read as `hubhost invoke` reads an events file (a JSON array, or
+/// NDJSON; an object with `body` is an event, any other value the body itself): the rehearsal
+/// sends the bodies and spreads them over the partitions itself.
 fn read_events(file: &Path) -> Result<Vec<Vec<u8>>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let body = |v: serde_json::Value| match v {
-        serde_json::Value::String(s) => s.into_bytes(),
-        other => other.to_string().into_bytes(),
-    };
-    if let Ok(serde_json::Value::Array(items)) = serde_json::from_str(&text) {
-        return Ok(items.into_iter().map(body).collect());
-    }
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, line)| {
-            serde_json::from_str(line)
-                .map(body)
-                .map_err(|e| format!("{} line {}: {e}", file.display(), i + 1))
-        })
-        .collect()
+    let events = parse_events(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(events.iter().map(EventSpec::body_bytes).collect())
 }
 
 /// While alive, what is written to stdout goes to stderr.

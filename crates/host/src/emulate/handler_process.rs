@@ -3,7 +3,7 @@
 //! port and worker variables in its environment, `GET /` until anything answers, SIGTERM then
 //! SIGKILL. It dies with the emulator, even after `kill -9` (see `hubhost_process::child`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -83,6 +83,32 @@ impl Drop for ProcessGroup {
     }
 }
 
+/// The `PATH` the handler's command is looked up in, and the handler gets: the app's own, with
+/// this build's folder first, so that `hubhost` (or an executable built beside it, such as
+/// `hubhost-app`) in host.json finds this very build.
+fn search_path(settings: &AppSettings) -> String {
+    let path = settings.get("PATH").unwrap_or_default();
+    match std::env::current_exe() {
+        Ok(me) => match me.parent() {
+            Some(dir) => format!("{}:{path}", dir.display()),
+            None => path,
+        },
+        Err(_) => path,
+    }
+}
+
+/// The executable `emulate` starts for the app in `app_root`: host.json's
+/// `defaultExecutablePath` with `%Setting%` expanded, found as the Functions host finds it (a
+/// path from the app folder, else a command on `PATH`, this build's folder first), or where
+/// Cargo built it; otherwise an error that says how to build it. `hubhost rehearse` finds its
+/// handler here too.
+pub fn handler_executable(app_root: &Path) -> Result<PathBuf, EmulateError> {
+    let settings = AppSettings::load(app_root)?;
+    let app = FunctionApp::load_with_settings(app_root, settings.values())?;
+    let declared = HandlerProcess::declared_executable(&app, &settings)?;
+    super::executable::program(&declared, &app.root, &search_path(&settings))
+}
+
 impl HandlerProcess {
     /// host.json's `defaultExecutablePath`, expanded: a path from the app root, or a command.
     pub(super) fn declared_executable(
@@ -128,13 +154,7 @@ impl HandlerProcess {
                 .map_err(|e| EmulateError::HostJson(e.into()))
         };
         let declared = Self::declared_executable(app, settings)?;
-        // `hubhost` in host.json finds this very build first.
-        let mut path = settings.get("PATH").unwrap_or_default();
-        if let Ok(me) = std::env::current_exe()
-            && let Some(dir) = me.parent()
-        {
-            path = format!("{}:{path}", dir.display());
-        }
+        let path = search_path(settings);
         let program = super::executable::program(&declared, &app.root, &path)?;
         let section = Self::section(app)?;
         let fixed_port = match section.get("port") {

@@ -104,6 +104,14 @@ pub struct EventSpec {
 }
 
 impl EventSpec {
+    /// The body's bytes: a JSON string's text, any other JSON value's compact text.
+    pub fn body_bytes(&self) -> Vec<u8> {
+        match &self.body {
+            OrderedJson::String(text) => text.clone().into_bytes(),
+            other => serde_json::to_vec(other).expect("JSON serializes"),
+        }
+    }
+
     /// An event with `body` and nothing else.
     pub fn body(body: OrderedJson) -> Self {
         EventSpec {
@@ -128,6 +136,8 @@ impl EventSpec {
 /// assert_eq!(events.len(), 2);
 /// assert_eq!(events[0].partition_key.as_deref(), Some("d-1"));
 /// assert_eq!(events[1].body, OrderedJson::String("plain text".into()));
+/// assert_eq!(events[0].body_bytes(), br#"{"t":21}"#);
+/// assert_eq!(events[1].body_bytes(), b"plain text");
 /// assert_eq!(parse_events("{\"a\":1}\n{\"a\":2}\n")?.len(), 2);
 /// # Ok::<(), String>(())
 /// ```

@@ -49,6 +49,7 @@ pub use owner_id::{IdentityError, IdentitySource, InstanceIdentity};
 pub use settings::{AppSettings, ExpandError};
 pub use triggers::{Delivery, InstanceTriggers, TriggerCounts};
 
+pub use handler_process::handler_executable;
 use handler_process::{HandlerProcess, restart_handler, start_handler, start_on_free_port};
 use metrics::{LastEnqueued, MetricsPage};
 
