@@ -630,3 +630,44 @@ fn a_failing_timer_firing_is_retried_as_its_retry_policy_says_then_given_up() {
     let output = emulate.output();
     assert!(output.contains("no retries left"), "{output}");
 }
+
+#[test]
+fn a_timer_firing_past_function_timeout_fails_restarts_the_handler_and_is_retried() {
+    kit::require!(kit::Tool::PythonSdk);
+    // Its first firing outlives host.json's functionTimeout: as on Azure, that attempt fails
+    // with the host's timeout, the handler is restarted, and the retry policy tries again.
+    let slow = json!({
+        "bindings": [{"type": "timerTrigger", "direction": "in", "name": "timer",
+            "schedule": "0 0 * * * *", "runOnStartup": true}],
+        "retry": {"strategy": "fixedDelay", "maxRetryCount": 1, "delayInterval": "00:00:01"}});
+    let dir = app(r#""functionTimeout": "00:00:02","#, "", &[("Slow", slow)]);
+    let root = dir.path();
+    local_settings(root, json!({}));
+    let mut emulate = Emulate::start_with(
+        root,
+        &["--http-port", "0"],
+        &[("SLOW_FUNCTION", "Slow"), ("SLOW_SECONDS", "30")],
+    );
+    wait_records(root, &emulate, "the retry after the timeout", |r| {
+        r.iter().any(|r| r["function"] == "Slow")
+    });
+    let status = emulate.terminate();
+    assert!(status.success(), "{status}\n{}", emulate.output());
+    let fired: Vec<Value> = records(root)
+        .into_iter()
+        .filter(|r| r["function"] == "Slow")
+        .collect();
+    // The first attempt never answered (its handler was stopped): only the retry recorded.
+    assert_eq!(fired.len(), 1, "{fired:#?}\n{}", emulate.output());
+    assert_eq!(fired[0]["retry"]["RetryCount"], 1, "{fired:?}");
+    let exception = fired[0]["retry"]["Exception"].to_string();
+    assert!(
+        exception.contains("Timeout value of 00:00:02 was exceeded by function: Functions.Slow"),
+        "{exception}"
+    );
+    let output = emulate.output();
+    assert!(output.contains("restarting the custom handler"), "{output}");
+    // Two handler processes: the first, stopped at the timeout, and its replacement.
+    let pids = std::fs::read_to_string(root.join("pids")).unwrap();
+    assert_eq!(pids.lines().count(), 2, "{pids}\n{output}");
+}

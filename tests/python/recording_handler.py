@@ -74,14 +74,14 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         request = json.loads(self.body())
         metadata = request["Metadata"]
-        if "PartitionContext" not in metadata:
-            return self.http_function(request)
-        context = as_json(metadata["PartitionContext"])
         function = self.path.strip("/")
         mark = os.environ.get("SLOW_MARK", "slowed")
         if function == os.environ.get("SLOW_FUNCTION") and not os.path.exists(mark):
             open(mark, "w").close()
             time.sleep(float(os.environ["SLOW_SECONDS"]))
+        if "PartitionContext" not in metadata:
+            return self.http_function(request)
+        context = as_json(metadata["PartitionContext"])
         if "SequenceNumberArray" in metadata:
             seqs = as_json(metadata["SequenceNumberArray"])
         else:

@@ -603,9 +603,14 @@ pub async fn run(
                 .map(|b| format!("{b:02x}"))
                 .collect::<String>()
         };
+        let delivery = triggers::timer::TimerDelivery {
+            invoker: invoker.clone(),
+            function_timeout,
+            timed_out: timed_out.clone(),
+        };
         Some(tokio::spawn(timers.run(
             app_key,
-            invoker.clone(),
+            delivery,
             stop.child_token(),
         )))
     };

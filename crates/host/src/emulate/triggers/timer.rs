@@ -3,7 +3,10 @@
 //! month, day of week), `%Setting%` resolved, times in UTC; `runOnStartup` fires once at
 //! start too. Each firing is `POST /{FunctionName}` with `Data.<trigger>` the `TimerInfo` the
 //! extension builds (`Schedule`, `ScheduleStatus` with `Last`, `Next` and `LastUpdated`,
-//! `IsPastDue`), and the answer's outputs carried out as for any trigger.
+//! `IsPastDue`), and the answer's outputs carried out as for any trigger. As on Azure, a firing
+//! that fails (an error answered, an input or output that fails, no answer, or host.json's
+//! `functionTimeout` outlived, which also restarts the handler) is tried again as the function's
+//! `retry` policy says, with `RetryContext`.
 //!
 //! As on Azure, one instance of the app runs each timer: the first to take the function's lock
 //! file (in the same folder as the owner ids, so instances on this machine share it) fires it,
@@ -32,7 +35,7 @@ use hubhost_functions::timer::{ScheduleStatus, TimerInfo};
 use hubhost_trigger::batch::RetryContext;
 
 use crate::emulate::dispatch::retry_delay;
-use crate::invoker::HostFailure;
+use crate::invoker::{HostFailure, within_function_timeout};
 
 /// How often an instance that does not hold a timer's lock tries to take it.
 pub const LOCK_RETRY: Duration = Duration::from_secs(5);
@@ -43,6 +46,16 @@ pub const LOCK_RETRY: Duration = Duration::from_secs(5);
 pub struct ScheduleError {
     pub schedule: String,
     pub problem: String,
+}
+
+/// How firings reach the handler: through `invoker`, within host.json's `functionTimeout`,
+/// `timed_out` told of a firing that outlived it (the instance then restarts the handler, as
+/// the host does).
+#[derive(Clone)]
+pub struct TimerDelivery {
+    pub invoker: Invoker,
+    pub function_timeout: Option<Duration>,
+    pub timed_out: Arc<tokio::sync::Notify>,
 }
 
 /// One firing's request, as `hubhost invoke` sends it.
@@ -182,7 +195,7 @@ impl TimerTriggers {
 
     /// Fires every timer whose lock this instance takes, until `stop`. `app_key` names the app
     /// in the lock files (instances of one app share them).
-    pub async fn run(self, app_key: String, invoker: Invoker, stop: CancellationToken) {
+    pub async fn run(self, app_key: String, delivery: TimerDelivery, stop: CancellationToken) {
         let mut tasks = Vec::new();
         for timer in self.timers {
             let lock = crate::emulate::owner_id::lock_folder().join(format!(
@@ -193,7 +206,7 @@ impl TimerTriggers {
             tasks.push(tokio::spawn(fire_while_held(
                 timer,
                 lock,
-                invoker.clone(),
+                delivery.clone(),
                 stop.clone(),
             )));
         }
@@ -207,7 +220,7 @@ impl TimerTriggers {
 async fn fire_while_held(
     timer: TimerFunction,
     lock: std::path::PathBuf,
-    invoker: Invoker,
+    delivery: TimerDelivery,
     stop: CancellationToken,
 ) {
     let held = loop {
@@ -224,7 +237,7 @@ async fn fire_while_held(
     tracing::info!(function = %timer.name, "this instance runs the timer");
     let mut last: Option<DateTime<Utc>> = None;
     if timer.run_on_startup {
-        fire(&timer, &invoker, Utc::now(), &mut last, &stop).await;
+        fire(&timer, &delivery, Utc::now(), &mut last, &stop).await;
     }
     // The occurrence after the last one fired, but not one long gone: a firing that overran
     // is followed by one occurrence at once, not by every one it missed.
@@ -238,7 +251,7 @@ async fn fire_while_held(
             () = tokio::time::sleep(wait) => {}
             () = stop.cancelled() => break,
         }
-        fire(&timer, &invoker, next, &mut last, &stop).await;
+        fire(&timer, &delivery, next, &mut last, &stop).await;
     }
     drop(held);
 }
@@ -260,7 +273,7 @@ fn take_lock(path: &std::path::Path) -> Option<std::fs::File> {
 
 async fn fire(
     timer: &TimerFunction,
-    invoker: &Invoker,
+    delivery: &TimerDelivery,
     scheduled: DateTime<Utc>,
     last: &mut Option<DateTime<Utc>>,
     stop: &CancellationToken,
@@ -282,7 +295,7 @@ async fn fire(
     let mut attempt: u32 = 0;
     loop {
         let retry = retry_context(timer, attempt, last_error.as_ref());
-        let error = match fire_once(timer, invoker, &firing, retry).await {
+        let error = match fire_once(timer, delivery, &firing, retry).await {
             Ok(()) => return,
             Err(error) => error,
         };
@@ -333,7 +346,7 @@ struct Firing {
 /// of them failing fails the invocation, as in the host.
 async fn fire_once(
     timer: &TimerFunction,
-    invoker: &Invoker,
+    delivery: &TimerDelivery,
     firing: &Firing,
     retry: Option<RetryContext>,
 ) -> Result<(), HostFailure> {
@@ -348,10 +361,17 @@ async fn fire_once(
         .map_err(|e| HostFailure::other(format!("input binding failed: {e}")))?;
     let body = invocation(timer, firing, retry, inputs);
     let invocation_id = uuid::Uuid::new_v4().to_string();
-    let answer = match invoker
-        .invoke_as(&timer.name, &invocation_id, body, None)
-        .await
-    {
+    let invocation = delivery
+        .invoker
+        .invoke_as(&timer.name, &invocation_id, body, None);
+    let Ok(answered) = within_function_timeout(delivery.function_timeout, invocation).await else {
+        // The host's rule: the invocation fails with FunctionTimeoutException, and the host
+        // restarts the worker.
+        delivery.timed_out.notify_one();
+        let limit = delivery.function_timeout.unwrap_or_default();
+        return Err(HostFailure::timeout(limit, &timer.name));
+    };
+    let answer = match answered {
         Ok(answer) if answer.succeeded() => answer,
         Ok(answer) => {
             return Err(answer.refused.unwrap_or_else(|| {
