@@ -23,19 +23,17 @@ use chrono::{DateTime, Datelike, Duration as ChronoDuration, TimeZone, Timelike,
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::emulate::dispatch::retry_delay;
 use crate::emulate::inputs::InputPlan;
 use crate::emulate::outputs::{InvocationOrigin, OutputPlan, OutputSinks};
 use crate::emulate::{AppSettings, EmulateError, SettingProblem};
-use crate::invoker::Invoker;
+use crate::invoker::{HostFailure, Invoker, within_function_timeout};
 use hubhost_functions::contract::encode::{BindingData, sys_expression_data};
 use hubhost_functions::contract::timer_request::encode_timer_request;
 use hubhost_functions::function_app::{FunctionSpec, RetryPolicy, Trigger};
 use hubhost_functions::inputs::InputValues;
 use hubhost_functions::timer::{ScheduleStatus, TimerInfo};
 use hubhost_trigger::batch::RetryContext;
-
-use crate::emulate::dispatch::retry_delay;
-use crate::invoker::{HostFailure, within_function_timeout};
 
 /// How often an instance that does not hold a timer's lock tries to take it.
 pub const LOCK_RETRY: Duration = Duration::from_secs(5);
