@@ -219,6 +219,24 @@ impl FunctionDispatch {
     }
 }
 
+/// The `RetryContext` the host sends with attempt `attempt` (0: the first) of an invocation of
+/// `function` under `policy`, with the previous attempt's failure; `None` without a policy, as
+/// the host sends none then. Any trigger's retries carry it (Event Hubs batches, timer firings).
+pub fn retry_context(
+    function: &str,
+    policy: Option<&RetryPolicy>,
+    attempt: u32,
+    last_error: Option<&HostFailure>,
+) -> Option<RetryContext> {
+    policy.map(|policy| RetryContext {
+        retry_count: i64::from(attempt),
+        max_retry_count: policy.max_retry_count,
+        // The host passes the previous attempt's exception.
+        exception: last_error
+            .map(|e| RetryContext::exception_from(function, e.exception_class, &e.message)),
+    })
+}
+
 /// The wait before retry number `retry` (1-based) of a policy.
 pub fn retry_delay(policy: &RetryPolicy, retry: u32) -> Duration {
     match &policy.strategy {
@@ -321,16 +339,12 @@ impl FunctionDispatch {
         // Attempts the function answered with a failure: the ones the policy's maximum counts.
         let mut verdicts: i64 = 0;
         loop {
-            let context = self.retry.as_ref().map(|p| {
-                RetryContext {
-                    retry_count: i64::from(attempt),
-                    max_retry_count: p.max_retry_count,
-                    // The host passes the previous attempt's exception.
-                    exception: last_error.as_ref().map(|e| {
-                        RetryContext::exception_from(&self.function, e.exception_class, &e.message)
-                    }),
-                }
-            });
+            let context = retry_context(
+                &self.function,
+                self.retry.as_ref(),
+                attempt,
+                last_error.as_ref(),
+            );
             let attempt_span = self.attempt_span(context.as_ref());
             let outcome = self
                 .invoke_once(batch, context.as_ref(), &attempt_span)

@@ -23,7 +23,7 @@ use chrono::{DateTime, Datelike, Duration as ChronoDuration, TimeZone, Timelike,
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::emulate::dispatch::retry_delay;
+use crate::emulate::dispatch::{retry_context, retry_delay};
 use crate::emulate::inputs::InputPlan;
 use crate::emulate::outputs::{InvocationOrigin, OutputPlan, OutputSinks};
 use crate::emulate::{AppSettings, EmulateError, SettingProblem};
@@ -145,9 +145,7 @@ impl TimerTriggers {
     ) -> Option<Result<TimerInvocation, crate::emulate::InputError>> {
         let timer = self.timers.iter().find(|t| t.name == function)?;
         let now = Utc::now();
-        let mut data = BindingData::default();
-        data.set("sys", sys_expression_data(&timer.name, &now));
-        let inputs = match timer.inputs.read(&data, now).await {
+        let inputs = match read_inputs(timer, now).await {
             Ok(inputs) => inputs,
             Err(e) => return Some(Err(e)),
         };
@@ -161,7 +159,7 @@ impl TimerTriggers {
             body: invocation(
                 timer,
                 &firing,
-                retry_context(timer, 0, None),
+                retry_context(&timer.name, timer.retry.as_ref(), 0, None),
                 inputs.clone(),
             ),
             inputs,
@@ -292,7 +290,12 @@ async fn fire(
     let mut last_error: Option<HostFailure> = None;
     let mut attempt: u32 = 0;
     loop {
-        let retry = retry_context(timer, attempt, last_error.as_ref());
+        let retry = retry_context(
+            &timer.name,
+            timer.retry.as_ref(),
+            attempt,
+            last_error.as_ref(),
+        );
         let error = match fire_once(timer, delivery, &firing, retry).await {
             Ok(()) => return,
             Err(error) => error,
@@ -316,20 +319,15 @@ async fn fire(
     }
 }
 
-/// The `RetryContext` of attempt `attempt` (0: the first) at a firing of a function with a
-/// retry policy, with the previous attempt's failure; `None` without a policy, as the host
-/// sends none then.
-fn retry_context(
+/// The timer's inputs for a firing at `now`. A timer's binding data is `sys` alone: its
+/// inputs' paths can name nothing else.
+async fn read_inputs(
     timer: &TimerFunction,
-    attempt: u32,
-    last_error: Option<&HostFailure>,
-) -> Option<RetryContext> {
-    timer.retry.as_ref().map(|policy| RetryContext {
-        retry_count: i64::from(attempt),
-        max_retry_count: policy.max_retry_count,
-        exception: last_error
-            .map(|e| RetryContext::exception_from(&timer.name, e.exception_class, &e.message)),
-    })
+    now: DateTime<Utc>,
+) -> Result<Vec<(String, Value)>, crate::emulate::InputError> {
+    let mut data = BindingData::default();
+    data.set("sys", sys_expression_data(&timer.name, &now));
+    timer.inputs.read(&data, now).await
 }
 
 /// One occurrence of a timer, as its firings' `TimerInfo` says it.
@@ -348,13 +346,7 @@ async fn fire_once(
     firing: &Firing,
     retry: Option<RetryContext>,
 ) -> Result<(), HostFailure> {
-    // A timer's binding data is `sys` alone: its inputs' paths can name nothing else.
-    let now = Utc::now();
-    let mut data = BindingData::default();
-    data.set("sys", sys_expression_data(&timer.name, &now));
-    let inputs = timer
-        .inputs
-        .read(&data, now)
+    let inputs = read_inputs(timer, Utc::now())
         .await
         .map_err(|e| HostFailure::other(format!("input binding failed: {e}")))?;
     let body = invocation(timer, firing, retry, inputs);

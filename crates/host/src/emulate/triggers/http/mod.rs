@@ -157,6 +157,27 @@ pub async fn response_view(value: Option<Value>) -> Result<Value, String> {
     }))
 }
 
+impl HttpFunction {
+    /// The invocation request the host sends for one HTTP request (`parts`, `body`, the route's
+    /// `params`) when it does not forward it: wrapped, its inputs read from the request's
+    /// binding data; and those inputs' values.
+    async fn wrap(
+        &self,
+        parts: &hyper::http::request::Parts,
+        body: Bytes,
+        params: std::collections::BTreeMap<String, String>,
+    ) -> Result<(Vec<u8>, Vec<(String, Value)>), crate::emulate::InputError> {
+        let host_request = received(parts, body, params);
+        let now = chrono::Utc::now();
+        let inputs = self
+            .inputs
+            .read(&host_request.binding_data(&self.name, &now), now)
+            .await?;
+        let invocation = host_request.encode(&self.name, &self.binding, &inputs, &now);
+        Ok((invocation, inputs))
+    }
+}
+
 impl HttpTriggers {
     /// Each HTTP function's outputs kept in the outbox, with the function's name.
     pub fn kept(&self) -> Vec<(String, crate::emulate::KeptOutput)> {
@@ -291,15 +312,12 @@ impl HttpTriggers {
             .body(())
             .map_err(|_| HttpInvokeError::Path(target.clone()))?
             .into_parts();
-        let host_request = received(&parts, body, params);
-        let now = chrono::Utc::now();
-        let inputs = f
-            .inputs
-            .read(&host_request.binding_data(&f.name, &now), now)
+        let (body, inputs) = f
+            .wrap(&parts, body, params)
             .await
             .map_err(HttpInvokeError::Input)?;
         Ok(HttpInvocation {
-            body: host_request.encode(&f.name, &f.binding, &inputs, &now),
+            body,
             inputs,
             outputs: f.outputs.clone(),
             response: f.response.clone(),
@@ -434,20 +452,13 @@ impl HttpTriggers {
         if self.forwarding {
             return forward(invoker, &invocation_id, &parts, body, &function.name).await;
         }
-        let host_request = received(&parts, body, params);
-        let now = chrono::Utc::now();
-        let inputs = match function
-            .inputs
-            .read(&host_request.binding_data(&function.name, &now), now)
-            .await
-        {
-            Ok(inputs) => inputs,
+        let invocation = match function.wrap(&parts, body, params).await {
+            Ok((invocation, _)) => invocation,
             Err(e) => {
                 tracing::error!(function = %function.name, error = %e, "an input of the HTTP function failed");
                 return empty(StatusCode::INTERNAL_SERVER_ERROR);
             }
         };
-        let invocation = host_request.encode(&function.name, &function.binding, &inputs, &now);
         let answered = tokio::time::timeout(
             ANSWER_WAIT,
             invoker.invoke_as(&function.name, &invocation_id, invocation, None),
