@@ -14,6 +14,11 @@ use hubhost_rehearse::{FaultKind, Rehearsal, Semantics};
 /// — then match every event the eventHub outputs sent and every blob the blob outputs wrote to
 /// the inputs. Prints a JSON report (inputs, missing, duplicated, faults, seed) on stdout and a
 /// summary on stderr; exits non-zero when an effect is missing, or duplicated under exactly once.
+///
+/// With --simulate the same run is simulated: virtual time, the hub and the store in memory,
+/// the emulated host's own code, the handler a process asked one request at a time while the
+/// clock stands still. The same seed gives the same report, byte for byte; a failing seed is
+/// shrunk to the fewest faults and inputs that still fail, and the command that replays them.
 #[derive(clap::Args)]
 pub struct Args {
     /// Function app folder (host.json, */function.json, local.settings.json); its handler is
@@ -51,9 +56,26 @@ pub struct Args {
     /// Accept duplicates (report them, fail only on missing effects).
     #[arg(long)]
     pub at_least_once: bool,
-    /// How long the run may take before what is unprocessed counts as missing, in seconds.
+    /// How long the run may take before what is unprocessed counts as missing, in seconds
+    /// (virtual seconds under --simulate).
     #[arg(long, default_value_t = 180)]
     pub within: u64,
+    /// Simulate the run: deterministic, in virtual time, faster than real time.
+    #[arg(long)]
+    pub simulate: bool,
+    /// Simulate this many seeds, from --seed on, and report the failing ones (shrunk).
+    #[arg(long, requires = "simulate")]
+    pub seeds: Option<u64>,
+    /// Print the simulated run's trace on stderr: the emulated host's log at virtual times.
+    #[arg(long, requires = "simulate", conflicts_with = "seeds")]
+    pub trace: bool,
+    /// Only these faults of the seed's plan, by index from 0, comma-separated (what a shrunk
+    /// plan keeps).
+    #[arg(long, value_delimiter = ',')]
+    pub only_faults: Option<Vec<usize>>,
+    /// Only the first N inputs are sent; the seed's plan stays the one for all of them.
+    #[arg(long)]
+    pub first_inputs: Option<usize>,
 }
 
 pub async fn run(args: Args) -> Result<(), String> {
@@ -76,17 +98,35 @@ pub async fn run(args: Args) -> Result<(), String> {
     if let Some(function) = &args.function {
         rehearsal = rehearsal.function(function);
     }
-    let handler = match args.handler {
-        Some(handler) => handler,
+    let handler = match &args.handler {
+        Some(handler) => handler.clone(),
         // Found as `emulate` finds it: the app folder, `PATH` (this build's folder first), or
         // where Cargo built it.
         None => handler_executable(&args.app).map_err(|e| e.to_string())?,
     };
-    // The emulated instances print their start-up lines; stdout is the report's alone.
-    let stdout = StdoutToStderr::begin();
-    let report = rehearsal.run(&args.app, &handler).await;
-    drop(stdout);
-    let report = report.map_err(|e| e.to_string())?;
+    if let Some(kept) = &args.only_faults {
+        rehearsal = rehearsal.only_faults(kept);
+    }
+    if let Some(n) = args.first_inputs {
+        rehearsal = rehearsal.first_inputs(n);
+    }
+    let report = if args.simulate {
+        let (app, handler) = (args.app.clone(), handler.clone());
+        let simulated =
+            tokio::task::spawn_blocking(move || simulate(&args, rehearsal, &app, &handler))
+                .await
+                .map_err(|e| e.to_string())?;
+        match simulated? {
+            Some(report) => report,
+            None => return Ok(()),
+        }
+    } else {
+        // The emulated instances print their start-up lines; stdout is the report's alone.
+        let stdout = StdoutToStderr::begin();
+        let report = rehearsal.run(&args.app, &handler).await;
+        drop(stdout);
+        report.map_err(|e| e.to_string())?
+    };
     println!("{}", serde_json::to_string_pretty(&report).expect("JSON"));
     eprintln!("{}", report.summary());
     if report.passed {
@@ -99,6 +139,98 @@ pub async fn run(args: Args) -> Result<(), String> {
             report.duplicated.len()
         ))
     }
+}
+
+/// The simulated rehearsal: one seed (shrunk when it fails), or `--seeds` of them (their
+/// verdicts printed here; `None` then). A shrunk plan's replay is given as this command.
+fn simulate(
+    args: &Args,
+    rehearsal: Rehearsal,
+    app: &Path,
+    handler: &Path,
+) -> Result<Option<hubhost_rehearse::Report>, String> {
+    let simulation = rehearsal
+        .simulated_process(app, handler)
+        .map_err(|e| e.to_string())?;
+    let replay = |seed: u64, shrunk: &hubhost_rehearse::Shrunk| {
+        replay_command(args, seed, &shrunk.faults, shrunk.inputs)
+    };
+    if let Some(n) = args.seeds {
+        let mut seeds = simulation
+            .seeds(args.seed..args.seed + n)
+            .map_err(|e| e.to_string())?;
+        for report in &mut seeds.failing {
+            if let Some(shrunk) = &mut report.shrunk {
+                shrunk.replay = replay(report.seed, shrunk);
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&seeds).expect("JSON"));
+        eprintln!("{}", seeds.summary());
+        return if seeds.failing.is_empty() {
+            Ok(None)
+        } else {
+            Err(format!(
+                "{} of {} seeds failed: {}",
+                seeds.failing.len(),
+                seeds.runs,
+                seeds
+                    .failing
+                    .iter()
+                    .map(|r| r.seed.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        };
+    }
+    let (mut report, trace) = if args.trace {
+        let (report, trace) = simulation.trace().map_err(|e| e.to_string())?;
+        (report, Some(trace))
+    } else {
+        (simulation.run().map_err(|e| e.to_string())?, None)
+    };
+    if let Some(trace) = trace {
+        eprint!("{trace}");
+    }
+    // A plan already cut down is what the user asked to see, not one to shrink again.
+    if args.only_faults.is_none() && args.first_inputs.is_none() {
+        report.shrunk = simulation.shrink(&report).map_err(|e| e.to_string())?;
+        if let Some(shrunk) = &mut report.shrunk {
+            shrunk.replay = replay(report.seed, shrunk);
+        }
+    }
+    Ok(Some(report))
+}
+
+/// This command as typed, for `seed` with only the faults `kept` and the first `inputs` inputs.
+fn replay_command(args: &Args, seed: u64, kept: &[usize], inputs: usize) -> String {
+    let mut command = format!("hubhost rehearse --simulate --app {}", args.app.display());
+    if let Some(handler) = &args.handler {
+        command.push_str(&format!(" --handler {}", handler.display()));
+    }
+    if let Some(function) = &args.function {
+        command.push_str(&format!(" --function {function}"));
+    }
+    match (&args.events, args.count) {
+        (Some(file), _) => command.push_str(&format!(" --events {}", file.display())),
+        (None, Some(n)) => command.push_str(&format!(" --count {n}")),
+        (None, None) => {}
+    }
+    command.push_str(&format!(" --faults {}", args.faults));
+    if args.fault_count > 0 {
+        command.push_str(&format!(" --fault-count {}", args.fault_count));
+    }
+    if args.key != "id" {
+        command.push_str(&format!(" --key {}", args.key));
+    }
+    if args.at_least_once {
+        command.push_str(" --at-least-once");
+    }
+    let kept: Vec<String> = kept.iter().map(usize::to_string).collect();
+    command.push_str(&format!(
+        " --seed {seed} --only-faults {} --first-inputs {inputs}",
+        kept.join(",")
+    ));
+    command
 }
 
 /// The events file's bodies, read as `hubhost invoke` reads an events file (a JSON array, or

@@ -4,6 +4,7 @@
 //! as the host reads it ([`read_answer`]). Used by the emulated host (`emulate`), `invoke`,
 //! the demo, the benchmark and the tests.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -218,6 +219,8 @@ fn host_headers(invocation_id: &str) -> [(&'static str, String); 4] {
 /// restarted on another port.
 #[derive(Clone)]
 pub struct Invoker {
+    /// A handler in this process (a simulation's): its routes called without a socket.
+    direct: Option<InProcess>,
     http: reqwest::Client,
     /// For HTTP requests forwarded as they came: the host turns redirects off then
     /// (`AllowAutoRedirect = !EnableForwardingHttpRequest`), so the client gets the handler's.
@@ -229,6 +232,7 @@ impl Invoker {
     /// `base` is like `http://127.0.0.1:7071`.
     pub fn new(base: &str) -> Self {
         Invoker {
+            direct: None,
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
                 .build()
@@ -240,6 +244,40 @@ impl Invoker {
             base: std::sync::Arc::new(std::sync::RwLock::new(
                 base.trim_end_matches('/').to_string(),
             )),
+        }
+    }
+
+    /// A handler called directly rather than over a socket this invoker opens: a framework
+    /// server's routes in this process ([`Routes`]), or a simulation's handler process whose
+    /// every request holds the simulation's clock. The same encoding, the same reading of the
+    /// answer.
+    pub fn direct(handler: Arc<dyn DirectHandler>) -> Self {
+        let mut invoker = Invoker::new("http://in-process");
+        invoker.direct = Some(InProcess {
+            handler,
+            kills: Arc::new(tokio::sync::watch::channel(0).0),
+            in_flight: Arc::default(),
+            kill_next: Arc::default(),
+        });
+        invoker
+    }
+
+    /// Kills a direct handler as a process is killed, and starts it again (a new process:
+    /// nothing the old one held in memory). Every invocation under way ends with no answer
+    /// ([`InvokeError::NoAnswer`]). With none under way — a simulation's invocation takes no
+    /// virtual time, so a kill would never find one — the next invocation runs and its answer
+    /// is lost: the process died after the function's work, before the host read the answer,
+    /// the case that costs most.
+    pub fn kill_direct(&self) {
+        if let Some(direct) = &self.direct {
+            direct.handler.restart();
+            if direct.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                direct.kills.send_modify(|kills| *kills += 1);
+            } else {
+                direct
+                    .kill_next
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
         }
     }
 
@@ -286,6 +324,9 @@ impl Invoker {
     }
 
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), InvokeError> {
+        if self.direct.is_some() {
+            return Ok(());
+        }
         let deadline = Instant::now() + timeout;
         loop {
             // Any HTTP answer means ready; only a refused connection means "keep waiting".
@@ -312,7 +353,7 @@ impl Invoker {
         body: Vec<u8>,
         parent: Option<hubhost_telemetry::TraceParent>,
     ) -> Result<Invocation, InvokeError> {
-        let invocation_id = uuid::Uuid::new_v4().to_string();
+        let invocation_id = hubhost_clock::uuid().to_string();
         self.invoke_as(function, &invocation_id, body, parent).await
     }
 
@@ -337,6 +378,9 @@ impl Invoker {
         body: Vec<u8>,
         parent: Option<hubhost_telemetry::TraceParent>,
     ) -> Result<Invocation, InvokeError> {
+        if let Some(handler) = &self.direct {
+            return handler.invoke(function, invocation_id, body).await;
+        }
         let mut request = self.http.post(self.url(function));
         if let Some(parent) = parent {
             request = request.header("traceparent", parent.to_string());
@@ -375,5 +419,135 @@ impl Invoker {
             refused,
             trace_context,
         })
+    }
+}
+
+/// A handler an [`Invoker::direct`] calls.
+#[async_trait::async_trait]
+pub trait DirectHandler: Send + Sync + 'static {
+    /// `POST /{function}` with the host's headers and `body`; the answer as the host reads it.
+    async fn call(
+        &self,
+        function: &str,
+        invocation_id: &str,
+        body: Vec<u8>,
+    ) -> Result<Invocation, InvokeError>;
+
+    /// Starts afresh, as a killed process is started again.
+    fn restart(&self);
+}
+
+/// A framework server's routes, called without a socket; `make` builds them again for a
+/// restart.
+pub struct Routes {
+    current: std::sync::Mutex<axum::Router>,
+    make: Box<dyn Fn() -> axum::Router + Send + Sync>,
+}
+
+impl Routes {
+    pub fn new(make: impl Fn() -> axum::Router + Send + Sync + 'static) -> Self {
+        Routes {
+            current: std::sync::Mutex::new(make()),
+            make: Box::new(make),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl DirectHandler for Routes {
+    async fn call(
+        &self,
+        function: &str,
+        invocation_id: &str,
+        body: Vec<u8>,
+    ) -> Result<Invocation, InvokeError> {
+        use tower::ServiceExt;
+        let mut request = axum::http::Request::post(format!("/{function}"));
+        for (name, value) in host_headers(invocation_id) {
+            request = request.header(name, value);
+        }
+        let request = request
+            .body(axum::body::Body::from(body))
+            .map_err(|e| InvokeError::NoAnswer(e.to_string()))?;
+        let routes = self.current.lock().expect("routes lock").clone();
+        let response = routes
+            .oneshot(request)
+            .await
+            .map_err(|e| InvokeError::NoAnswer(e.to_string()))?;
+        let status = response.status().as_u16();
+        let (parts, answer_body) = response.into_parts();
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let (trace_context, content_type) = (header("traceresponse"), header("content-type"));
+        let bytes = axum::body::to_bytes(answer_body, usize::MAX)
+            .await
+            .map_err(|e| InvokeError::NoAnswer(e.to_string()))?;
+        let (body, refused) = read_answer(status, content_type.as_deref(), &bytes);
+        Ok(Invocation {
+            status,
+            body,
+            refused,
+            trace_context,
+        })
+    }
+
+    fn restart(&self) {
+        *self.current.lock().expect("routes lock") = (self.make)();
+    }
+}
+
+/// A direct handler and its kills.
+#[derive(Clone)]
+struct InProcess {
+    handler: Arc<dyn DirectHandler>,
+    /// Counts kills: an invocation under way when it moves has no answer.
+    kills: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Invocations under way.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// A kill that found none under way: the next one's answer is lost.
+    kill_next: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Counts a direct invocation under way while it lives.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    fn start(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlight(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl InProcess {
+    async fn invoke(
+        &self,
+        function: &str,
+        invocation_id: &str,
+        body: Vec<u8>,
+    ) -> Result<Invocation, InvokeError> {
+        let mut kills = self.kills.subscribe();
+        let _under_way = InFlight::start(&self.in_flight);
+        let killed = || InvokeError::NoAnswer("the handler was killed mid-invocation".into());
+        tokio::select! {
+            biased;
+            _ = kills.changed() => Err(killed()),
+            answer = self.handler.call(function, invocation_id, body) => {
+                if self.kill_next.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    return Err(killed());
+                }
+                answer
+            }
+        }
     }
 }

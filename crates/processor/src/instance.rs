@@ -13,9 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
-use chrono::Utc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -77,6 +77,7 @@ impl EventProcessor {
     /// Runs until `stop` fires, then shuts down gracefully.
     pub async fn run(self, stop: CancellationToken) -> Result<(), ProcessorError> {
         let partitions = tokio::select! {
+            biased;
             _ = stop.cancelled() => return Ok(()),
             ids = self.partition_ids() => ids?,
         };
@@ -84,7 +85,7 @@ impl EventProcessor {
         let mut jitter = Jitter(
             self.owner_id
                 .bytes()
-                .fold(Utc::now().timestamp_micros() as u64, |h, b| {
+                .fold(hubhost_clock::now().timestamp_micros() as u64, |h, b| {
                     h.rotate_left(5) ^ u64::from(b)
                 }),
         );
@@ -109,6 +110,7 @@ impl EventProcessor {
             }
             let wait = settings.next_wait(balanced, jitter.unit());
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
             }
@@ -124,7 +126,7 @@ impl EventProcessor {
         // only when it changes; the retries go on meanwhile.
         let mut said = None::<String>;
         loop {
-            match self.consumer.target.partition_ends().await {
+            match self.consumer.events.partition_ends(Duration::ZERO).await {
                 Ok(ends) => {
                     if said.is_some() {
                         tracing::info!(function = %self.consumer.function, "the event hub answers now");
@@ -167,7 +169,7 @@ impl EventProcessor {
             &ownerships,
             partitions,
             &self.owner_id,
-            Utc::now(),
+            hubhost_clock::now(),
             &consumer.options.balancer,
         );
         let outcome = consumer

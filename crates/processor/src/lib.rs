@@ -5,8 +5,10 @@
 //! - `instance` is one instance's loop: read the ownerships, ask the balancer, claim under
 //!   ETags, start a pump for each partition won, stop the pump of each partition lost, and on
 //!   shutdown checkpoint and relinquish;
-//! - `pump` reads one partition through `azure_messaging_eventhubs` and hands its batches to a
-//!   [`BatchHandler`] (the emulated Functions host invokes the custom handler with them);
+//! - `pump` reads one partition and hands its batches to a [`BatchHandler`] (the emulated
+//!   Functions host invokes the custom handler with them);
+//! - `source` is where a pump's events come from: the event hub through
+//!   `azure_messaging_eventhubs` ([`source::AmqpSource`]), or a simulation's hub;
 //! - `options` reads host.json's `extensions.eventHubs`.
 //!
 //! Reaching the event hub (receivers, partition ends) is `hubhost-eventhubs`'; the ownership
@@ -21,6 +23,7 @@ pub mod balancer;
 pub(crate) mod instance;
 pub(crate) mod options;
 pub(crate) mod pump;
+pub mod source;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,8 +77,9 @@ pub struct Consumer {
     pub single_event: bool,
     pub handler: Arc<dyn BatchHandler>,
     pub stats: Arc<ProcessorStats>,
-    /// The hub's partition ends, for pumps that check whether their receiver stalled.
-    pub ends: hubhost_eventhubs::PartitionEndsCache,
+    /// Where the partitions' events come from (the event hub over AMQP, or a simulation's),
+    /// and their ends, for pumps that check whether their receiver stalled.
+    pub events: Arc<dyn source::EventSource>,
 }
 
 /// The processors' counters as Prometheus families, one sample per consumer.

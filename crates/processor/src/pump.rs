@@ -30,24 +30,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use azure_core_amqp::message::AmqpMessageBody;
-use azure_messaging_eventhubs::error::ErrorKind;
 use azure_messaging_eventhubs::models::ReceivedEventData;
-use azure_messaging_eventhubs::{
-    ConsumerClient, EventReceiver, OpenReceiverOptions, StartLocation,
-    StartPosition as SdkStartPosition,
-};
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{Consumer, PartitionBatch};
+use crate::source::{PartitionReceiver, ReceiveError};
 use hubhost_checkpoints::{Checkpoint, CheckpointAdvance, Start, StartPosition};
-use hubhost_eventhubs::close_quietly;
 use hubhost_trigger::batch::{EventRecord, PartitionContext};
 
-/// Opening a receiver (connection, `$cbs`, attach) gets this long before it is retried.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Waits between attempts to (re)open, doubling up to the maximum.
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(10);
@@ -179,6 +172,7 @@ impl PartitionPump {
     async fn pump(&mut self) -> PumpExit {
         let initial = self.consumer.options.initial_position;
         let start = tokio::select! {
+            biased;
             _ = self.control.token.cancelled() => return PumpExit::Stopped,
             start = self.consumer.store.start_position(&self.consumer.key, &self.partition_id, initial) => start,
         };
@@ -197,11 +191,12 @@ impl PartitionPump {
         let mut backoff = RETRY_MIN;
         loop {
             let opened = tokio::select! {
+                biased;
                 _ = self.control.token.cancelled() => return PumpExit::Stopped,
                 opened = self.open(&position) => opened,
             };
-            let (client, receiver) = match opened {
-                Ok(pair) => pair,
+            let receiver = match opened {
+                Ok(receiver) => receiver,
                 Err(e) => {
                     tracing::warn!(partition = %self.partition_id, error = %e, retry_in = ?backoff, "opening the partition failed");
                     if self.sleep_or_stop(backoff).await {
@@ -215,11 +210,10 @@ impl PartitionPump {
             let opened = OpenedReceiver {
                 position: position.clone(),
                 after_sequence_number,
-                at: chrono::Utc::now(),
+                at: hubhost_clock::now(),
             };
-            let ended = self.read(&receiver, &opened).await;
-            close_quietly("receiver", receiver.close()).await;
-            close_quietly("consumer", client.close()).await;
+            let ended = self.read(&*receiver, &opened).await;
+            receiver.close().await;
             match ended {
                 ReadEnd::Stopped => return PumpExit::Stopped,
                 ReadEnd::Stolen => return PumpExit::Stolen,
@@ -240,50 +234,27 @@ impl PartitionPump {
     /// Sleeps unless asked to stop first; returns whether it was.
     async fn sleep_or_stop(&self, wait: Duration) -> bool {
         tokio::select! {
+            biased;
             _ = self.control.token.cancelled() => true,
             _ = tokio::time::sleep(wait) => false,
         }
     }
 
-    async fn open(
-        &self,
-        position: &StartPosition,
-    ) -> Result<(ConsumerClient, EventReceiver), String> {
-        let client = tokio::time::timeout(
-            OPEN_TIMEOUT,
-            self.consumer
-                .target
-                .consumer(self.consumer.consumer_group()),
-        )
-        .await
-        .map_err(|_| format!("no connection within {OPEN_TIMEOUT:?}"))?
-        .map_err(|e| e.to_string())?;
-        let options = OpenReceiverOptions {
-            owner_level: Some(0),
-            // `prefetchCount` 0, the SDK's "no prefetch": credit for one batch at a time.
-            prefetch: Some(match self.consumer.options.prefetch {
-                0 => u32::try_from(self.consumer.options.max_batch_size).unwrap_or(u32::MAX),
-                n => n,
-            }),
-            start_position: Some(sdk_position(position)),
-            receive_timeout: None,
+    async fn open(&self, position: &StartPosition) -> Result<Box<dyn PartitionReceiver>, String> {
+        // `prefetchCount` 0, the SDK's "no prefetch": credit for one batch at a time.
+        let prefetch = match self.consumer.options.prefetch {
+            0 => u32::try_from(self.consumer.options.max_batch_size).unwrap_or(u32::MAX),
+            n => n,
         };
-        let opened = tokio::time::timeout(
-            OPEN_TIMEOUT,
-            client.open_receiver_on_partition(self.partition_id.clone(), Some(options)),
-        )
-        .await;
-        match opened {
-            Ok(Ok(receiver)) => Ok((client, receiver)),
-            Ok(Err(e)) => {
-                close_quietly("consumer", client.close()).await;
-                Err(e.to_string())
-            }
-            Err(_) => {
-                close_quietly("consumer", client.close()).await;
-                Err(format!("the receiver did not open within {OPEN_TIMEOUT:?}"))
-            }
-        }
+        self.consumer
+            .events
+            .open(
+                self.consumer.consumer_group(),
+                &self.partition_id,
+                position,
+                prefetch,
+            )
+            .await
     }
 
     /// Reads batches until asked to stop or the receiver fails.
@@ -292,14 +263,13 @@ impl PartitionPump {
     /// on one batch, the next one gathers in a queue of up to `max` events, so a partition
     /// with a backlog gets full batches — the SDK's stream alone rarely says an event is
     /// ready without a wait, which left batches at a few dozen events.
-    async fn read(&mut self, receiver: &EventReceiver, opened: &OpenedReceiver) -> ReadEnd {
+    async fn read(&mut self, receiver: &dyn PartitionReceiver, opened: &OpenedReceiver) -> ReadEnd {
         let max = self.consumer.max_batch_size();
         let min = self.consumer.options.min_batch_size.min(max);
         let max_wait = self.consumer.options.max_wait_time;
         let (queue, mut arrived) = tokio::sync::mpsc::channel(max);
         let receiving = async move {
-            let stream = receiver.stream_events();
-            futures::pin_mut!(stream);
+            let mut stream = receiver.events();
             loop {
                 let next = stream.next().await.unwrap_or_else(|| Err(stream_ended()));
                 let failed = next.is_err();
@@ -313,6 +283,7 @@ impl PartitionPump {
         let processing = async {
             loop {
                 let collected = tokio::select! {
+                    biased;
                     _ = self.control.token.cancelled() => return ReadEnd::Stopped,
                     collected = collect_batch(&mut arrived, max, min, max_wait, STALL_CHECK_AFTER, stream_ended) => collected,
                 };
@@ -320,8 +291,9 @@ impl PartitionPump {
                 if events.is_empty() && error.is_none() {
                     // Nothing for a while: a quiet partition, or a receiver that stalled.
                     let ends = tokio::select! {
+                        biased;
                         _ = self.control.token.cancelled() => return ReadEnd::Stopped,
-                        ends = self.consumer.ends.get(&self.consumer.target, ENDS_MAX_AGE) => ends,
+                        ends = self.consumer.events.partition_ends(ENDS_MAX_AGE) => ends.ok(),
                     };
                     let end = ends
                         .into_iter()
@@ -341,7 +313,7 @@ impl PartitionPump {
                     }
                     continue;
                 }
-                let mut records: Vec<EventRecord> = events.iter().map(to_record).collect();
+                let mut records: Vec<EventRecord> = events;
                 // The SDK (0.16) reattaches a receiver whose connection dropped with the
                 // position it was opened at, not after what it delivered: after a restart
                 // of the event hub it delivers the partition again from there (`bench chaos`
@@ -360,11 +332,12 @@ impl PartitionPump {
                     return end;
                 }
                 if let Some(e) = error {
-                    return if matches!(e.kind, ErrorKind::ConsumerDisconnected(_)) {
-                        tracing::info!(partition = %self.partition_id, "another reader took the partition (link stolen)");
-                        ReadEnd::Stolen
-                    } else {
-                        ReadEnd::Broken(e.to_string())
+                    return match e {
+                        ReceiveError::Stolen(_) => {
+                            tracing::info!(partition = %self.partition_id, "another reader took the partition (link stolen)");
+                            ReadEnd::Stolen
+                        }
+                        ReceiveError::Broken(why) => ReadEnd::Broken(why),
                     };
                 }
                 if self.control.token.is_cancelled() {
@@ -373,6 +346,7 @@ impl PartitionPump {
             }
         };
         tokio::select! {
+            biased;
             end = processing => end,
             _ = receiving => unreachable!("receiving never ends on its own"),
         }
@@ -615,10 +589,8 @@ async fn collect_batch<T, E>(
     (events, None)
 }
 
-fn stream_ended() -> azure_messaging_eventhubs::EventHubsError {
-    azure_messaging_eventhubs::EventHubsError::from(ErrorKind::SimpleMessage(
-        "the receiver's stream ended".into(),
-    ))
+fn stream_ended() -> ReceiveError {
+    ReceiveError::Broken("the receiver's stream ended".into())
 }
 
 /// Whether the batch after `unsaved` batches not yet checkpointed is checkpointed once it is
@@ -641,20 +613,6 @@ fn skip_repeated(records: &mut Vec<EventRecord>, last: Option<i64>) {
             true
         }
     });
-}
-
-fn sdk_position(position: &StartPosition) -> SdkStartPosition {
-    let (location, inclusive) = match position {
-        StartPosition::Earliest => (StartLocation::Earliest, false),
-        StartPosition::Latest => (StartLocation::Latest, false),
-        StartPosition::EnqueuedTime(t) => (StartLocation::EnqueuedTime((*t).into()), false),
-        StartPosition::AfterOffset(o) => (StartLocation::Offset(o.clone()), false),
-        StartPosition::AfterSequenceNumber(s) => (StartLocation::SequenceNumber(*s), false),
-    };
-    SdkStartPosition {
-        location,
-        inclusive,
-    }
 }
 
 /// The SDK's event as the trigger's record.

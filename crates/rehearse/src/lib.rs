@@ -14,9 +14,12 @@ mod in_process_hub;
 mod local_app;
 pub mod plan;
 mod rehearsal;
+pub mod simulation;
+mod stage;
 
 pub use audit::{Effect, Findings, Input, Semantics};
 pub use in_process_hub::{InProcessHub, KEY};
 pub use local_app::{LocalApp, LocalAppError, PARTITIONS};
 pub use plan::{Fault, FaultKind};
-pub use rehearsal::{Rehearsal, Report, drive_instance};
+pub use rehearsal::{Rehearsal, Report, Shrunk, drive_instance};
+pub use simulation::{Seeds, SimulatedHandler, Simulation};

@@ -122,6 +122,37 @@ pub(crate) struct Timings {
     pub drain: Option<Duration>,
 }
 
+impl Timings {
+    /// Sets `host_json`'s `extensions.eventHubs` values as these timings say.
+    pub(crate) fn apply(&self, host_json: &mut Value) {
+        for (name, value) in &self.host_json_event_hubs {
+            if !host_json["extensions"].is_object() {
+                host_json["extensions"] = serde_json::json!({});
+            }
+            if !host_json["extensions"]["eventHubs"].is_object() {
+                host_json["extensions"]["eventHubs"] = serde_json::json!({});
+            }
+            host_json["extensions"]["eventHubs"][*name] = value.clone();
+        }
+    }
+}
+
+/// Whether `function` has answered every partition's batches through `last[partition]`
+/// (a negative entry: nothing to wait for), as the instances sharing `answered` recorded.
+pub(crate) fn answered_through(
+    answered: &hubhost_host::emulate::faults::Answered,
+    function: &str,
+    last: &[i64],
+) -> bool {
+    let answered = answered.lock().expect("answered lock");
+    last.iter().enumerate().all(|(partition, last)| {
+        *last < 0
+            || answered
+                .get(&format!("{function}/{partition}"))
+                .is_some_and(|a| a >= last)
+    })
+}
+
 impl LocalApp {
     /// Runs the app in `function_app` (host.json, one folder per function, local.settings.json)
     /// with `handler` as its custom handler (in a test of the package that builds it:
@@ -197,15 +228,7 @@ impl LocalApp {
         let mut host_json = app.host_json.clone();
         let description = &mut host_json["customHandler"]["description"];
         description["defaultExecutablePath"] = Value::from(handler.display().to_string());
-        for (name, value) in &timings.host_json_event_hubs {
-            if !host_json["extensions"].is_object() {
-                host_json["extensions"] = serde_json::json!({});
-            }
-            if !host_json["extensions"]["eventHubs"].is_object() {
-                host_json["extensions"]["eventHubs"] = serde_json::json!({});
-            }
-            host_json["extensions"]["eventHubs"][*name] = value.clone();
-        }
+        timings.apply(&mut host_json);
         write_json(&root.join("host.json"), &host_json)?;
         // The app's own values (not the environment's, which the host reads anyway).
         let settings_file = function_app.join("local.settings.json");
@@ -320,13 +343,7 @@ impl LocalApp {
     /// Whether `function` has answered every partition's batches through `last[partition]`
     /// (a negative entry: nothing to wait for).
     pub(crate) fn answered_through(&self, function: &str, last: &[i64]) -> bool {
-        let answered = self.answered.lock().expect("answered lock");
-        last.iter().enumerate().all(|(partition, last)| {
-            *last < 0
-                || answered
-                    .get(&format!("{function}/{partition}"))
-                    .is_some_and(|a| a >= last)
-        })
+        answered_through(&self.answered, function, last)
     }
 
     /// The batches the instances gave up after their failures, the retry policy spent (or
@@ -632,20 +649,7 @@ impl LocalApp {
     /// what a queue, table, cosmosDB or any other output not carried out here was handed
     /// (each with its invocation, partition and sequence numbers, and `value` or `bytes`).
     pub fn outbox(&self, function: &str, binding: &str) -> Result<Vec<Value>, LocalAppError> {
-        let file = emulate::Outbox::new(self.outbox_folder())
-            .file_for(function, binding)
-            .map_err(|e| LocalAppError::Io(e.to_string()))?;
-        let text = match std::fs::read_to_string(&file) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(LocalAppError::Io(format!("{}: {e}", file.display()))),
-        };
-        text.lines()
-            .map(|line| {
-                serde_json::from_str(line)
-                    .map_err(|e| LocalAppError::Io(format!("{}: {e}", file.display())))
-            })
-            .collect()
+        read_outbox(self.outbox_folder(), function, binding)
     }
 
     /// Where outputs no local service carries out are kept.
@@ -744,6 +748,28 @@ impl Drop for Instance {
     }
 }
 
+/// The lines an outbox in `folder` kept for `function`'s output `binding`, in order.
+pub(crate) fn read_outbox(
+    folder: PathBuf,
+    function: &str,
+    binding: &str,
+) -> Result<Vec<Value>, LocalAppError> {
+    let file = emulate::Outbox::new(folder)
+        .file_for(function, binding)
+        .map_err(|e| LocalAppError::Io(e.to_string()))?;
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(LocalAppError::Io(format!("{}: {e}", file.display()))),
+    };
+    text.lines()
+        .map(|line| {
+            serde_json::from_str(line)
+                .map_err(|e| LocalAppError::Io(format!("{}: {e}", file.display())))
+        })
+        .collect()
+}
+
 /// Copies the folder `from` into `to`, leaving out every entry named `leave_out` (for the app
 /// folder, what the emulator and the handler wrote into it: `hubhost-data`).
 pub(crate) fn copy_tree(
@@ -773,6 +799,80 @@ pub(crate) fn copy_tree(
 fn write_json(path: &Path, value: &Value) -> Result<(), LocalAppError> {
     let text = serde_json::to_string_pretty(value).expect("JSON");
     std::fs::write(path, text).map_err(|e| LocalAppError::Io(format!("{}: {e}", path.display())))
+}
+
+#[async_trait::async_trait]
+impl crate::stage::Stage for LocalApp {
+    fn app(&self) -> Result<(FunctionApp, AppSettings), LocalAppError> {
+        let settings = AppSettings::load(self.app_folder())?;
+        let app = FunctionApp::load_with_settings(self.app_folder(), settings.values())?;
+        Ok((app, settings))
+    }
+
+    fn instance_ids(&self) -> Vec<String> {
+        LocalApp::instance_ids(self)
+    }
+
+    fn faults_of(&self, id: &str) -> Option<std::sync::Arc<FaultSwitch>> {
+        LocalApp::faults_of(self, id)
+    }
+
+    async fn start_instance(&mut self, id: &str) -> Result<(), LocalAppError> {
+        LocalApp::start_instance(self, id).await
+    }
+
+    async fn stop_instance(&mut self, id: &str) -> Result<(), LocalAppError> {
+        LocalApp::stop_instance(self, id).await
+    }
+
+    async fn stop_instances(&mut self) -> Result<(), LocalAppError> {
+        LocalApp::stop_instances(self).await
+    }
+
+    fn detach(&self, hub: &str, server_busy: bool) {
+        if let Some(hub) = self.hub.namespace.hub(hub) {
+            for partition in &hub.partitions {
+                partition.detach_receivers(server_busy, "rehearsal: the hub ended the link");
+            }
+        }
+    }
+
+    fn events_handed_out(&self) -> tokio::sync::watch::Receiver<u64> {
+        LocalApp::events_handed_out(self)
+    }
+
+    fn answered_through(&self, function: &str, last: &[i64]) -> bool {
+        LocalApp::answered_through(self, function, last)
+    }
+
+    fn send_paced(
+        &self,
+        hub: &str,
+        bodies: Vec<Vec<u8>>,
+        per_tick: usize,
+        tick: Duration,
+    ) -> futures::future::BoxFuture<'static, Result<(), LocalAppError>> {
+        Box::pin(LocalApp::send_paced(self, hub, bodies, per_tick, tick))
+    }
+
+    async fn held_events(&self, hub: &str) -> Result<Vec<(String, EventView)>, LocalAppError> {
+        self.events_by_partition(hub).await
+    }
+
+    async fn held_blobs(
+        &self,
+        container: &str,
+    ) -> Result<BTreeMap<String, Vec<u8>>, LocalAppError> {
+        self.blobs(container).await
+    }
+
+    fn kept(&self, function: &str, binding: &str) -> Result<Vec<Value>, LocalAppError> {
+        self.outbox(function, binding)
+    }
+
+    fn given_up(&self) -> Vec<hubhost_host::emulate::faults::GivenUp> {
+        LocalApp::given_up(self)
+    }
 }
 
 #[cfg(test)]

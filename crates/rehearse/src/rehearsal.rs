@@ -13,7 +13,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -21,6 +23,7 @@ use serde_json::Value;
 use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semantics};
 use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings, copy_tree};
 use crate::plan::{self, Fault, FaultKind, OWNERSHIP_EXPIRY, Scheduled};
+use crate::stage::Stage;
 use hubhost_functions::function_app::{DEFAULT_FUNCTION_TIMEOUT, FunctionApp};
 use hubhost_host::emulate::faults::{FaultSwitch, GivenUp};
 use hubhost_host::emulate::{AppSettings, resolve_trigger};
@@ -65,6 +68,11 @@ pub struct Rehearsal {
     expects_effect: Expects,
     within: Duration,
     keep_storage: Option<std::path::PathBuf>,
+    /// Only these faults of the seed's plan, by index (a shrunk plan); `None`: all.
+    only_faults: Option<Vec<usize>>,
+    /// Only the first this many inputs are sent (a shrunk run); the plan is still the seed's
+    /// for all of them.
+    first_inputs: Option<usize>,
 }
 
 /// What a rehearsal found; `hubhost rehearse` prints it as JSON.
@@ -88,7 +96,35 @@ pub struct Report {
     /// Whether every input was processed and checkpointed within the rehearsal's time.
     pub completed: bool,
     pub passed: bool,
+    /// How long the run took: virtual seconds in a simulation, wall-clock seconds otherwise.
     pub seconds: f64,
+    /// Whether the run was simulated (virtual time, in-process function, memory hub and store).
+    pub simulated: bool,
+    /// For a failing simulated seed that was shrunk: the fewest faults and inputs that still
+    /// fail, and how to run just that.
+    pub shrunk: Option<Shrunk>,
+}
+
+/// A failing seed reduced to what still fails: the faults of its plan kept (by index) and the
+/// inputs sent.
+#[derive(Debug, Clone, Serialize)]
+pub struct Shrunk {
+    /// Indices into the seed's plan of the faults kept.
+    pub faults: Vec<usize>,
+    /// Those faults.
+    pub plan: Vec<Scheduled>,
+    /// How many of the first inputs are sent.
+    pub inputs: usize,
+    /// The faults of the seed's whole plan, and its inputs, for comparison.
+    pub from_faults: usize,
+    pub from_inputs: usize,
+    /// What the shrunk run found: missing and duplicated effects, inputs lost on Azure.
+    pub missing: usize,
+    pub duplicated: usize,
+    pub lost_on_azure: usize,
+    /// The same run from the test kit:
+    /// `Rehearsal::new(seed)….only_faults(&[…]).first_inputs(n)`.
+    pub replay: String,
 }
 
 /// What one output binding did in a rehearsal.
@@ -110,7 +146,7 @@ impl Report {
     pub fn summary(&self) -> String {
         let fired = self.faults.iter().filter(|f| f.at_ms.is_some()).count();
         let mut text = format!(
-            "rehearsal of {} with seed {}: {} — {} inputs, {} effects, {} missing, {} duplicated, {} unmatched; {} of {} faults fired in {:.1} s{}",
+            "rehearsal of {} with seed {}: {} — {} inputs, {} effects, {} missing, {} duplicated, {} unmatched; {} of {} faults fired in {:.1} s{}{}",
             self.function,
             self.seed,
             if self.passed { "passed" } else { "FAILED" },
@@ -122,6 +158,11 @@ impl Report {
             fired,
             self.faults.len(),
             self.seconds,
+            if self.simulated {
+                " (virtual time)"
+            } else {
+                ""
+            },
             if self.completed {
                 ""
             } else {
@@ -153,6 +194,25 @@ impl Report {
                 m.key, m.partition
             ));
         }
+        if let Some(shrunk) = &self.shrunk {
+            text.push_str(&format!(
+                "\n  shrunk to {} of {} faults and the first {} of {} inputs, which still fail ({} missing, {} duplicated, {} batches lost on Azure): {}",
+                shrunk.faults.len(),
+                shrunk.from_faults,
+                shrunk.inputs,
+                shrunk.from_inputs,
+                shrunk.missing,
+                shrunk.duplicated,
+                shrunk.lost_on_azure,
+                shrunk
+                    .plan
+                    .iter()
+                    .map(|s| format!("{} at event {}", fault_name(&s.fault), s.at_event))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            text.push_str(&format!("\n  replay it: {}", shrunk.replay));
+        }
         if !self.passed {
             text.push_str(&format!(
                 "\n  run it again with the same seed: {}",
@@ -179,6 +239,8 @@ impl Rehearsal {
             expects_effect: Arc::new(|_| true),
             within: Duration::from_secs(180),
             keep_storage: None,
+            only_faults: None,
+            first_inputs: None,
         }
     }
 
@@ -265,47 +327,85 @@ impl Rehearsal {
         self
     }
 
+    /// Only the faults of the seed's plan at these indices (what a shrunk plan keeps); the
+    /// others are left out.
+    pub fn only_faults(mut self, kept: &[usize]) -> Self {
+        self.only_faults = Some(kept.to_vec());
+        self
+    }
+
+    /// Only the first `n` inputs are sent; the plan stays the seed's for all of them (what a
+    /// shrunk run keeps).
+    pub fn first_inputs(mut self, n: usize) -> Self {
+        self.first_inputs = Some(n);
+        self
+    }
+
+    /// The seed this rehearsal runs.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The same rehearsal with another seed.
+    pub fn with_seed(&self, seed: u64) -> Self {
+        let mut other = self.clone();
+        other.seed = seed;
+        other
+    }
+
     /// The faults this rehearsal will fire, for the outputs named (pure).
     pub fn plan(&self, outputs: &[String]) -> Vec<Scheduled> {
-        plan::schedule(
+        let plan = plan::schedule(
             self.seed,
             &self.kinds,
             self.fault_count,
             self.inputs.len(),
             outputs,
-        )
+        );
+        match &self.only_faults {
+            Some(kept) => plan
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| kept.contains(i))
+                .map(|(_, s)| s)
+                .collect(),
+            None => plan,
+        }
+    }
+
+    /// The inputs sent.
+    fn sent_inputs(&self) -> &[Vec<u8>] {
+        let n = self
+            .first_inputs
+            .unwrap_or(usize::MAX)
+            .min(self.inputs.len());
+        &self.inputs[..n]
     }
 
     /// Runs the app in `function_app` with `handler` as its custom handler under the plan, and
     /// audits its outputs.
     pub async fn run(&self, function_app: &Path, handler: &Path) -> Result<Report, LocalAppError> {
-        let timings = Timings {
-            host_json_event_hubs: vec![
-                ("loadBalancingUpdateInterval", "00:00:01".into()),
-                (
-                    "partitionOwnershipExpirationInterval",
-                    format!("00:00:{:02}", OWNERSHIP_EXPIRY.as_secs()).into(),
-                ),
-                // Batches go as soon as there are events: many small invocations for the faults
-                // to fall between, whatever the app's own minimum.
-                ("minEventBatchSize", 1.into()),
-            ],
-            foreign_ownership_expiry: Some(OWNERSHIP_EXPIRY),
-            drain: Some(function_timeout(function_app)),
-        };
-        let mut local = LocalApp::start_with(function_app, handler, timings).await?;
-        let outcome = self.run_on(&mut local).await;
-        local.stop_instances().await?;
-        let (mut run, started_wall) = outcome?;
-        // Stopping instances drain the batches under way: what they answered counts too.
-        run.completed = local.answered_through(&run.function, &run.last_sequence);
+        let mut local = LocalApp::start_with(function_app, handler, timings(function_app)).await?;
+        let report = self.run_on_stage(&mut local).await;
         if let Some(folder) = &self.keep_storage {
             copy_tree(&local.storage_folder(), folder, None)?;
         }
-        let effects =
-            collect_effects(&local, &run.outputs, started_wall, &*self.effect_key).await?;
+        report
+    }
+
+    /// Runs the plan on `stage`'s app, stops its instances, and audits its outputs.
+    pub(crate) async fn run_on_stage(
+        &self,
+        stage: &mut dyn Stage,
+    ) -> Result<Report, LocalAppError> {
+        let outcome = self.run_on(stage).await;
+        stage.stop_instances().await?;
+        let (mut run, started_wall) = outcome?;
+        // Stopping instances drain the batches under way: what they answered counts too.
+        run.completed = stage.answered_through(&run.function, &run.last_sequence);
+        let effects = collect_effects(stage, &run.outputs, started_wall, &*self.effect_key).await?;
         let findings = audit::audit(&run.inputs, &effects, &run.faults);
-        let lost_on_azure = local.given_up();
+        let lost_on_azure = stage.given_up();
         let passed = run.completed && findings.passed(self.semantics) && lost_on_azure.is_empty();
         let outputs = run
             .outputs
@@ -337,15 +437,16 @@ impl Rehearsal {
             completed: run.completed,
             passed,
             seconds: run.seconds,
+            simulated: hubhost_clock::is_simulated(),
+            shrunk: None,
         })
     }
 
     async fn run_on(
         &self,
-        local: &mut LocalApp,
+        local: &mut dyn Stage,
     ) -> Result<(Run, chrono::DateTime<chrono::Utc>), LocalAppError> {
-        let settings = AppSettings::load(local.app_folder())?;
-        let app = FunctionApp::load_with_settings(local.app_folder(), settings.values())?;
+        let (app, settings) = local.app()?;
         let spec = app
             .functions
             .iter()
@@ -366,7 +467,7 @@ impl Rehearsal {
         let plan = self.plan(&output_names);
 
         let inputs: Vec<Input> = self
-            .inputs
+            .sent_inputs()
             .iter()
             .enumerate()
             .map(|(i, body)| Input {
@@ -376,16 +477,17 @@ impl Rehearsal {
             })
             .collect();
         let mut last_sequence = vec![-1i64; PARTITIONS as usize];
-        for (i, _) in self.inputs.iter().enumerate() {
+        for (i, _) in self.sent_inputs().iter().enumerate() {
             last_sequence[i % PARTITIONS as usize] += 1;
         }
         let started = Instant::now();
-        let started_wall = chrono::Utc::now();
+        let started_wall = hubhost_clock::now();
+        // Paced for all the inputs, so that a shrunk run's first inputs come when they came.
         let ticks = self.inputs.len().div_ceil(PARTITIONS as usize).max(1) as u32;
         let tick = (SENDING / ticks).clamp(Duration::from_millis(80), Duration::from_millis(250));
         let mut sending = tokio::spawn(local.send_paced(
             &trigger.event_hub_name,
-            self.inputs.clone(),
+            self.sent_inputs().to_vec(),
             PARTITIONS as usize,
             tick,
         ));
@@ -435,6 +537,7 @@ impl Rehearsal {
                 break false;
             }
             tokio::select! {
+                biased;
                 _ = handed_out.changed() => {}
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
@@ -462,6 +565,20 @@ impl Rehearsal {
             },
             started_wall,
         ))
+    }
+}
+
+/// A fault's name as `--faults` spells its kind.
+pub(crate) fn fault_name(fault: &Fault) -> &'static str {
+    match fault {
+        Fault::KillHandler => "kill-handler",
+        Fault::InstanceJoins => "instance-joins",
+        Fault::InstanceLeaves => "instance-leaves",
+        Fault::Freeze { .. } => "freeze",
+        Fault::OutputFails { .. } => "output-failure",
+        Fault::Detach { .. } => "detach",
+        Fault::StoreDown { .. } => "store-outage",
+        Fault::GeoOffsets => "geo-offsets",
     }
 }
 
@@ -601,7 +718,7 @@ fn resolve_outputs(
 
 /// Carries out one fault; the instance it was done to, where that matters.
 async fn fire(
-    local: &mut LocalApp,
+    local: &mut dyn Stage,
     scheduled: &Scheduled,
     trigger_hub: &str,
     geo: &mut bool,
@@ -650,11 +767,7 @@ async fn fire(
             None
         }
         Fault::Detach { server_busy } => {
-            if let Some(hub) = local.hub.namespace.hub(trigger_hub) {
-                for partition in &hub.partitions {
-                    partition.detach_receivers(*server_busy, "rehearsal: the hub ended the link");
-                }
-            }
+            local.detach(trigger_hub, *server_busy);
             None
         }
         Fault::StoreDown { millis } => {
@@ -672,7 +785,7 @@ async fn fire(
 /// Every event the `eventHub` outputs sent, every blob the `blob` outputs wrote, and every item
 /// the other outputs were handed (from the outbox), as the services behind them hold them.
 async fn collect_effects(
-    local: &LocalApp,
+    local: &dyn Stage,
     outputs: &[OutputPlace],
     started: chrono::DateTime<chrono::Utc>,
     key_of: &(dyn Fn(&str, &[u8]) -> Option<String> + Send + Sync),
@@ -681,7 +794,7 @@ async fn collect_effects(
     for output in outputs {
         match &output.kind {
             OutputKind::EventHub(hub) => {
-                for (partition, event) in local.events_by_partition(hub).await? {
+                for (partition, event) in local.held_events(hub).await? {
                     let body = base64::Engine::decode(
                         &base64::engine::general_purpose::STANDARD,
                         &event.body_base64,
@@ -698,7 +811,7 @@ async fn collect_effects(
                 }
             }
             OutputKind::Blob(container) => {
-                for (name, content) in local.blobs(container).await? {
+                for (name, content) in local.held_blobs(container).await? {
                     effects.push(Effect {
                         output: output.name.clone(),
                         key: key_of(&output.name, &content),
@@ -708,7 +821,7 @@ async fn collect_effects(
                 }
             }
             OutputKind::Outbox { function, writes } => {
-                let lines = local.outbox(function, &output.name)?;
+                let lines = local.kept(function, &output.name)?;
                 // The identities a store holds once, whatever the copies: the last one is it.
                 let mut held: BTreeMap<String, usize> = BTreeMap::new();
                 let mut kept: Vec<Option<Effect>> = Vec::new();
@@ -786,6 +899,25 @@ fn identity(writes: Writes, value: &Value) -> Option<String> {
             ))
         }
         Writes::TableEntity => None,
+    }
+}
+
+/// How a rehearsal's instances run beyond the app's own files: ownership that moves within
+/// seconds, small batches, and the function timeout as the drain.
+pub(crate) fn timings(function_app: &Path) -> Timings {
+    Timings {
+        host_json_event_hubs: vec![
+            ("loadBalancingUpdateInterval", "00:00:01".into()),
+            (
+                "partitionOwnershipExpirationInterval",
+                format!("00:00:{:02}", OWNERSHIP_EXPIRY.as_secs()).into(),
+            ),
+            // Batches go as soon as there are events: many small invocations for the faults
+            // to fall between, whatever the app's own minimum.
+            ("minEventBatchSize", 1.into()),
+        ],
+        foreign_ownership_expiry: Some(OWNERSHIP_EXPIRY),
+        drain: Some(function_timeout(function_app)),
     }
 }
 

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use chrono::Utc;
 
 use super::{
     Blob, BlobProperties, BlobStore, Condition, ETag, Metadata, StoreError, WriteOutcome,
@@ -93,7 +92,7 @@ impl MemoryStore {
                 "0x{:X}",
                 self.version.fetch_add(1, Ordering::SeqCst) + 1
             )),
-            last_modified: Utc::now(),
+            last_modified: hubhost_clock::now(),
         };
         blobs.insert(
             key,

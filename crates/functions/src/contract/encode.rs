@@ -370,7 +370,7 @@ pub fn sys_binding_data(function: &str, now: &DateTime<Utc>) -> Value {
     json!({
         "MethodName": function,
         "UtcNow": dotnet_utc_now(now),
-        "RandGuid": uuid::Uuid::new_v4().to_string(),
+        "RandGuid": hubhost_clock::uuid().to_string(),
     })
 }
 
@@ -483,7 +483,7 @@ pub fn sys_expression_data(function: &str, now: &DateTime<Utc>) -> Value {
     json!({
         "MethodName": function,
         "UtcNow": expression_datetime(now),
-        "RandGuid": uuid::Uuid::new_v4().to_string(),
+        "RandGuid": hubhost_clock::uuid().to_string(),
     })
 }
 

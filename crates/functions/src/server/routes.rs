@@ -2,7 +2,8 @@
 //! invocation: decode, run the function in its own task, answer) and the answers themselves.
 
 use std::sync::Arc;
-use std::time::Instant;
+// tokio's clock: a simulation's virtual time, the wall clock otherwise.
+use tokio::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Path, State};

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use std::sync::Arc;
@@ -127,7 +126,7 @@ impl FunctionDispatch {
             events: geo_events.as_deref().unwrap_or(&batch.events),
             retry,
             flavor: MetadataFlavor::Current,
-            now: Utc::now(),
+            now: hubhost_clock::now(),
             inputs: &[],
         };
         // The inputs are read before the call, their paths from the trigger's binding data;
@@ -148,7 +147,7 @@ impl FunctionDispatch {
         let body = encode_request(&invocation)
             .map_err(|e| InvocationFailure::Function(HostFailure::other(e.to_string())))?;
         let parent = hubhost_telemetry::traceparent_of(span);
-        let invocation_id = uuid::Uuid::new_v4().to_string();
+        let invocation_id = hubhost_clock::uuid().to_string();
         let invocation = self
             .invoker
             .invoke_as(&self.function, &invocation_id, body, parent);
@@ -413,6 +412,7 @@ impl FunctionDispatch {
                 ));
             }
             tokio::select! {
+                biased;
                 _ = stop.cancelled(), if stopping.is_none() => {
                     draining = Some(Some(tokio::time::Instant::now()));
                     if self.drain.is_zero() {
@@ -538,7 +538,7 @@ mod tests {
                 body: bytes::Bytes::from_static(b"{}"),
                 sequence_number: Some(7),
                 offset: Some("700".into()),
-                enqueued_time: Some(Utc::now()),
+                enqueued_time: Some(chrono::Utc::now()),
                 partition_key: None,
                 properties: Default::default(),
                 system_properties: Default::default(),

@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -195,7 +196,7 @@ impl FaultSwitch {
             let until = *self.frozen_until.lock().expect("faults lock");
             match until {
                 Some(until) if until > Instant::now() => {
-                    tokio::time::sleep_until(until.into()).await;
+                    tokio::time::sleep_until(until).await;
                 }
                 _ => return,
             }

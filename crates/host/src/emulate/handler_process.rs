@@ -435,6 +435,115 @@ pub(super) async fn restart_handler(
     start_handler(process, invoker).await
 }
 
+/// The app's handler as a process, called by a simulation one request at a time: each request,
+/// and each start and restart, runs on `io` (a runtime of its own, with sockets and processes)
+/// while the simulation's thread waits for it. Nothing else in the simulation runs meanwhile,
+/// and its paused clock stands still: however long the handler takes, the run's order and
+/// virtual times stay the seed's.
+pub struct HeldProcess {
+    io: tokio::runtime::Handle,
+    running: std::sync::Mutex<Option<RunningProcess>>,
+}
+
+struct RunningProcess {
+    process: HandlerProcess,
+    invoker: Invoker,
+    child: tokio::process::Child,
+}
+
+impl HeldProcess {
+    /// Starts the handler of `app` with `settings` as its environment, and waits until it
+    /// answers (on `io`, this thread blocked meanwhile).
+    pub fn start(
+        app: &FunctionApp,
+        settings: &AppSettings,
+        io: tokio::runtime::Handle,
+    ) -> Result<Self, EmulateError> {
+        let (app, settings) = (app.clone(), settings.clone());
+        let (process, invoker, child, _) = block_on(&io, async move {
+            start_on_free_port(&app, &settings, true).await
+        })?;
+        Ok(HeldProcess {
+            io,
+            running: std::sync::Mutex::new(Some(RunningProcess {
+                process,
+                invoker,
+                child,
+            })),
+        })
+    }
+}
+
+/// `work` on `io`, this thread blocked until it is done: the simulation's clock holds still.
+fn block_on<T: Send + 'static>(
+    io: &tokio::runtime::Handle,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let (done, outcome) = std::sync::mpsc::channel();
+    io.spawn(async move {
+        let _ = done.send(work.await);
+    });
+    outcome
+        .recv()
+        .expect("the handler's runtime runs until the simulation ends")
+}
+
+#[async_trait::async_trait]
+impl crate::invoker::DirectHandler for HeldProcess {
+    async fn call(
+        &self,
+        function: &str,
+        invocation_id: &str,
+        body: Vec<u8>,
+    ) -> Result<crate::invoker::Invocation, crate::invoker::InvokeError> {
+        let invoker = self
+            .running
+            .lock()
+            .expect("handler lock")
+            .as_ref()
+            .map(|r| r.invoker.clone())
+            .ok_or_else(|| {
+                crate::invoker::InvokeError::NoAnswer("the handler is stopped".into())
+            })?;
+        let (function, invocation_id) = (function.to_string(), invocation_id.to_string());
+        block_on(&self.io, async move {
+            invoker
+                .invoke_as(&function, &invocation_id, body, None)
+                .await
+        })
+    }
+
+    fn restart(&self) {
+        let Some(mut running) = self.running.lock().expect("handler lock").take() else {
+            return;
+        };
+        let restarted = block_on(&self.io, async move {
+            let _ = running.child.kill().await;
+            match restart_handler(&mut running.process, &running.invoker).await {
+                Ok(child) => {
+                    running.child = child;
+                    Some(running)
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the custom handler did not start again");
+                    None
+                }
+            }
+        });
+        *self.running.lock().expect("handler lock") = restarted;
+    }
+}
+
+impl Drop for HeldProcess {
+    fn drop(&mut self) {
+        if let Some(mut running) = self.running.lock().expect("handler lock").take() {
+            let _ = running.child.start_kill();
+            // Dropping the process group kills what the handler started.
+            running.process.group.lock().expect("group lock").take();
+        }
+    }
+}
+
 /// `text` with each `%NAME%` replaced by `lookup(NAME)`, and the names `lookup` does not know
 /// (replaced by nothing, as the host's `SanitizeExpandedArgument` removes them).
 fn expand_argument(text: &str, lookup: impl Fn(&str) -> Option<String>) -> (String, Vec<String>) {

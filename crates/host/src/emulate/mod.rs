@@ -49,8 +49,8 @@ pub use owner_id::{IdentityError, IdentitySource, InstanceIdentity};
 pub use settings::{AppSettings, ExpandError};
 pub use triggers::{Delivery, InstanceTriggers, TriggerCounts};
 
-pub use handler_process::handler_executable;
 use handler_process::{HandlerProcess, restart_handler, start_handler, start_on_free_port};
+pub use handler_process::{HeldProcess, handler_executable};
 use metrics::{LastEnqueued, MetricsPage};
 
 /// The setting a trigger without `connection` uses.
@@ -544,6 +544,7 @@ pub async fn run(
             function_timeout,
             timed_out: timed_out.clone(),
             no_answer: opts.no_answer,
+            hubs: None,
         },
     )?;
     let counts = triggers.counts().clone();

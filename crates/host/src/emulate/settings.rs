@@ -57,6 +57,11 @@ impl AppSettings {
         hubhost_functions::app_config::setting(&self.values, name).map(str::to_string)
     }
 
+    /// Sets `name` to `value` (a test's or a simulation's own connection).
+    pub fn set(&mut self, name: &str, value: &str) {
+        self.values.insert(name.to_string(), value.to_string());
+    }
+
     /// `%Name%` → the setting's value, as the host resolves binding expressions.
     pub fn expand(&self, text: &str) -> Result<String, ExpandError> {
         let mut out = String::new();

@@ -79,7 +79,7 @@ impl BlobInput {
     ) -> Result<Value, InputError> {
         let rendered = self
             .path
-            .render_with(now, uuid::Uuid::new_v4(), data)
+            .render_with(now, hubhost_clock::uuid(), data)
             .map_err(|source| InputError::Expression {
                 input: self.name.clone(),
                 path: self.path_text.clone(),

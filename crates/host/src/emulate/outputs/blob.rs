@@ -53,7 +53,7 @@ pub(super) async fn write(
     value: OutputValue,
     output: &str,
 ) -> Result<(), OutputError> {
-    let (container, name) = path.render(Utc::now(), uuid::Uuid::new_v4());
+    let (container, name) = path.render(hubhost_clock::now(), hubhost_clock::uuid());
     let content = bytes::Bytes::from(blob_content(value));
     let write = async {
         store.ensure_container(&container).await?;

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{OutputValue, collector_items, text_of};
 use hubhost_eventhubs::{EventHubTarget, close_quietly};
+use hubhost_processor::source::EventHubs;
 
 /// How long one output's send may take. Shorter than a write: after the hub restarts, the
 /// SDK's producer can wait for an answer that never comes (seen in `bench chaos`), and a
@@ -36,6 +37,9 @@ pub enum SendError {
     /// The event hub refused or failed a batch.
     #[error(transparent)]
     Service(#[from] azure_messaging_eventhubs::EventHubsError),
+    /// A simulation's event hub refused the events.
+    #[error("{0}")]
+    Simulated(String),
 }
 
 /// The events an `eventHub` output value sends: one per element of an array (or of a string
@@ -84,7 +88,15 @@ pub(super) fn send_span(
 /// one long-lived thread keeps one producer per event hub open between invocations.
 #[derive(Clone)]
 pub struct EventSender {
-    requests: mpsc::UnboundedSender<SendRequest>,
+    sending: Sending,
+}
+
+#[derive(Clone)]
+enum Sending {
+    /// To the sending thread.
+    Thread(mpsc::UnboundedSender<SendRequest>),
+    /// Into a simulation's event hubs.
+    Simulated(Arc<dyn EventHubs>),
 }
 
 struct SendRequest {
@@ -139,7 +151,16 @@ impl EventSender {
                 });
             })
             .expect("a thread for outputs");
-        EventSender { requests }
+        EventSender {
+            sending: Sending::Thread(requests),
+        }
+    }
+
+    /// Sends into a simulation's event hubs instead (no thread, no SDK).
+    pub fn simulated(hubs: Arc<dyn EventHubs>) -> Self {
+        EventSender {
+            sending: Sending::Simulated(hubs),
+        }
     }
 
     /// Sends `bodies` to `target`'s event hub, in order, in as few batches as fit, each event
@@ -153,8 +174,25 @@ impl EventSender {
         if bodies.is_empty() {
             return Ok(());
         }
+        let requests = match &self.sending {
+            Sending::Thread(requests) => requests,
+            Sending::Simulated(hubs) => {
+                let properties: Vec<(String, String)> = trace_context
+                    .map(|context| {
+                        hubhost_telemetry::trace_context::EVENT_PROPERTIES
+                            .iter()
+                            .map(|p| (p.to_string(), context.to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                return hubs
+                    .send(&target, bodies, &properties)
+                    .await
+                    .map_err(SendError::Simulated);
+            }
+        };
         let (done, outcome) = oneshot::channel();
-        self.requests
+        requests
             .send(SendRequest {
                 target,
                 bodies,

@@ -35,7 +35,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
-use chrono::Utc;
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -159,6 +158,9 @@ pub struct OutputSinks {
     pub outbox: Option<Outbox>,
     /// host.json's `extensions`, which say how queue messages are encoded.
     pub host_json: Value,
+    /// A simulation's blob store, which every `blob` output writes to whatever its
+    /// connection; `None`: the account its connection names.
+    pub blobs: Option<SharedStore>,
 }
 
 impl OutputSinks {
@@ -169,6 +171,7 @@ impl OutputSinks {
             sender: EventSender::start(),
             outbox: outbox.map(Outbox::new),
             host_json: host_json.clone(),
+            blobs: None,
         }
     }
 }
@@ -341,8 +344,11 @@ impl OutputPlan {
                     .ok_or_else(|| bad(BindingProblem::NoPath))?;
                 let path =
                     BlobPath::parse(&expand(path)?).map_err(|e| bad(BindingProblem::Path(e)))?;
-                let store = blob::blob_store(binding, settings)
-                    .map_err(|e| bad(BindingProblem::Store(e)))?;
+                let store = match &sinks.blobs {
+                    Some(simulated) => simulated.clone(),
+                    None => blob::blob_store(binding, settings)
+                        .map_err(|e| bad(BindingProblem::Store(e)))?,
+                };
                 OutputAction::Blob { store, path }
             } else {
                 let storage = || {
@@ -493,7 +499,8 @@ impl OutputPlan {
                     "events": event_bodies(value).iter().map(|b| body_json(b)).collect::<Vec<_>>(),
                 }),
                 OutputAction::Blob { path, .. } => {
-                    let (container, name) = path.render(Utc::now(), uuid::Uuid::new_v4());
+                    let (container, name) =
+                        path.render(hubhost_clock::now(), hubhost_clock::uuid());
                     serde_json::json!({
                         "type": "blob",
                         "blob": format!("{container}/{name}"),
@@ -511,7 +518,8 @@ impl OutputPlan {
                         .collect::<Vec<_>>(),
                 }),
                 OutputAction::Table { table, keys, .. } => {
-                    let entities = table::entities(value, keys, Utc::now(), uuid::Uuid::new_v4());
+                    let entities =
+                        table::entities(value, keys, hubhost_clock::now(), hubhost_clock::uuid());
                     serde_json::json!({
                         "type": "table",
                         "table": table,
@@ -592,11 +600,12 @@ impl OutputPlan {
                     table,
                     keys,
                 } => {
-                    let entities = table::entities(value, keys, Utc::now(), uuid::Uuid::new_v4())
-                        .map_err(|problem| OutputError::NotAnEntity {
-                        output: output.name.clone(),
-                        problem,
-                    })?;
+                    let entities =
+                        table::entities(value, keys, hubhost_clock::now(), hubhost_clock::uuid())
+                            .map_err(|problem| OutputError::NotAnEntity {
+                            output: output.name.clone(),
+                            problem,
+                        })?;
                     let count = entities.len();
                     table::write(service, table, entities, &output.name).await?;
                     done.entities_written += count;
@@ -606,7 +615,8 @@ impl OutputPlan {
                     kind, outbox, file, ..
                 } => {
                     let items = collector_items(value);
-                    let lines = outbox::lines(origin, &output.name, kind, &items, Utc::now());
+                    let lines =
+                        outbox::lines(origin, &output.name, kind, &items, hubhost_clock::now());
                     outbox
                         .append(file, lines)
                         .await

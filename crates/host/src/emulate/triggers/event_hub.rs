@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey};
 use hubhost_functions::function_app::Cardinality;
+use hubhost_processor::source::{AmqpSource, EventHubs};
 use hubhost_processor::{
     Consumer, EventProcessor, ProcessorError, ProcessorOptions, ProcessorStats,
 };
@@ -22,7 +23,7 @@ use crate::emulate::{EmulateError, FunctionDispatch, FunctionTarget, NoAnswerRul
 use crate::invoker::Invoker;
 
 /// How an instance delivers batches beyond the function's own settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Delivery {
     /// How long a stopping instance lets a batch under retry go on.
     pub drain: std::time::Duration,
@@ -34,6 +35,20 @@ pub struct Delivery {
     pub timed_out: Arc<tokio::sync::Notify>,
     /// What a delivery the handler gave no answer to counts as.
     pub no_answer: NoAnswerRule,
+    /// A simulation's event hubs; `None`: the event hubs the triggers' connections name, over
+    /// AMQP.
+    pub hubs: Option<Arc<dyn EventHubs>>,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("drain", &self.drain)
+            .field("function_timeout", &self.function_timeout)
+            .field("no_answer", &self.no_answer)
+            .field("simulated_hubs", &self.hubs.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Delivery {
@@ -44,6 +59,7 @@ impl Default for Delivery {
             function_timeout: None,
             timed_out: Arc::new(tokio::sync::Notify::new()),
             no_answer: NoAnswerRule::Redeliver,
+            hubs: None,
         }
     }
 }
@@ -234,7 +250,10 @@ fn consumers(
                     no_answer: delivery.no_answer,
                 }),
                 stats: Arc::new(ProcessorStats::default()),
-                ends: Default::default(),
+                events: match &delivery.hubs {
+                    Some(hubs) => hubs.source(&f.target),
+                    None => Arc::new(AmqpSource::new(f.target.clone())),
+                },
             }))
         })
         .collect()

@@ -224,6 +224,7 @@ async fn fire_while_held(
             Some(file) => break file,
             None => {
                 tokio::select! {
+                    biased;
                     () = tokio::time::sleep(LOCK_RETRY) => continue,
                     () = stop.cancelled() => return,
                 }
@@ -244,6 +245,7 @@ async fn fire_while_held(
     while let Some(next) = timer.schedule.next_after(after(last)) {
         let wait = (next - Utc::now()).to_std().unwrap_or_default();
         tokio::select! {
+            biased;
             () = tokio::time::sleep(wait) => {}
             () = stop.cancelled() => break,
         }
@@ -313,6 +315,7 @@ async fn fire(
         tracing::warn!(function = %timer.name, attempt, ?delay, error = %error.message, "the timer function failed; retrying");
         last_error = Some(error);
         tokio::select! {
+            biased;
             () = tokio::time::sleep(delay) => {}
             () = stop.cancelled() => return,
         }

@@ -1,0 +1,70 @@
+//! What a rehearsal runs an app on: real processes over the local hub ([`crate::LocalApp`]) or
+//! the deterministic simulation ([`crate::simulation`]). The plan, the driver that fires its
+//! faults, and the audit of the outputs are one code over both; a stage only carries out what
+//! it is asked and says what the services hold afterwards.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::local_app::LocalAppError;
+use hubhost_functions::function_app::FunctionApp;
+use hubhost_host::emulate::AppSettings;
+use hubhost_host::emulate::faults::{FaultSwitch, GivenUp};
+use hubhost_hub::admin::EventView;
+
+#[async_trait]
+pub(crate) trait Stage: Send + Sync {
+    /// The app as its instances read it, and its settings.
+    fn app(&self) -> Result<(FunctionApp, AppSettings), LocalAppError>;
+
+    /// The owner ids of the running instances, the first started first.
+    fn instance_ids(&self) -> Vec<String>;
+
+    /// Instance `id`'s fault switches.
+    fn faults_of(&self, id: &str) -> Option<Arc<FaultSwitch>>;
+
+    /// One more instance (a scale-out), running once this returns.
+    async fn start_instance(&mut self, id: &str) -> Result<(), LocalAppError>;
+
+    /// Stops instance `id` as Azure scales one in.
+    async fn stop_instance(&mut self, id: &str) -> Result<(), LocalAppError>;
+
+    /// Stops every instance as Azure stops them.
+    async fn stop_instances(&mut self) -> Result<(), LocalAppError>;
+
+    /// The hub ends every receive link of `hub` (server busy, or a link it moves).
+    fn detach(&self, hub: &str, server_busy: bool);
+
+    /// Events handed to the function so far, by every instance (the plan's clock).
+    fn events_handed_out(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Whether `function` has answered every partition's batches through `last[partition]`.
+    fn answered_through(&self, function: &str, last: &[i64]) -> bool;
+
+    /// Sends `bodies` to `hub`, `per_tick` every `tick`, body `i` to partition `i % PARTITIONS`.
+    fn send_paced(
+        &self,
+        hub: &str,
+        bodies: Vec<Vec<u8>>,
+        per_tick: usize,
+        tick: Duration,
+    ) -> BoxFuture<'static, Result<(), LocalAppError>>;
+
+    /// Every event `hub` holds, with its partition.
+    async fn held_events(&self, hub: &str) -> Result<Vec<(String, EventView)>, LocalAppError>;
+
+    /// Every blob of `container`, by name.
+    async fn held_blobs(&self, container: &str)
+    -> Result<BTreeMap<String, Vec<u8>>, LocalAppError>;
+
+    /// What output `binding` of `function` was handed, kept in the outbox.
+    fn kept(&self, function: &str, binding: &str) -> Result<Vec<Value>, LocalAppError>;
+
+    /// The batches given up after their failures (lost on Azure).
+    fn given_up(&self) -> Vec<GivenUp>;
+}
