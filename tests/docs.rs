@@ -100,8 +100,27 @@ const EXAMPLES: &[&str] = &[
     "cargo build -p home-limits && hubhost emulate --app examples/home-limits/function_app",
 ];
 
+/// docs/testing.md's simulated rehearsal, from the example's folder: a naive forwarder's seed,
+/// its duplicates, the plan shrunk and the command that replays it.
+const REHEARSE: &[&str] = &[
+    "cd examples/forward-events",
+    "hubhost rehearse --simulate --handler ../../target/debug/forward-naive --count 300 --fault-count 10 --seed 7",
+];
+
 /// Documented commands no scenario runs, and why.
 const NOT_RUN: &[(&str, &str)] = &[
+    (
+        "HUBHOST_SIMULATED_SEEDS=1000 cargo test --release -p forward-events --test simulation",
+        "a thousand seeds of a long form; the suite runs the same test with 200 seeds",
+    ),
+    (
+        "HUBHOST_SIMULATED_SEEDS=1000 cargo test --release --test pipeline rehearsal::the_reference_app_simulated",
+        "a thousand seeds of a long form (about ten minutes); the suite runs the same test with 8 seeds",
+    ),
+    (
+        "./target/release/hubhost bench rehearse",
+        "a benchmark of minutes; crates/bench/tests/bench_rehearse.rs runs its short form",
+    ),
     (
         "HUBHOST_REHEARSAL_FAULTS=120 cargo test --test pipeline rehearsal::the_reference_app",
         "the long rehearsal (about two minutes); tests/pipeline/rehearsal.rs runs the same test with 24 faults in the suite",
@@ -316,6 +335,7 @@ fn scenarios() -> Vec<(&'static str, &'static [&'static str])> {
         ("HUB", HUB),
         ("RUNNING", RUNNING),
         ("EXAMPLES", EXAMPLES),
+        ("REHEARSE", REHEARSE),
     ]
 }
 
@@ -694,7 +714,12 @@ fn stand_in_root(name: &str) -> PathBuf {
         root.join("local.settings.json.example"),
     )
     .unwrap();
-    for example in ["count-readings", "forward-alarms", "home-limits"] {
+    for example in [
+        "count-readings",
+        "forward-alarms",
+        "home-limits",
+        "forward-events",
+    ] {
         kit::copy_dir(
             &repo().join("examples").join(example).join("function_app"),
             &root.join("examples").join(example).join("function_app"),
@@ -1397,5 +1422,54 @@ fn the_examples_run_as_docs_writing_functions_says() {
         let _ = std::fs::remove_dir_all(root.join("hubhost-data/azure-webjobs-eventhub"));
     }
     drop(hub);
+    shell.finish();
+}
+
+#[test]
+fn the_simulated_rehearsal_runs_as_docs_testing_says() {
+    let installed = installed();
+    let root = stand_in_root("rehearse");
+    // The handler the command names, as `cargo build` leaves it (the suite builds it too).
+    let built = kit::output_within(
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "-p", "forward-events", "--bin", "forward-naive"])
+            .current_dir(repo()),
+        Duration::from_secs(900),
+    );
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let mut shell = Shell::user("rehearse", REHEARSE, &root, installed);
+    shell.cd("cd examples/forward-events");
+    let command = REHEARSE[1];
+    let first = shell.run(command, Duration::from_secs(600));
+    // The naive forwarder duplicates: the rehearsal fails, and says so.
+    assert!(!first.status.success());
+    let report: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(report["simulated"], true);
+    assert!(
+        !report["duplicated"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    let shrunk = &report["shrunk"];
+    assert!(
+        shrunk["faults"].as_array().unwrap().len() < report["faults"].as_array().unwrap().len(),
+        "{shrunk}"
+    );
+    let replay = shrunk["replay"].as_str().unwrap();
+    assert!(replay.starts_with("hubhost rehearse --simulate ") && replay.contains("--only-faults"));
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        stderr.contains("replay it: hubhost rehearse --simulate"),
+        "{stderr}"
+    );
+    // The same command again: the same report, byte for byte.
+    let second = shell.run(command, Duration::from_secs(600));
+    assert_eq!(
+        String::from_utf8_lossy(&first.stdout),
+        String::from_utf8_lossy(&second.stdout)
+    );
     shell.finish();
 }

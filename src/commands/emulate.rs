@@ -187,6 +187,7 @@ pub async fn run(
             } else {
                 hubhost_host::emulate::NoAnswerRule::Redeliver
             },
+            start_lines: hubhost_host::emulate::StartLines::Stdout,
         },
         shutdown_signal(),
     )

@@ -121,11 +121,11 @@ pub async fn run(args: Args) -> Result<(), String> {
             None => return Ok(()),
         }
     } else {
-        // The emulated instances print their start-up lines; stdout is the report's alone.
-        let stdout = StdoutToStderr::begin();
-        let report = rehearsal.run(&args.app, &handler).await;
-        drop(stdout);
-        report.map_err(|e| e.to_string())?
+        // The emulated instances say how they run in the log (stderr): stdout is the report's.
+        rehearsal
+            .run(&args.app, &handler)
+            .await
+            .map_err(|e| e.to_string())?
     };
     println!("{}", serde_json::to_string_pretty(&report).expect("JSON"));
     eprintln!("{}", report.summary());
@@ -240,36 +240,4 @@ fn read_events(file: &Path) -> Result<Vec<Vec<u8>>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let events = parse_events(&text).map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(events.iter().map(EventSpec::body_bytes).collect())
-}
-
-/// While alive, what is written to stdout goes to stderr.
-struct StdoutToStderr {
-    saved: libc::c_int,
-}
-
-impl StdoutToStderr {
-    fn begin() -> Self {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        // SAFETY: duplicating and replacing this process's own standard descriptors.
-        let saved = unsafe { libc::dup(1) };
-        if saved >= 0 {
-            unsafe { libc::dup2(2, 1) };
-        }
-        StdoutToStderr { saved }
-    }
-}
-
-impl Drop for StdoutToStderr {
-    fn drop(&mut self) {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        if self.saved >= 0 {
-            // SAFETY: restoring the descriptor saved in `begin`.
-            unsafe {
-                libc::dup2(self.saved, 1);
-                libc::close(self.saved);
-            }
-        }
-    }
 }

@@ -282,33 +282,11 @@ async fn the_reference_app_counts_each_reading_once_and_raises_each_alarm_once_u
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(24);
-    // About a second of input (50 events) per fault, so that faults fall apart rather than in
-    // one storm.
-    let inputs = (faults * 40).max(300);
+    let (rehearsal, inputs) = reference_rehearsal(7, faults, &chrono::Utc::now());
     let handler = hubhost_testkit::binary("hubhost-app");
     let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
-    let now = chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string();
-    // One reading per home; every third a smoke alarm.
-    let readings: Vec<Vec<u8>> = (0..inputs)
-        .map(|i| {
-            let (state, value) = if i % 3 == 0 { ("alarm", 1) } else { ("ok", 0) };
-            format!(
-                r#"{{"homeId":"home-{i:05}","sensorId":"smoke-1","type":"smoke","state":"{state}","armed":true,"value":{value},"battery":90,"rssi":-50,"firmware":"2.4.1","model":"HS-SMOKE200","installer":"northwind-security","ts":"{now}"}}"#
-            )
-            .into_bytes()
-        })
-        .collect();
     let kept = tempfile::tempdir().unwrap();
-    let report = Rehearsal::new(7)
-        .function("SensorAggregator")
-        .inputs(readings)
-        .key_field("homeId")
-        .expects_effect(|body| String::from_utf8_lossy(body).contains(r#""state":"alarm""#))
-        .faults(&FaultKind::DEFAULT)
-        .fault_count(faults)
-        .within(Duration::from_secs(600))
+    let report = rehearsal
         .keep_storage(kept.path())
         .run(&app, &handler)
         .await
@@ -345,6 +323,64 @@ async fn the_reference_app_counts_each_reading_once_and_raises_each_alarm_once_u
         miscounted.is_empty(),
         "readings counted other than once: {miscounted:?}"
     );
+}
+
+/// The reference app's rehearsal with `faults` faults: one reading per home, about a second of
+/// input (50 events) per fault, so that faults fall apart rather than in one storm; every
+/// third reading a smoke alarm, each of which must be forwarded once. The readings' time is
+/// `now`.
+fn reference_rehearsal(
+    seed: u64,
+    faults: usize,
+    now: &chrono::DateTime<chrono::Utc>,
+) -> (Rehearsal, usize) {
+    let inputs = (faults * 40).max(300);
+    let now = now.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    let readings: Vec<Vec<u8>> = (0..inputs)
+        .map(|i| {
+            let (state, value) = if i % 3 == 0 { ("alarm", 1) } else { ("ok", 0) };
+            format!(
+                r#"{{"homeId":"home-{i:05}","sensorId":"smoke-1","type":"smoke","state":"{state}","armed":true,"value":{value},"battery":90,"rssi":-50,"firmware":"2.4.1","model":"HS-SMOKE200","installer":"northwind-security","ts":"{now}"}}"#
+            )
+            .into_bytes()
+        })
+        .collect();
+    let rehearsal = Rehearsal::new(seed)
+        .function("SensorAggregator")
+        .inputs(readings)
+        .key_field("homeId")
+        .expects_effect(|body| String::from_utf8_lossy(body).contains(r#""state":"alarm""#))
+        .faults(&FaultKind::DEFAULT)
+        .fault_count(faults)
+        .within(Duration::from_secs(600));
+    (rehearsal, inputs)
+}
+
+/// The reference app simulated over many seeds, its built handler a process asked one request
+/// at a time while the simulation's clock stands still: each alarm forwarded once under every
+/// seed. `HUBHOST_SIMULATED_SEEDS` sets how many (8 by default; the README's long form runs
+/// 1,000). The readings are stamped at the simulation's own start, as a deterministic run wants.
+#[test]
+fn the_reference_app_simulated_raises_each_alarm_once_under_every_seed() {
+    let seeds: u64 = std::env::var("HUBHOST_SIMULATED_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(8);
+    let epoch = chrono::DateTime::parse_from_rfc3339(hubhost_testkit::rehearse::simulation::EPOCH)
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let (rehearsal, inputs) = reference_rehearsal(0, 8, &epoch);
+    let handler = hubhost_testkit::binary("hubhost-app");
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
+    let outcome = rehearsal
+        .simulated_process(&app, &handler)
+        .unwrap()
+        .seeds(0..seeds)
+        .unwrap();
+    eprintln!("{}", outcome.summary());
+    assert_eq!(outcome.runs as u64, seeds);
+    assert!(outcome.failing.is_empty(), "{}", outcome.summary());
+    assert!(inputs >= 300);
 }
 
 /// `hubhost emulate --faults` runs the faults one instance can carry out, and names the command

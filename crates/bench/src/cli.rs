@@ -254,6 +254,28 @@ pub enum BenchCommand {
         #[arg(long)]
         storage: Option<String>,
     },
+    /// How fast a rehearsal runs: examples/forward-events' forward-once simulated in-process,
+    /// simulated with its handler as a process, and rehearsed with real processes (the
+    /// baseline), the same plans each; seeds a minute and virtual seconds per wall second.
+    Rehearse {
+        /// Seeds of each simulated form per repetition.
+        #[arg(long, default_value_t = 400)]
+        seeds: u64,
+        /// Seeds of the real-process rehearsal per repetition.
+        #[arg(long, default_value_t = 1)]
+        real_seeds: u64,
+        /// Inputs a seed.
+        #[arg(long, default_value_t = 300)]
+        inputs: usize,
+        /// Faults a seed (at least).
+        #[arg(long, default_value_t = 10)]
+        faults: usize,
+        #[arg(long, default_value_t = 3)]
+        repetitions: usize,
+        /// The built forward-once [default: beside this program].
+        #[arg(long)]
+        handler: Option<std::path::PathBuf>,
+    },
     /// Claims/s and checkpoint updates/s per storage backend, and storage operations per minute;
     /// baseline: plain blob writes on the same backend.
     Checkpoints {
@@ -275,6 +297,33 @@ pub async fn run(
     collector: Option<std::sync::Arc<hubhost_telemetry::collector::Collector>>,
 ) -> Result<(), String> {
     match which {
+        BenchCommand::Rehearse {
+            seeds,
+            real_seeds,
+            inputs,
+            faults,
+            repetitions,
+            handler,
+        } => {
+            let handler = match handler {
+                Some(handler) => handler,
+                None => hubhost_testkit::process::find_binary("forward-once").ok_or(
+                    "forward-once is not built: cargo build --release --workspace".to_string(),
+                )?,
+            };
+            let options = bench::rehearse::RehearseBenchOptions {
+                seeds,
+                real_seeds,
+                inputs,
+                faults,
+                repetitions: repetitions.max(1),
+                app: bench::rehearse::default_app(),
+                handler,
+            };
+            tokio::task::spawn_blocking(move || bench::rehearse::run(&options))
+                .await
+                .map_err(|e| e.to_string())?
+        }
         BenchCommand::Checkpoints {
             storage,
             seconds,

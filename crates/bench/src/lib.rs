@@ -32,6 +32,7 @@ pub mod latency;
 pub mod load;
 pub mod local_hub;
 pub mod pool;
+pub mod rehearse;
 pub mod soak;
 pub mod startup;
 

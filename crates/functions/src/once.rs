@@ -108,7 +108,9 @@ pub struct Decision {
 
 /// The rule: events above the mark owe their outputs, and the mark moves to the batch's last;
 /// a retry of a batch that made a claim owes again what that claim owed (its attempt failed,
-/// so the host carried none of its outputs out).
+/// so the host carried none of its outputs out). A delivery that owes nothing records its claim
+/// too, so that its own retry owes nothing: it must not match an earlier claim of the same
+/// events, whose outputs were given.
 pub fn decide(
     mark: Option<&Mark>,
     first: i64,
@@ -132,12 +134,6 @@ pub fn decide(
             write: None,
         };
     }
-    if last <= mark.through {
-        return Decision {
-            owed_after: mark.through,
-            write: None,
-        };
-    }
     let mut recent = mark.recent;
     recent.push(Claim {
         claimant: claimant.map(str::to_string),
@@ -145,14 +141,28 @@ pub fn decide(
         last,
         owed_after: mark.through,
     });
-    let excess = recent.len().saturating_sub(RECENT_CLAIMS);
-    recent.drain(..excess);
+    forget_oldest(&mut recent);
     Decision {
         owed_after: mark.through,
         write: Some(Mark {
-            through: last,
+            through: mark.through.max(last),
             recent,
         }),
+    }
+}
+
+/// Keeps `recent` to [`RECENT_CLAIMS`], forgetting the oldest claims first, but each
+/// claimant's latest claim last: a frozen owner's retry of its batch may come after the next
+/// owner made dozens of claims on the partition, and must still find its own (a simulated
+/// rehearsal found a retry that did not, and the outputs it owed lost).
+fn forget_oldest(recent: &mut Vec<Claim>) {
+    while recent.len() > RECENT_CLAIMS {
+        let superseded = (0..recent.len()).find(|&i| {
+            recent[i + 1..]
+                .iter()
+                .any(|later| later.claimant == recent[i].claimant)
+        });
+        recent.remove(superseded.unwrap_or(0));
     }
 }
 
@@ -324,11 +334,16 @@ mod tests {
     }
 
     #[test]
-    fn a_redelivered_batch_owes_nothing_and_writes_nothing() {
+    fn a_redelivered_batch_owes_nothing_and_its_retry_nothing_either() {
         let mark = decide(None, 0, 9, false, A).write.unwrap();
         let d = decide(Some(&mark), 0, 9, false, A);
         assert_eq!(d.owed_after, 9);
-        assert_eq!(d.write, None);
+        // Its claim is recorded: the redelivery's own retry (its handler died) matches it, not
+        // the first claim, whose outputs were given (a simulated rehearsal found the retry
+        // giving them a second time).
+        let again = d.write.unwrap();
+        assert_eq!(again.recent.last(), Some(&claim(0, 9, 9)));
+        assert_eq!(decide(Some(&again), 0, 9, true, A).owed_after, 9);
         // Redelivered in another split, partly new.
         let d = decide(Some(&mark), 5, 14, false, A);
         assert_eq!(d.owed_after, 9);
@@ -355,7 +370,9 @@ mod tests {
         // A frozen owner claimed 0..9 and will give its outputs late; the next owner got 0..9
         // too (owing nothing), failed, and retries: it still owes nothing.
         let mark = decide(None, 0, 9, false, A).write.unwrap();
-        let d = decide(Some(&mark), 0, 9, true, Some("instance-b"));
+        let b = decide(Some(&mark), 0, 9, false, Some("instance-b"));
+        assert_eq!(b.owed_after, 9);
+        let d = decide(Some(&b.write.unwrap()), 0, 9, true, Some("instance-b"));
         assert_eq!((d.owed_after, d.write), (9, None));
     }
 
@@ -368,6 +385,21 @@ mod tests {
         let mark = mark.unwrap();
         assert_eq!(mark.recent.len(), RECENT_CLAIMS);
         assert_eq!(mark.through, 99);
+    }
+
+    #[test]
+    fn a_claimants_latest_claim_outlives_another_owners_many() {
+        // A claimed 0..0, its output failed, and it froze; B took the partition and made a
+        // hundred claims. A's retry still owes 0 again.
+        let mut mark = decide(None, 0, 0, false, A).write;
+        for s in 1..=100 {
+            mark = decide(mark.as_ref(), s, s, false, Some("instance-b"))
+                .write
+                .or(mark);
+        }
+        let mark = mark.unwrap();
+        assert_eq!(mark.recent.len(), RECENT_CLAIMS);
+        assert_eq!(decide(Some(&mark), 0, 0, true, A).owed_after, -1);
     }
 
     #[tokio::test]

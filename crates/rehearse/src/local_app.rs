@@ -295,6 +295,8 @@ impl LocalApp {
             // Beside other tests and instances: a free port, never 7071.
             http_port: Some(0),
             no_answer: emulate::NoAnswerRule::AsAzure,
+            // A test's (or `hubhost rehearse`'s) stdout is its own.
+            start_lines: emulate::StartLines::Log,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let emulate = tokio::spawn(emulate::run(options, async move {

@@ -238,6 +238,28 @@ pub struct EmulateOptions {
     pub http_port: Option<u16>,
     /// What a delivery the handler gave no answer to counts as (`--azure-rules`: as on Azure).
     pub no_answer: NoAnswerRule,
+    /// Where the lines that say how the instance runs go, and the handler's stdout with them.
+    pub start_lines: StartLines,
+}
+
+/// Where `emulate`'s start-up lines go: stdout for a person at a terminal; the log (and the
+/// handler's stdout to stderr) when the caller's stdout carries a result of its own, as
+/// `hubhost rehearse`'s JSON report does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartLines {
+    #[default]
+    Stdout,
+    Log,
+}
+
+impl StartLines {
+    /// Says `line` where these lines go.
+    pub fn say(self, line: &str) {
+        match self {
+            StartLines::Stdout => println!("{line}"),
+            StartLines::Log => tracing::info!(target: "hubhost::emulate", "{line}"),
+        }
+    }
 }
 
 /// One Event Hubs function, resolved against the settings.
@@ -394,14 +416,16 @@ pub(crate) fn function_timeout(app: &FunctionApp) -> Result<Option<Duration>, Em
 
 /// Prints what of the app's settings changes how it runs: host.json overrides, disabled
 /// functions, and what the host ignores though the files say it.
-pub fn report_app_reading(app: &FunctionApp) {
+pub fn report_app_reading(app: &FunctionApp, lines: StartLines) {
     for name in &app.overrides {
-        println!("hubhost emulate: host.json overridden by the app setting {name}");
+        lines.say(&format!(
+            "hubhost emulate: host.json overridden by the app setting {name}"
+        ));
     }
     for (function, setting) in &app.disabled {
-        println!(
+        lines.say(&format!(
             "hubhost emulate: {function} is disabled by the app setting {setting}: it receives nothing"
-        );
+        ));
     }
     for line in &app.ignored {
         eprintln!("hubhost emulate: warning: {line}");
@@ -459,7 +483,8 @@ pub async fn run(
             .validate()
             .map_err(EmulateError::ForeignExpiry)?;
     }
-    report_app_reading(&app);
+    let lines = opts.start_lines;
+    report_app_reading(&app, lines);
     let enabled: Vec<FunctionSpec> = app
         .functions
         .iter()
@@ -515,10 +540,10 @@ pub async fn run(
         let build = build::CargoBuild::find(&executable, &app.root)
             .ok_or(EmulateError::NotACargoBuild(executable))?;
         let mut rebuilder = build::Rebuilder::new(build);
-        println!(
+        lines.say(&format!(
             "hubhost emulate: building the handler: {}",
             rebuilder.describe()
-        );
+        ));
         rebuilder.build().await.map_err(EmulateError::Build)?;
         Some(rebuilder)
     } else {
@@ -526,7 +551,7 @@ pub async fn run(
     };
 
     let (mut process, invoker, mut child, port) =
-        start_on_free_port(&app, &settings, false).await?;
+        start_on_free_port(&app, &settings, lines == StartLines::Log).await?;
 
     let function_timeout = function_timeout(&app)?;
     let timed_out = Arc::new(tokio::sync::Notify::new());
@@ -549,7 +574,7 @@ pub async fn run(
     )?;
     let counts = triggers.counts().clone();
     let consumers = counts.consumers().to_vec();
-    println!(
+    lines.say(&format!(
         "hubhost emulate: instance {instance_id} ({}), handler `{}` on port {port}, checkpoints in {}",
         match identity.source {
             IdentitySource::Flag => "--instance-id".to_string(),
@@ -558,17 +583,15 @@ pub async fn run(
         },
         process.describe(),
         store.describe()
-    );
+    ));
     for f in &functions {
-        println!(
+        lines.say(&format!(
             "  {} ← {:?}, consumer group {}",
             f.spec.name, f.target, f.trigger.consumer_group
-        );
+        ));
     }
     if !functions.is_empty() && opts.no_answer == NoAnswerRule::Redeliver {
-        println!(
-            "  kinder than Azure: a batch the handler gives no answer to (it died, or restarts) is delivered again, where Azure counts a failed attempt and, once the retry policy is spent, moves past it; --azure-rules for Azure's rule"
-        );
+        lines.say("  kinder than Azure: a batch the handler gives no answer to (it died, or restarts) is delivered again, where Azure counts a failed attempt and, once the retry policy is spent, moves past it; --azure-rules for Azure's rule");
     }
     let http_server = if http_functions.is_empty() {
         None
@@ -581,7 +604,7 @@ pub async fn run(
                 source,
             })?;
         for line in http_functions.describe(addr) {
-            println!("{line}");
+            lines.say(&line);
         }
         Some(tokio::spawn(http_functions.clone().serve(
             listener,
@@ -593,7 +616,7 @@ pub async fn run(
         None
     } else {
         for line in timers.describe(chrono::Utc::now()) {
-            println!("{line}");
+            lines.say(&line);
         }
         // Instances of this app (its folder) share each timer's lock.
         let app_key = {
@@ -623,7 +646,7 @@ pub async fn run(
             let local = listener
                 .local_addr()
                 .map_err(|source| EmulateError::Metrics { addr, source })?;
-            println!("  metrics: http://{local}/metrics");
+            lines.say(&format!("  metrics: http://{local}/metrics"));
             if let Some(bound) = &opts.metrics_bound {
                 let _ = bound.set(local);
             }
@@ -678,7 +701,7 @@ pub async fn run(
             }
             () = sources_changed(&mut rebuilder) => {
                 let rebuilder = rebuilder.as_mut().expect("changes come from a rebuilder");
-                println!("hubhost emulate: sources changed; building: {}", rebuilder.describe());
+                lines.say(&format!("hubhost emulate: sources changed; building: {}", rebuilder.describe()));
                 match rebuilder.build().await {
                     Ok(()) => {
                         // Only the handler restarts: the processors keep their partitions, and a
@@ -688,7 +711,7 @@ pub async fn run(
                             Ok(c) => c,
                             Err(e) => break Err(e),
                         };
-                        println!("hubhost emulate: handler rebuilt and restarted");
+                        lines.say("hubhost emulate: handler rebuilt and restarted");
                     }
                     Err(e) => eprintln!("hubhost emulate: {e}; the running handler stays until the next change"),
                 }
@@ -736,7 +759,7 @@ pub async fn run(
         }
     }
     process.stop(&mut child).await;
-    println!("hubhost emulate: instance {instance_id} stopped");
+    lines.say(&format!("hubhost emulate: instance {instance_id} stopped"));
     drop(identity);
     outcome
 }
