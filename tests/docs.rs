@@ -114,7 +114,7 @@ const NOT_RUN: &[(&str, &str)] = &[
         "a thousand seeds of a long form; the suite runs the same test with 200 seeds",
     ),
     (
-        "HUBHOST_SIMULATED_SEEDS=1000 cargo test --release --test pipeline rehearsal::the_reference_app_simulated",
+        "cargo build --release --workspace && HUBHOST_SIMULATED_SEEDS=1000 cargo test --release --test pipeline rehearsal::the_reference_app_simulated",
         "a thousand seeds of a long form (about ten minutes); the suite runs the same test with 8 seeds",
     ),
     (

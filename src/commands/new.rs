@@ -5,8 +5,9 @@ use std::path::PathBuf;
 /// A new Rust function app with one Event Hubs function, on hubhost-functions (as `func init`
 /// and `func new` for other languages): the Cargo project with the Cargo.lock hubhost was
 /// tested with, its function_app/, sample events, a README, and tests that need nothing
-/// running: a unit test calling the function as the host does, and an integration test running
-/// the whole app under the emulated host on a local event hub, both inside `cargo test`.
+/// running: a unit test calling the function as the host does, an integration test running
+/// the whole app under the emulated host on a local event hub, and a simulated rehearsal of
+/// 200 seeds of Azure's faults in virtual time, all inside `cargo test`.
 #[derive(clap::Args)]
 pub struct Args {
     /// The folder to create (its name is the package's).

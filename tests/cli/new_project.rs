@@ -76,6 +76,7 @@ fn scaffold_and_test(args: &[&str]) {
         "a_batch_is_answered_with_its_summary ... ok",
         "every_event_sent_is_processed ... ok",
         "rehearsal_of_what_azure_does_to_it ... ok",
+        "two_hundred_seeds_of_what_azure_does_to_it ... ok",
     ] {
         assert!(stdout.contains(test), "{stdout}");
     }
@@ -90,7 +91,7 @@ fn new_says_what_it_makes() {
         help.contains("Cargo.lock hubhost was tested with"),
         "{help}"
     );
-    assert!(help.contains("both inside `cargo test`"), "{help}");
+    assert!(help.contains("all inside `cargo test`"), "{help}");
     // The tests it makes run in-process, not under a `hubhost emulate` of their own.
     assert!(
         !help.contains("under `hubhost emulate` on `hubhost hub`"),

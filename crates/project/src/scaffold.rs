@@ -185,9 +185,9 @@ impl Scaffold {
     /// The function's type: a unit struct, or one holding its `Once`.
     fn struct_definition(&self) -> String {
         match self.queue_output {
-            None => format!("struct {};", self.function),
+            None => format!("/// The function.\npub struct {};", self.function),
             Some(_) => format!(
-                "/// Its outputs once under redelivery: `once` says which events still owe theirs.\nstruct {} {{\n    once: Once,\n}}",
+                "/// The function. Its outputs once under redelivery: `once` says which events still\n/// owe theirs.\npub struct {} {{\n    pub once: Once,\n}}",
                 self.function
             ),
         }
@@ -282,6 +282,7 @@ impl Scaffold {
         let fill = |template: &str| {
             template
                 .replace("{{package}}", &self.package)
+                .replace("{{crate}}", &self.package.replace('-', "_"))
                 .replace("{{function}}", &self.function)
                 .replace("{{hub}}", &self.event_hub)
                 .replace("{{group}}", &self.consumer_group)
@@ -290,6 +291,10 @@ impl Scaffold {
                 .replace("{{struct}}", &self.struct_definition())
                 .replace("{{value}}", &self.value("Once::from_environment().expect(\"the app's storage setting (AzureWebJobsStorage)\")"))
                 .replace("{{test_value}}", &self.value("Once::in_memory()"))
+                .replace(
+                    "{{simulated_value}}",
+                    &self.value("Once::for_instance(handler.store.clone(), handler.instance)"),
+                )
                 .replace("{{testkit}}", &self.framework.testkit_dependency())
                 .replace("{{test_events}}", self.test_events())
                 .replace("{{test_log}}", self.test_log())
@@ -336,8 +341,10 @@ impl Scaffold {
         Ok(vec![
             ("Cargo.toml".into(), fill(CARGO_TOML)),
             ("Cargo.lock".into(), lock),
+            ("src/lib.rs".into(), fill(LIB_RS)),
             ("src/main.rs".into(), fill(MAIN_RS)),
             ("tests/local_app.rs".into(), fill(LOCAL_APP_TEST_RS)),
+            ("tests/simulation.rs".into(), fill(SIMULATION_TEST_RS)),
             ("events.json".into(), fill(EVENTS_JSON)),
             ("function_app/host.json".into(), fill(HOST_JSON)),
             (
@@ -381,8 +388,10 @@ impl Scaffold {
         // a machine without rustfmt gets it unformatted).
         let _ = std::process::Command::new("rustfmt")
             .args(["--edition", "2024"])
+            .arg(dir.join("src/lib.rs"))
             .arg(dir.join("src/main.rs"))
             .arg(dir.join("tests/local_app.rs"))
+            .arg(dir.join("tests/simulation.rs"))
             .stderr(std::process::Stdio::null())
             .status();
         Ok(written)
@@ -417,8 +426,9 @@ hubhost-testkit = {{testkit}}
 [workspace]
 "#;
 
-const MAIN_RS: &str = r#"//! {{function}}: an Event Hubs function (event hub `{{hub}}`, consumer group `{{group}}`) on
-//! hubhost-functions, run by the Functions host as a custom handler. Made by `hubhost new`.
+const LIB_RS: &str = r#"//! {{function}}: an Event Hubs function (event hub `{{hub}}`, consumer group `{{group}}`) on
+//! hubhost-functions, run by the Functions host as a custom handler (`src/main.rs`). Made by
+//! `hubhost new`.
 use hubhost_functions::prelude::*;
 {{imports}}
 
@@ -443,14 +453,6 @@ impl EventHubFunction for {{function}} {
         ));
         {{answer}}
     }
-}
-
-#[tokio::main]
-async fn main() -> Result<(), ServeError> {
-    FunctionServer::builder()
-        .function("{{function}}", {{value}})
-        .run()
-        .await
 }
 
 /// The function called as the host calls it, declared by its function.json — in-process.
@@ -479,6 +481,51 @@ mod tests {
         assert_eq!(answer.logs, ["{{test_log}}"]);
         {{test_outputs}}
     }
+}
+"#;
+
+const MAIN_RS: &str = r#"//! {{function}}'s custom handler: the executable host.json starts, serving the function on
+//! the port the Functions host gives it.
+use hubhost_functions::prelude::*;
+{{imports}}
+use {{crate}}::{{function}};
+
+#[tokio::main]
+async fn main() -> Result<(), ServeError> {
+    FunctionServer::builder()
+        .function("{{function}}", {{value}})
+        .run()
+        .await
+}
+"#;
+
+const SIMULATION_TEST_RS: &str = r#"//! {{function}} under a thousand Azures: what Azure does to a function (redelivery, partition
+//! moves, a frozen owner, a killed handler, retries, outages), seeded, in virtual time, the
+//! emulated Functions host's own code around the function called in-process. A seed gives the
+//! same run every time; a failing one is shrunk to the fewest faults that still fail it, and
+//! the summary says how to replay it.
+
+use std::path::Path;
+
+use hubhost_functions::prelude::*;
+{{imports}}
+use hubhost_testkit::Rehearsal;
+use {{crate}}::{{function}};
+
+#[test]
+fn two_hundred_seeds_of_what_azure_does_to_it() {
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
+    let simulation = Rehearsal::new(0)
+        .count(100)
+        .simulated(&app, |handler| {
+            FunctionServer::builder()
+                .function("{{function}}", {{simulated_value}})
+                .build(Some(handler.app_folder))
+                .expect("function_app declares {{function}}")
+        })
+        .unwrap();
+    let seeds = simulation.seeds(0..200).unwrap();
+    assert!(seeds.failing.is_empty(), "{}", seeds.summary());
 }
 "#;
 
@@ -518,7 +565,8 @@ const README_MD: &str = r#"# {{package}}
 An Azure Functions custom handler in Rust with one Event Hubs function, `{{function}}` (event
 hub `{{hub}}`, consumer group `{{group}}`), made by `hubhost new` ({{version}}).
 
-- `src/main.rs`: the function, on `hubhost-functions` (the host contract, the server).
+- `src/lib.rs`: the function, on `hubhost-functions` (the host contract, the server);
+  `src/main.rs`: its custom handler, the executable host.json starts.
 - `function_app/`: the script root the Functions host reads: `host.json` (starts the binary),
   `{{function}}/function.json` (the trigger and its retry policy), `local.settings.json` (the
   local event hub's connection; checkpoints go to `./hubhost-data` unless `AzureWebJobsStorage`
@@ -526,9 +574,9 @@ hub `{{hub}}`, consumer group `{{group}}`), made by `hubhost new` ({{version}}).
 
 ## Test it
 
-`cargo test` runs two tiers, with nothing installed or running:
+`cargo test` runs three tiers, with nothing installed or running:
 
-- `src/main.rs`'s unit test calls the function exactly as the Functions host does — the request
+- `src/lib.rs`'s unit test calls the function exactly as the Functions host does — the request
   encoded for its function.json, the answer read back as the host reads it — in-process
   (`hubhost_functions::testing`);
 - `tests/local_app.rs` runs the app as Azure runs it: the emulated host and a local event hub
@@ -536,7 +584,11 @@ hub `{{hub}}`, consumer group `{{group}}`), made by `hubhost new` ({{version}}).
   sends events and waits until the function has processed every one. Its second test rehearses
   what Azure does to a function (`hubhost_testkit::Rehearsal`: redelivery, partition moves, a
   frozen owner, retries, outages) and checks every event is processed and each output comes
-  out once; `hubhost rehearse` does the same from this folder.
+  out once; `hubhost rehearse` does the same from this folder;
+- `tests/simulation.rs` rehearses the same over 200 seeds in a few seconds: the emulated host's
+  own code in virtual time around the function called in-process, each seed the same run every
+  time, a failing one shrunk to the fewest faults that fail it (`hubhost rehearse --simulate
+  --seeds 200` does it with the built handler).
 
 `Cargo.lock` holds the dependency versions this release of hubhost was tested with; `cargo
 update` moves to newer ones when you choose to.
@@ -649,10 +701,14 @@ mod tests {
         assert!(file("Cargo.toml").contains("name = \"orders-counter\""));
         assert!(file("Cargo.toml").contains("hubhost-functions = \"0.1\""));
         assert!(file("src/main.rs").contains(".function(\"CountOrders\", CountOrders)"));
-        assert!(!file("src/main.rs").contains("Once"));
+        assert!(file("src/main.rs").contains("use orders_counter::CountOrders;"));
+        assert!(!file("src/lib.rs").contains("Once"));
         // A single-event trigger's unit test sends one event per invocation.
-        assert!(file("src/main.rs").contains(r#".text("hello")"#));
-        assert!(!file("src/main.rs").contains(r#".text("world")"#));
+        assert!(file("src/lib.rs").contains(r#".text("hello")"#));
+        assert!(!file("src/lib.rs").contains(r#".text("world")"#));
+        let simulation = file("tests/simulation.rs");
+        assert!(simulation.contains(".function(\"CountOrders\", CountOrders)"));
+        assert!(simulation.contains(".seeds(0..200)"));
         assert!(file("Cargo.toml").contains("hubhost-testkit = \"0.1\""));
         assert!(file("tests/local_app.rs").contains("CARGO_BIN_EXE_orders-counter"));
         let events: serde_json::Value = serde_json::from_str(&file("events.json")).unwrap();
@@ -730,9 +786,13 @@ mod tests {
         let queue = spec.bindings.iter().find(|b| b.is("queue")).unwrap();
         assert_eq!(queue.name, "queue");
         assert_eq!(queue.setting("queueName"), Some("work-items"));
-        assert!(file("src/main.rs").contains(r#"output.put_queue_message("queue""#));
-        assert!(file("src/main.rs").contains(r#"answer.queue_messages("queue")"#));
-        assert!(file("src/main.rs").contains("self.once.claim(&batch, context)"));
+        assert!(file("src/lib.rs").contains(r#"output.put_queue_message("queue""#));
+        assert!(file("src/lib.rs").contains(r#"answer.queue_messages("queue")"#));
+        assert!(file("src/lib.rs").contains("self.once.claim(&batch, context)"));
+        assert!(
+            file("tests/simulation.rs")
+                .contains("Once::for_instance(handler.store.clone(), handler.instance)")
+        );
         assert!(
             file("Cargo.toml")
                 .contains(r#"hubhost-functions = { version = "0.1", features = ["once"] }"#)
