@@ -1430,12 +1430,11 @@ fn the_simulated_rehearsal_runs_as_docs_testing_says() {
     let installed = installed();
     let root = stand_in_root("rehearse");
     // The handler the command names, as `cargo build` leaves it (the suite builds it too).
-    let built = kit::output_within(
-        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "-p", "forward-events", "--bin", "forward-naive"])
-            .current_dir(repo()),
-        Duration::from_secs(900),
-    );
+    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    kit::without_test_run_env(&mut build)
+        .args(["build", "-p", "forward-events", "--bin", "forward-naive"])
+        .current_dir(repo());
+    let built = kit::output_within(&mut build, Duration::from_secs(900));
     assert!(
         built.status.success(),
         "{}",

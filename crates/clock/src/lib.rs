@@ -11,7 +11,7 @@
 //! and a run depends on its seed, not on the machine's speed.
 //!
 //! Ids the host makes up (an invocation's id, a `{rand-guid}` in a blob path) come from
-//! [`uuid`]: random, or in a simulation numbered in the order they are asked for, so that a
+//! [`uuid()`]: random, or in a simulation numbered in the order they are asked for, so that a
 //! run's trace and outputs are the same every time.
 //!
 //! The simulated clock is per thread: a simulation and the real host can share a process.

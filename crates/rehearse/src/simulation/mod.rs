@@ -14,7 +14,7 @@
 //! What differs from the real-process rehearsal is only at the edges: no socket, no process
 //! (a killed handler is a new instance of the function's server, its memory gone), and the
 //! hub and the store in memory. The plan, the fault driver and the audit are the same code
-//! ([`crate::stage::Stage`]).
+//! (the crate's `Stage`).
 
 pub mod hub;
 
