@@ -115,7 +115,7 @@ const NOT_RUN: &[(&str, &str)] = &[
     ),
     (
         "cargo build --release --workspace && HUBHOST_SIMULATED_SEEDS=1000 cargo test --release --test pipeline rehearsal::the_reference_app_simulated",
-        "a thousand seeds of a long form (about ten minutes); the suite runs the same test with 8 seeds",
+        "a thousand seeds of a long form (about four minutes); the suite runs the same test with 8 seeds",
     ),
     (
         "./target/release/hubhost bench rehearse",

@@ -265,6 +265,46 @@ fn hubhost_rehearse_reports_duplicates_in_json_and_fails_then_passes_with_once()
     );
     assert_eq!(report["missing"], serde_json::json!([]));
     assert_eq!(report["duplicated"], serde_json::json!([]));
+
+    // Simulated, many seeds: their verdicts as JSON, every one passing; then the naive handler
+    // over the same seeds fails, naming the failing seeds and replaying one's shrunk plan.
+    let seeds = |handler: &str| {
+        let mut command = std::process::Command::new(hubhost_testkit::binary("hubhost"));
+        command.current_dir(&project).args([
+            "rehearse",
+            "--simulate",
+            "--handler",
+            bin.join(handler).to_str().unwrap(),
+            "--count",
+            "120",
+            "--seeds",
+            "6",
+        ]);
+        hubhost_testkit::output_within(&mut command, Duration::from_secs(300))
+    };
+    let once = seeds("forward-once");
+    let outcome: serde_json::Value = serde_json::from_slice(&once.stdout).unwrap();
+    assert!(once.status.success(), "{outcome}");
+    assert_eq!(
+        (
+            outcome["runs"].as_u64(),
+            outcome["failing"].as_array().map(Vec::len)
+        ),
+        (Some(6), Some(0)),
+        "{outcome}"
+    );
+    let naive = seeds("forward-naive");
+    let outcome: serde_json::Value = serde_json::from_slice(&naive.stdout).unwrap();
+    assert!(!naive.status.success(), "{outcome}");
+    let failing = outcome["failing"].as_array().unwrap();
+    assert!(!failing.is_empty(), "{outcome}");
+    let replay = failing[0]["shrunk"]["replay"].as_str().unwrap();
+    assert!(
+        replay.contains("--simulate") && replay.contains(&format!("--seed {}", failing[0]["seed"])),
+        "{replay}"
+    );
+    let stderr = String::from_utf8_lossy(&naive.stderr);
+    assert!(stderr.contains("seeds failed"), "{stderr}");
 }
 
 /// The reference app under many faults: each alarm forwarded once (through `Once`) and each

@@ -221,10 +221,13 @@ fn host_headers(invocation_id: &str) -> [(&'static str, String); 4] {
 pub struct Invoker {
     /// A handler in this process (a simulation's): its routes called without a socket.
     direct: Option<InProcess>,
-    http: reqwest::Client,
+    /// Made on first use: building a client reads the system's root certificates, which a
+    /// simulation's invoker — one per instance and seed, never on a socket — would pay for
+    /// thousands of times.
+    http: Arc<std::sync::OnceLock<reqwest::Client>>,
     /// For HTTP requests forwarded as they came: the host turns redirects off then
     /// (`AllowAutoRedirect = !EnableForwardingHttpRequest`), so the client gets the handler's.
-    forwarding: reqwest::Client,
+    forwarding: Arc<std::sync::OnceLock<reqwest::Client>>,
     base: std::sync::Arc<std::sync::RwLock<String>>,
 }
 
@@ -233,18 +236,30 @@ impl Invoker {
     pub fn new(base: &str) -> Self {
         Invoker {
             direct: None,
-            http: reqwest::Client::builder()
-                .pool_max_idle_per_host(64)
-                .build()
-                .expect("HTTP client builds"),
-            forwarding: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .expect("HTTP client builds"),
+            http: Arc::default(),
+            forwarding: Arc::default(),
             base: std::sync::Arc::new(std::sync::RwLock::new(
                 base.trim_end_matches('/').to_string(),
             )),
         }
+    }
+
+    fn http(&self) -> &reqwest::Client {
+        self.http.get_or_init(|| {
+            reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()
+                .expect("HTTP client builds")
+        })
+    }
+
+    fn forwarding(&self) -> &reqwest::Client {
+        self.forwarding.get_or_init(|| {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("HTTP client builds")
+        })
     }
 
     /// A handler called directly rather than over a socket this invoker opens: a framework
@@ -303,7 +318,7 @@ impl Invoker {
         body: bytes::Bytes,
     ) -> Result<reqwest::Response, InvokeError> {
         let url = self.url(path_and_query.trim_start_matches('/'));
-        let mut request = self.forwarding.request(method, url).headers(headers);
+        let mut request = self.forwarding().request(method, url).headers(headers);
         for (name, value) in host_headers(invocation_id) {
             // The request keeps its own type; the host adds its version, the invocation id and
             // its agent.
@@ -330,7 +345,7 @@ impl Invoker {
         let deadline = Instant::now() + timeout;
         loop {
             // Any HTTP answer means ready; only a refused connection means "keep waiting".
-            if self.http.get(self.url("")).send().await.is_ok() {
+            if self.http().get(self.url("")).send().await.is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -381,7 +396,7 @@ impl Invoker {
         if let Some(handler) = &self.direct {
             return handler.invoke(function, invocation_id, body).await;
         }
-        let mut request = self.http.post(self.url(function));
+        let mut request = self.http().post(self.url(function));
         if let Some(parent) = parent {
             request = request.header("traceparent", parent.to_string());
         }

@@ -60,7 +60,8 @@ const FIRST_INSTANCE: &str = "rehearsal-1";
 /// What a function's server is built with in a simulation.
 pub struct SimulatedHandler<'a> {
     /// The simulation's storage account, in memory: where the function keeps state of its own
-    /// (`Once::new(handler.store.clone())`), as it would in `AzureWebJobsStorage`.
+    /// (`Once::for_instance(handler.store.clone(), handler.instance)`), as it would in
+    /// `AzureWebJobsStorage`. Its state, like the hub's, starts empty with each seed.
     pub store: SharedStore,
     /// The instance it runs on (`WEBSITE_INSTANCE_ID` on Azure).
     pub instance: &'a str,
