@@ -872,9 +872,10 @@ fn the_five_minute_path_works_as_a_user_types_it() {
             "not the tested version:\n{name_version}"
         );
     }
-    let main = project.join("src/main.rs");
-    let source = std::fs::read_to_string(&main).unwrap();
-    std::fs::write(&main, source.replace("{bytes} bytes", "{bytes} octets")).unwrap();
+    // The function lives in src/lib.rs (src/main.rs serves it).
+    let function = project.join("src/lib.rs");
+    let source = std::fs::read_to_string(&function).unwrap();
+    std::fs::write(&function, source.replace("{bytes} bytes", "{bytes} octets")).unwrap();
     let started = Instant::now();
     let out = shell.run("cargo test", Duration::from_secs(600));
     eprintln!(
@@ -890,7 +891,7 @@ fn the_five_minute_path_works_as_a_user_types_it() {
         stdout.contains("a_batch_is_answered_with_its_summary ... FAILED"),
         "{stdout}"
     );
-    std::fs::write(&main, &source).unwrap();
+    std::fs::write(&function, &source).unwrap();
     shell.ok("cargo test", Duration::from_secs(600));
 
     // 3. Invoke one batch, from the project folder with every path relative.
@@ -953,9 +954,9 @@ fn the_five_minute_path_works_as_a_user_types_it() {
         std::thread::sleep(Duration::from_secs(2));
     }
     // An edit: rebuilt, and only the handler restarted.
-    let source = std::fs::read_to_string(&main).unwrap();
+    let source = std::fs::read_to_string(&function).unwrap();
     std::fs::write(
-        &main,
+        &function,
         source.replace("// Your logic:", "// Your logic (edited):"),
     )
     .unwrap();

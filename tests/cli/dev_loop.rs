@@ -246,8 +246,9 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
     );
 
     // An edit: rebuilt, only the handler restarted, the partitions still owned.
-    let main = project.join("src/main.rs");
-    edit(&main, "{bytes} bytes", "{bytes} bytes (v2)");
+    // The function lives in src/lib.rs (src/main.rs serves it).
+    let function = project.join("src/lib.rs");
+    edit(&function, "{bytes} bytes", "{bytes} bytes (v2)");
     emulate.wait_output("the rebuild", BUILD_LIMIT, |out| {
         out.contains("handler rebuilt and restarted")
     });
@@ -266,7 +267,7 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
 
     // A broken edit: the build's errors are shown and the running handler stays.
     edit(
-        &main,
+        &function,
         "struct CountEvents;",
         "struct CountEvents; this is not rust",
     );
@@ -282,9 +283,9 @@ fn invoke_and_emulate_watch_follow_the_edits_of_a_new_project() {
     drop(emulate);
 
     // A function that fails: invoke prints the answer and exits non-zero.
-    edit(&main, " this is not rust", "");
+    edit(&function, " this is not rust", "");
     edit(
-        &main,
+        &function,
         "Ok(FunctionOutput::default())",
         "Err(FunctionError::Failed { code: \"on_purpose\", message: \"failing on purpose\".into() })",
     );
