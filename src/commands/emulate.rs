@@ -279,10 +279,17 @@ fn fault_plan(
     use hubhost_rehearse::FaultKind;
     let kinds = FaultKind::parse_list(list)?;
     if let Some(kind) = kinds.iter().find(|k| !k.on_one_instance()) {
-        return Err(format!(
-            "--faults {}: one instance cannot do it; `hubhost rehearse` runs a second instance and the hub",
-            kind.name()
-        ));
+        return Err(if kind.simulated_only() {
+            format!(
+                "--faults {}: only the simulated rehearsal can do it (`hubhost rehearse --simulate`)",
+                kind.name()
+            )
+        } else {
+            format!(
+                "--faults {}: one instance cannot do it; `hubhost rehearse` runs a second instance and the hub",
+                kind.name()
+            )
+        });
     }
     let app = hubhost_functions::function_app::FunctionApp::load(app).map_err(|e| e.to_string())?;
     let outputs: Vec<String> = app

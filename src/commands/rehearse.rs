@@ -44,7 +44,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Faults to draw from, comma-separated: kill-handler, scale-out, freeze, output-failure,
-    /// detach, store-outage, geo-offsets; or default (all but geo-offsets), all.
+    /// detach, store-outage, geo-offsets, and under --simulate add-partitions and recreate-hub;
+    /// or default (the first six), all.
     #[arg(long, default_value = "default")]
     pub faults: String,
     /// How many faults at least (the kinds in turn).
@@ -79,7 +80,18 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> Result<(), String> {
-    let kinds = FaultKind::parse_list(&args.faults)?;
+    let mut kinds = FaultKind::parse_list(&args.faults)?;
+    if !args.simulate {
+        // `all` means every kind this run can carry out; one named outright is refused.
+        let named = |kind: &FaultKind| args.faults.split(',').any(|n| n.trim() == kind.name());
+        if let Some(kind) = kinds.iter().find(|k| k.simulated_only() && named(k)) {
+            return Err(format!(
+                "--faults {}: only the simulated rehearsal can do it (the local hub neither adds partitions to a running event hub nor deletes one); add --simulate",
+                kind.name()
+            ));
+        }
+        kinds.retain(|k| !k.simulated_only());
+    }
     let mut rehearsal = Rehearsal::new(args.seed)
         .faults(&kinds)
         .fault_count(args.fault_count)

@@ -443,3 +443,41 @@ fn emulate_refuses_faults_one_instance_cannot_do_and_names_rehearse() {
         "{stderr}"
     );
 }
+
+/// Adding partitions and recreating the event hub are the simulation's: the real-process
+/// rehearsal and `emulate` refuse them by name and say which command does them.
+#[test]
+fn hub_changes_are_refused_outside_the_simulation_and_name_it() {
+    let (code, _, stderr) = hubhost_testkit::hubhost(
+        &[
+            "rehearse",
+            "--app",
+            app().to_str().unwrap(),
+            "--handler",
+            env!("CARGO_BIN_EXE_hubhost"),
+            "--faults",
+            "freeze,recreate-hub",
+        ],
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--faults recreate-hub") && stderr.contains("--simulate"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = hubhost_testkit::hubhost(
+        &[
+            "emulate",
+            "--app",
+            app().to_str().unwrap(),
+            "--faults",
+            "add-partitions",
+        ],
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("add-partitions") && stderr.contains("hubhost rehearse --simulate"),
+        "{stderr}"
+    );
+}

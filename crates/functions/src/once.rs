@@ -10,6 +10,11 @@
 //! the function answers. A redelivered event at or below it owes nothing; of two owners racing
 //! for the same events, one write wins and the other owes nothing.
 //!
+//! A mark also keeps when the event at its sequence number was enqueued: an event hub deleted
+//! and created again numbers its partitions from 0, and an event at or below the mark enqueued
+//! after it is of the new partition, so the mark starts over rather than take the new events
+//! for given ones.
+//!
 //! One exception keeps outputs from being lost: when the host *retries* the very batch that
 //! made the last claim (`RetryContext.RetryCount` > 0), the previous attempt failed — the
 //! function failed, the handler died before answering, or an output binding failed, and in each
@@ -76,6 +81,28 @@ pub struct Mark {
     pub through: i64,
     /// The latest claims, newest last (at most [`RECENT_CLAIMS`]).
     pub recent: Vec<Claim>,
+    /// When the event at `through` was enqueued: an event at or below `through` enqueued
+    /// later is of a new partition under the same id (the event hub was recreated), which
+    /// this mark says nothing about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through_enqueued: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Mark {
+    /// Whether the mark is of an earlier life of the partition: the event hub was deleted and
+    /// created again, its sequence numbers started over, and a batch starting at `first`
+    /// (enqueued at `first_enqueued`) is numbered at or below the mark yet enqueued after the
+    /// event at the mark. Within one partition a lower sequence number is never enqueued later.
+    pub fn is_of_earlier_partition(
+        &self,
+        first: i64,
+        first_enqueued: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> bool {
+        matches!(
+            (self.through_enqueued, first_enqueued),
+            (Some(at_mark), Some(enqueued)) if first <= self.through && enqueued > at_mark
+        )
+    }
 }
 
 /// One batch's claim: its first and last sequence numbers, what it owed, and who claimed it.
@@ -121,6 +148,7 @@ pub fn decide(
     let mark = mark.cloned().unwrap_or(Mark {
         through: first - 1,
         recent: Vec::new(),
+        through_enqueued: None,
     });
     if retry
         && let Some(claim) = mark
@@ -147,6 +175,7 @@ pub fn decide(
         write: Some(Mark {
             through: mark.through.max(last),
             recent,
+            through_enqueued: mark.through_enqueued,
         }),
     }
 }
@@ -218,18 +247,29 @@ impl Once {
         let (Some(&first), Some(&last)) = (numbered.iter().min(), numbered.iter().max()) else {
             return Ok(batch.events.iter().collect());
         };
+        let enqueued_at = |sequence: i64| {
+            batch
+                .events
+                .iter()
+                .find(|e| e.sequence_number == Some(sequence))
+                .and_then(|e| e.enqueued_time)
+        };
         let retry = context.retry().is_some_and(|r| r.retry_count > 0);
         let name = mark_name(context.function_name(), &batch.partition);
         let mut created = false;
         for _ in 0..ATTEMPTS {
             let current = self.read(&name).await?;
-            let decision = decide(
-                current.as_ref().map(|(m, _)| m),
-                first,
-                last,
-                retry,
-                self.instance.as_deref(),
-            );
+            let mut mark = current.as_ref().map(|(m, _)| m);
+            if mark.is_some_and(|m| m.is_of_earlier_partition(first, enqueued_at(first))) {
+                tracing::warn!(mark = %name, first, "once: the partition's sequence numbers started over (the event hub was recreated); its mark is of the old partition and starts again");
+                mark = None;
+            }
+            let mut decision = decide(mark, first, last, retry, self.instance.as_deref());
+            if let Some(write) = &mut decision.write
+                && write.through == last
+            {
+                write.through_enqueued = enqueued_at(last).or(write.through_enqueued);
+            }
             tracing::debug!(mark = %name, claimant = ?self.instance, first, last, retry, owed_after = decision.owed_after, writes = decision.write.is_some(), "once: claim");
             if let Some(mark) = decision.write {
                 let data = Bytes::from(serde_json::to_vec(&mark).expect("a mark serializes"));
@@ -325,6 +365,29 @@ mod tests {
     }
 
     #[test]
+    fn a_mark_of_a_recreated_partition_is_told_apart_from_a_redelivery() {
+        let at = |s: i64| Some(chrono::DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap());
+        let mark = Mark {
+            through: 40,
+            recent: Vec::new(),
+            through_enqueued: at(40),
+        };
+        // Redelivered: numbered at or below the mark, enqueued before it.
+        assert!(!mark.is_of_earlier_partition(30, at(30)));
+        assert!(!mark.is_of_earlier_partition(40, at(40)));
+        // Past the mark: an ordinary new batch.
+        assert!(!mark.is_of_earlier_partition(41, at(100)));
+        // Numbered 0 again, enqueued after the mark's event: the hub was recreated.
+        assert!(mark.is_of_earlier_partition(0, at(100)));
+        // A mark written before marks kept the time cannot tell, and is kept.
+        let old = Mark {
+            through_enqueued: None,
+            ..mark
+        };
+        assert!(!old.is_of_earlier_partition(0, at(100)));
+    }
+
+    #[test]
     fn a_first_batch_owes_everything_and_claims_it() {
         let d = decide(None, 0, 9, false, A);
         assert_eq!(d.owed_after, -1);
@@ -400,6 +463,34 @@ mod tests {
         let mark = mark.unwrap();
         assert_eq!(mark.recent.len(), RECENT_CLAIMS);
         assert_eq!(decide(Some(&mark), 0, 0, true, A).owed_after, -1);
+    }
+
+    #[tokio::test]
+    async fn after_the_event_hub_is_recreated_its_new_events_owe_their_outputs() {
+        let store: SharedStore =
+            std::sync::Arc::new(hubhost_storage::memory::MemoryStore::default());
+        let once = Once::for_instance(store, "instance-a");
+        let t0 = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let batch = |text: &str, enqueued: chrono::DateTime<chrono::Utc>| {
+            TriggerBatch::builder("Forward")
+                .hub("sensors")
+                .partition("3")
+                .first_sequence_number(0)
+                .enqueued_from(enqueued)
+                .text(text)
+                .text(text)
+                .build()
+        };
+        let old = batch("old", t0);
+        let context = FunctionContext::for_batch(&old);
+        assert_eq!(once.claim(&old, &context).await.unwrap().len(), 2);
+        // Delivered again: owes nothing.
+        assert!(once.claim(&old, &context).await.unwrap().is_empty());
+        // The hub recreated: numbered from 0 again, enqueued an hour later.
+        let new = batch("new", t0 + chrono::Duration::hours(1));
+        let context = FunctionContext::for_batch(&new);
+        assert_eq!(once.claim(&new, &context).await.unwrap().len(), 2);
+        assert!(once.claim(&new, &context).await.unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -308,6 +308,30 @@ pub fn start_sequence(
     filter: StartFilter,
 ) -> Result<i64, super::log::LogError> {
     let summary = partition.summary();
+    // Event Hubs refuses a start past the partition's end ("The supplied sequence number … is
+    // invalid. The last sequence number in the system is …"), what a recreated event hub does
+    // to its consumers' checkpoints; this hub starts at the end instead, and says so.
+    let (last_sequence, last_offset) = summary.last.map_or((-1, -1), |(s, o, _)| (s, o));
+    let past_end = match filter {
+        StartFilter::SequenceNumber {
+            sequence,
+            inclusive,
+        } => (if inclusive { sequence - 1 } else { sequence }) > last_sequence,
+        StartFilter::Offset {
+            offset,
+            inclusive: false,
+        } => offset > last_offset,
+        _ => false,
+    };
+    if past_end {
+        tracing::warn!(
+            partition = %partition.id,
+            ?filter,
+            last_sequence,
+            last_offset,
+            "a receiver asked to start past the partition's end; Event Hubs refuses it (com.microsoft:argument-out-of-range: the position is invalid) until the partition reaches it, then skips the events before; this hub starts it at the end"
+        );
+    }
     match filter {
         StartFilter::Earliest => Ok(summary.begin_sequence),
         StartFilter::Latest => Ok(summary.next_sequence),

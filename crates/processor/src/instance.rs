@@ -43,6 +43,13 @@ impl Jitter {
 /// How long shutdown waits for pumps to finish their batch before relinquishing anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
+/// How often the event hub's partition ids are read again while running: partitions can be
+/// added to a Premium or Dedicated event hub, and the SDK processors the host runs list them
+/// every load-balancing cycle (the .NET `EventProcessor`'s `RunProcessingAsync`). Read beside
+/// the cycle rather than in it, so that a slow answer never delays the renewals; at most this
+/// often, since each read is a connection and a management request per partition.
+const PARTITION_IDS_REFRESH: Duration = Duration::from_secs(10);
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessorError {
     #[error(transparent)]
@@ -55,6 +62,60 @@ struct RunningPump {
     ownership: PartitionOwnership,
     renewed: Instant,
     stopping: bool,
+}
+
+/// The partition ids read again every [`PARTITION_IDS_REFRESH`], in a task of its own.
+struct PartitionIdsRefresh {
+    reading: Option<JoinHandle<Option<Vec<String>>>>,
+    next: Instant,
+}
+
+impl PartitionIdsRefresh {
+    fn new() -> Self {
+        PartitionIdsRefresh {
+            reading: None,
+            next: Instant::now() + PARTITION_IDS_REFRESH,
+        }
+    }
+
+    /// The ids of a read that has finished (`None` while none has, or when it failed: the
+    /// known ids stand until the next read); starts the next read when one is due.
+    fn poll(&mut self, consumer: &Consumer) -> Option<Vec<String>> {
+        let mut read = None;
+        if self.reading.as_ref().is_some_and(|r| r.is_finished()) {
+            let finished = self.reading.take().expect("checked above");
+            read = futures::FutureExt::now_or_never(finished)
+                .and_then(Result::ok)
+                .flatten();
+        }
+        if self.reading.is_none() && Instant::now() >= self.next {
+            self.next = Instant::now() + PARTITION_IDS_REFRESH;
+            let events = consumer.events.clone();
+            self.reading = Some(tokio::spawn(async move {
+                match events.partition_ends(PARTITION_IDS_REFRESH).await {
+                    Ok(ends) => Some(ends.into_iter().map(|e| e.partition_id).collect()),
+                    Err(error) => {
+                        tracing::debug!(%error, "reading the partition ids again failed; keeping the known ones");
+                        None
+                    }
+                }
+            }));
+        }
+        read
+    }
+}
+
+/// The same partitions, in whatever order each read listed them.
+fn same_ids(a: &[String], b: &[String]) -> bool {
+    a.len() == b.len() && a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
+}
+
+impl Drop for PartitionIdsRefresh {
+    fn drop(&mut self) {
+        if let Some(reading) = self.reading.take() {
+            reading.abort();
+        }
+    }
 }
 
 pub struct EventProcessor {
@@ -89,9 +150,17 @@ impl EventProcessor {
                     h.rotate_left(5) ^ u64::from(b)
                 }),
         );
+        let mut partitions = partitions;
         let mut pumps: BTreeMap<String, RunningPump> = BTreeMap::new();
+        let mut refresh = PartitionIdsRefresh::new();
         tracing::info!(owner = %self.owner_id, hub = %self.consumer.target.hub, consumer_group = %self.consumer.consumer_group(), partitions = partitions.len(), "processor started");
         loop {
+            if let Some(ids) = refresh.poll(&self.consumer)
+                && !same_ids(&ids, &partitions)
+            {
+                tracing::warn!(owner = %self.owner_id, hub = %self.consumer.target.hub, was = partitions.len(), now = ids.len(), "the event hub's partitions changed; balancing across them (a partition without a checkpoint starts at the initial offset)");
+                partitions = ids;
+            }
             pumps.retain(|partition, pump| {
                 let finished = pump.task.is_finished();
                 if finished {

@@ -23,3 +23,4 @@ pub use local_app::{LocalApp, LocalAppError, PARTITIONS};
 pub use plan::{Fault, FaultKind};
 pub use rehearsal::{Rehearsal, Report, Shrunk, drive_instance};
 pub use simulation::{Seeds, SimulatedHandler, Simulation};
+pub use stage::CheckpointPastEnd;

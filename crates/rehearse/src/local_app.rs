@@ -853,8 +853,29 @@ impl crate::stage::Stage for LocalApp {
         bodies: Vec<Vec<u8>>,
         per_tick: usize,
         tick: Duration,
-    ) -> futures::future::BoxFuture<'static, Result<(), LocalAppError>> {
-        Box::pin(LocalApp::send_paced(self, hub, bodies, per_tick, tick))
+    ) -> futures::future::BoxFuture<'static, Result<crate::stage::Sent, LocalAppError>> {
+        let inputs = bodies.len();
+        let sending = LocalApp::send_paced(self, hub, bodies, per_tick, tick);
+        Box::pin(async move {
+            sending.await?;
+            Ok(crate::stage::Sent::round_robin(inputs, PARTITIONS))
+        })
+    }
+
+    fn add_partitions(&self, hub: &str, _added: u32) -> Result<usize, LocalAppError> {
+        Err(simulated_only(hub, "add partitions to"))
+    }
+
+    fn recreate_hub(&self, hub: &str) -> Result<(), LocalAppError> {
+        Err(simulated_only(hub, "recreate"))
+    }
+
+    /// None: the local hub is never recreated under a rehearsal.
+    async fn checkpoints_past_end(
+        &self,
+        _key: &hubhost_checkpoints::ConsumerGroupKey,
+    ) -> Result<Vec<crate::stage::CheckpointPastEnd>, LocalAppError> {
+        Ok(Vec::new())
     }
 
     async fn held_events(&self, hub: &str) -> Result<Vec<(String, EventView)>, LocalAppError> {
@@ -875,6 +896,12 @@ impl crate::stage::Stage for LocalApp {
     fn given_up(&self) -> Vec<hubhost_host::emulate::faults::GivenUp> {
         LocalApp::given_up(self)
     }
+}
+
+fn simulated_only(hub: &str, what: &str) -> LocalAppError {
+    LocalAppError::Io(format!(
+        "the local hub cannot {what} a running event hub ({hub}); only the simulated rehearsal can"
+    ))
 }
 
 #[cfg(test)]

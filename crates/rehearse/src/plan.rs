@@ -27,10 +27,16 @@ pub enum FaultKind {
     StoreOutage,
     /// Offsets as a geo-replicated namespace hands them out (opaque `OffsetString`, `Offset` -1).
     GeoOffsets,
+    /// Partitions added to the trigger's event hub while the function runs (Premium and
+    /// Dedicated tiers): new keys' events go to partitions nobody owns yet. Simulated only.
+    AddPartitions,
+    /// The trigger's event hub deleted and created again under its name: its partitions start
+    /// empty, numbered from 0, while the checkpoints stay ahead of them. Simulated only.
+    RecreateHub,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::KillHandler,
         FaultKind::ScaleOut,
         FaultKind::Freeze,
@@ -38,10 +44,14 @@ impl FaultKind {
         FaultKind::Detach,
         FaultKind::StoreOutage,
         FaultKind::GeoOffsets,
+        FaultKind::AddPartitions,
+        FaultKind::RecreateHub,
     ];
 
     /// Every kind but geo-replication offsets, which change what a function is handed rather
-    /// than how often: a rehearsal with them is a question of its own.
+    /// than how often, and the two changes to the event hub itself (added partitions, the hub
+    /// recreated), which are operations a team schedules: a rehearsal with them is a question
+    /// of its own.
     pub const DEFAULT: [FaultKind; 6] = [
         FaultKind::KillHandler,
         FaultKind::ScaleOut,
@@ -54,7 +64,13 @@ impl FaultKind {
     /// Whether one `hubhost emulate` instance can carry it out alone (scale-out needs a second
     /// instance, detach the hub: both are `hubhost rehearse`'s).
     pub fn on_one_instance(self) -> bool {
-        !matches!(self, FaultKind::ScaleOut | FaultKind::Detach)
+        !matches!(self, FaultKind::ScaleOut | FaultKind::Detach) && !self.simulated_only()
+    }
+
+    /// Whether only the simulated rehearsal can carry it out: the local hub neither adds
+    /// partitions to a running event hub nor deletes one.
+    pub fn simulated_only(self) -> bool {
+        matches!(self, FaultKind::AddPartitions | FaultKind::RecreateHub)
     }
 
     pub fn name(self) -> &'static str {
@@ -66,6 +82,8 @@ impl FaultKind {
             FaultKind::Detach => "detach",
             FaultKind::StoreOutage => "store-outage",
             FaultKind::GeoOffsets => "geo-offsets",
+            FaultKind::AddPartitions => "add-partitions",
+            FaultKind::RecreateHub => "recreate-hub",
         }
     }
 
@@ -118,6 +136,10 @@ pub enum Fault {
         millis: u64,
     },
     GeoOffsets,
+    AddPartitions {
+        added: u32,
+    },
+    RecreateHub,
 }
 
 impl Fault {
@@ -196,6 +218,11 @@ pub fn schedule(
             FaultKind::StoreOutage => Fault::StoreDown {
                 millis: 1500 + rng.below(3000),
             },
+            // As teams raise a count: by a quarter, a half, or doubling 16.
+            FaultKind::AddPartitions => Fault::AddPartitions {
+                added: [4, 8, 16][rng.below(3) as usize],
+            },
+            FaultKind::RecreateHub => Fault::RecreateHub,
             FaultKind::ScaleOut | FaultKind::GeoOffsets => unreachable!("filtered above"),
         };
         plan.push(Scheduled {
@@ -278,6 +305,10 @@ mod tests {
         assert!(has(|f| matches!(f, Fault::Detach { .. })));
         assert!(has(|f| matches!(f, Fault::StoreDown { .. })));
         assert!(has(|f| matches!(f, Fault::GeoOffsets)));
+        assert!(has(
+            |f| matches!(f, Fault::AddPartitions { added } if *added >= 4)
+        ));
+        assert!(has(|f| matches!(f, Fault::RecreateHub)));
         assert!(plan.windows(2).all(|w| w[0].at_event <= w[1].at_event));
         assert!(plan.iter().all(|s| s.at_event <= 240 + 40));
     }

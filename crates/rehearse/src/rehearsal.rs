@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semantics};
 use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings, copy_tree};
 use crate::plan::{self, Fault, FaultKind, OWNERSHIP_EXPIRY, Scheduled};
-use crate::stage::Stage;
+use crate::stage::{CheckpointPastEnd, Sent, Stage};
 use hubhost_functions::function_app::{DEFAULT_FUNCTION_TIMEOUT, FunctionApp};
 use hubhost_host::emulate::faults::{FaultSwitch, GivenUp};
 use hubhost_host::emulate::{AppSettings, resolve_trigger};
@@ -93,6 +93,10 @@ pub struct Report {
     /// none), and moved past: on Azure their events are never delivered again. A handler that
     /// died mid-invocation counts as a failed attempt here, as on Azure.
     pub lost_on_azure: Vec<GivenUp>,
+    /// Checkpoints of the trigger's consumer group past their partition's end when the run
+    /// ended (the event hub was recreated): on Azure the trigger reads none of those
+    /// partitions until they pass their checkpoint, then skips what came before.
+    pub checkpoints_past_end: Vec<CheckpointPastEnd>,
     /// Whether every input was processed and checkpointed within the rehearsal's time.
     pub completed: bool,
     pub passed: bool,
@@ -187,6 +191,16 @@ impl Report {
         }
         for lost in self.lost_on_azure.iter().take(5) {
             text.push_str(&format!("\n  {}", lost.describe()));
+        }
+        for past in self.checkpoints_past_end.iter().take(5) {
+            text.push_str(&format!("\n  {}", past.describe()));
+        }
+        let recreated = self
+            .faults
+            .iter()
+            .any(|f| f.at_ms.is_some() && f.scheduled.fault == Fault::RecreateHub);
+        if recreated && !self.missing.is_empty() {
+            text.push_str("\n  the event hub was recreated and its checkpoints stayed: as on Azure, each new partition is read only after its old checkpoint, and the events before it are skipped (after recreating an event hub, delete its checkpoints, or `hubhost checkpoints reset --to start`)");
         }
         for m in self.missing.iter().take(5) {
             text.push_str(&format!(
@@ -385,6 +399,12 @@ impl Rehearsal {
     /// Runs the app in `function_app` with `handler` as its custom handler under the plan, and
     /// audits its outputs.
     pub async fn run(&self, function_app: &Path, handler: &Path) -> Result<Report, LocalAppError> {
+        if let Some(kind) = self.kinds.iter().find(|k| k.simulated_only()) {
+            return Err(LocalAppError::Io(format!(
+                "the fault {} is simulated only: the local hub neither adds partitions to a running event hub nor deletes one; rehearse it with Rehearsal::simulated (hubhost rehearse --simulate)",
+                kind.name()
+            )));
+        }
         let mut local = LocalApp::start_with(function_app, handler, timings(function_app)).await?;
         let report = self.run_on_stage(&mut local).await;
         if let Some(folder) = &self.keep_storage {
@@ -406,7 +426,11 @@ impl Rehearsal {
         let effects = collect_effects(stage, &run.outputs, started_wall, &*self.effect_key).await?;
         let findings = audit::audit(&run.inputs, &effects, &run.faults);
         let lost_on_azure = stage.given_up();
-        let passed = run.completed && findings.passed(self.semantics) && lost_on_azure.is_empty();
+        let checkpoints_past_end = stage.checkpoints_past_end(&run.key).await?;
+        let passed = run.completed
+            && findings.passed(self.semantics)
+            && lost_on_azure.is_empty()
+            && checkpoints_past_end.is_empty();
         let outputs = run
             .outputs
             .iter()
@@ -434,6 +458,7 @@ impl Rehearsal {
             outputs,
             faults: run.faults,
             lost_on_azure,
+            checkpoints_past_end,
             completed: run.completed,
             passed,
             seconds: run.seconds,
@@ -458,28 +483,26 @@ impl Rehearsal {
                     None => "the app has no Event Hubs function".into(),
                 })
             })?;
-        let (trigger, _) = resolve_trigger(spec, &settings)?
+        let (trigger, target) = resolve_trigger(spec, &settings)?
             .ok_or_else(|| LocalAppError::Io("no eventHubTrigger".into()))?;
+        let key = hubhost_checkpoints::ConsumerGroupKey::new(
+            target.namespace.clone(),
+            target.hub.clone(),
+            trigger.consumer_group.clone(),
+        )
+        .map_err(|e| LocalAppError::Io(e.to_string()))?;
         let outputs = resolve_outputs(spec, &settings)?;
         // A function without outputs has no effects to audit: it must process everything.
         let no_outputs = outputs.is_empty();
         let output_names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
         let plan = self.plan(&output_names);
 
-        let inputs: Vec<Input> = self
-            .sent_inputs()
-            .iter()
-            .enumerate()
-            .map(|(i, body)| Input {
-                key: (self.input_key)(body).unwrap_or_else(|| format!("input #{i}")),
-                partition: (i as u32 % PARTITIONS).to_string(),
-                expects_effect: !no_outputs && (self.expects_effect)(body),
-            })
-            .collect();
-        let mut last_sequence = vec![-1i64; PARTITIONS as usize];
-        for (i, _) in self.sent_inputs().iter().enumerate() {
-            last_sequence[i % PARTITIONS as usize] += 1;
-        }
+        // Where each input goes is known once it is sent (partitions may be added meanwhile);
+        // until then, round-robin over the partitions the hub starts with.
+        let Sent {
+            partitions: mut sent_to,
+            mut last_sequence,
+        } = Sent::round_robin(self.sent_inputs().len(), PARTITIONS);
         let started = Instant::now();
         let started_wall = hubhost_clock::now();
         // Paced for all the inputs, so that a shrunk run's first inputs come when they came.
@@ -522,9 +545,10 @@ impl Rehearsal {
                 });
             }
             if !sent && sending.is_finished() {
-                (&mut sending)
+                let where_sent = (&mut sending)
                     .await
                     .map_err(|e| LocalAppError::EventHub(e.to_string()))??;
+                (sent_to, last_sequence) = (where_sent.partitions, where_sent.last_sequence);
                 sent = true;
             }
             if sent
@@ -545,6 +569,17 @@ impl Rehearsal {
         if !sent {
             sending.abort();
         }
+        let inputs: Vec<Input> = self
+            .sent_inputs()
+            .iter()
+            .zip(&sent_to)
+            .enumerate()
+            .map(|(i, (body, partition))| Input {
+                key: (self.input_key)(body).unwrap_or_else(|| format!("input #{i}")),
+                partition: partition.to_string(),
+                expects_effect: !no_outputs && (self.expects_effect)(body),
+            })
+            .collect();
         // Faults never reached: the run ended before their point.
         for unfired in plan.iter().skip(fired.len()) {
             fired.push(FiredFault {
@@ -555,6 +590,7 @@ impl Rehearsal {
         }
         Ok((
             Run {
+                key,
                 last_sequence,
                 function: spec.name.clone(),
                 inputs,
@@ -579,6 +615,8 @@ pub(crate) fn fault_name(fault: &Fault) -> &'static str {
         Fault::Detach { .. } => "detach",
         Fault::StoreDown { .. } => "store-outage",
         Fault::GeoOffsets => "geo-offsets",
+        Fault::AddPartitions { .. } => "add-partitions",
+        Fault::RecreateHub => "recreate-hub",
     }
 }
 
@@ -622,6 +660,8 @@ pub async fn drive_instance(
 
 /// What a run leaves for the audit.
 struct Run {
+    /// The trigger's consumer group.
+    key: hubhost_checkpoints::ConsumerGroupKey,
     last_sequence: Vec<i64>,
     function: String,
     inputs: Vec<Input>,
@@ -777,6 +817,14 @@ async fn fire(
         Fault::GeoOffsets => {
             *geo = true;
             all(&|s| s.set_geo_offsets(true));
+            None
+        }
+        Fault::AddPartitions { added } => {
+            local.add_partitions(trigger_hub, *added)?;
+            None
+        }
+        Fault::RecreateHub => {
+            local.recreate_hub(trigger_hub)?;
             None
         }
     })

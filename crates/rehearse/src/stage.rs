@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::local_app::LocalAppError;
+use hubhost_checkpoints::ConsumerGroupKey;
 use hubhost_functions::function_app::FunctionApp;
 use hubhost_host::emulate::AppSettings;
 use hubhost_host::emulate::faults::{FaultSwitch, GivenUp};
@@ -46,14 +47,27 @@ pub(crate) trait Stage: Send + Sync {
     /// Whether `function` has answered every partition's batches through `last[partition]`.
     fn answered_through(&self, function: &str, last: &[i64]) -> bool;
 
-    /// Sends `bodies` to `hub`, `per_tick` every `tick`, body `i` to partition `i % PARTITIONS`.
+    /// Sends `bodies` to `hub`, `per_tick` every `tick`, body `i` to partition `i` modulo the
+    /// hub's partition count when it is sent.
     fn send_paced(
         &self,
         hub: &str,
         bodies: Vec<Vec<u8>>,
         per_tick: usize,
         tick: Duration,
-    ) -> BoxFuture<'static, Result<(), LocalAppError>>;
+    ) -> BoxFuture<'static, Result<Sent, LocalAppError>>;
+
+    /// Adds `added` partitions to `hub` while it runs (simulated only).
+    fn add_partitions(&self, hub: &str, added: u32) -> Result<usize, LocalAppError>;
+
+    /// Deletes `hub` and creates it again, empty, with its partition count (simulated only).
+    fn recreate_hub(&self, hub: &str) -> Result<(), LocalAppError>;
+
+    /// The checkpoints of `key` past their partition's end: what a recreated hub leaves.
+    async fn checkpoints_past_end(
+        &self,
+        key: &ConsumerGroupKey,
+    ) -> Result<Vec<CheckpointPastEnd>, LocalAppError>;
 
     /// Every event `hub` holds, with its partition.
     async fn held_events(&self, hub: &str) -> Result<Vec<(String, EventView)>, LocalAppError>;
@@ -67,4 +81,55 @@ pub(crate) trait Stage: Send + Sync {
 
     /// The batches given up after their failures (lost on Azure).
     fn given_up(&self) -> Vec<GivenUp>;
+}
+
+/// Where a rehearsal's inputs went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sent {
+    /// Per input, the partition it was sent to.
+    pub partitions: Vec<u32>,
+    /// Per partition (by number), the sequence number of the last input sent to it, in the
+    /// hub as it is now; -1 where none went.
+    pub last_sequence: Vec<i64>,
+}
+
+impl Sent {
+    /// `inputs` sent round-robin over `partitions` partitions of a hub that held none before.
+    pub fn round_robin(inputs: usize, partitions: u32) -> Sent {
+        let mut last_sequence = vec![-1i64; partitions as usize];
+        let partitions: Vec<u32> = (0..inputs).map(|i| i as u32 % partitions).collect();
+        for &p in &partitions {
+            last_sequence[p as usize] += 1;
+        }
+        Sent {
+            partitions,
+            last_sequence,
+        }
+    }
+}
+
+/// A checkpoint ahead of its partition's last event: the event hub was recreated (or its
+/// checkpoints copied from another). The service refuses to read from it ("The supplied
+/// sequence number … is invalid"), until the partition passes it; then the events up to it are
+/// skipped.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointPastEnd {
+    pub partition: String,
+    pub checkpoint_sequence: i64,
+    /// The partition's last sequence number (-1: empty).
+    pub last_sequence: i64,
+}
+
+impl CheckpointPastEnd {
+    pub fn describe(&self) -> String {
+        format!(
+            "partition {}: its checkpoint (sequence {}) is past its last event ({}), as a recreated event hub leaves it; on Azure the trigger fails to read the partition until it reaches sequence {}, then skips events 0 to {}; `hubhost checkpoints reset --to start` moves the checkpoints back",
+            self.partition,
+            self.checkpoint_sequence,
+            self.last_sequence,
+            self.checkpoint_sequence,
+            self.checkpoint_sequence
+        )
+    }
 }

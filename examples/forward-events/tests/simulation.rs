@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use forward_events::{ByOffset, ForwardOnce, Naive, server};
 use hubhost_functions::once::Once;
-use hubhost_rehearse::{FaultKind, Rehearsal};
+use hubhost_rehearse::{Fault, FaultKind, Rehearsal, SimulatedHandler};
 
 fn app() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app")
@@ -22,6 +22,18 @@ fn rehearsal(seed: u64) -> Rehearsal {
         .count(300)
         .fault_count(10)
         .key_field("id")
+}
+
+/// The `ForwardOnce` server of an instance, with the instance's own claims, as
+/// `WEBSITE_INSTANCE_ID` names it on Azure.
+fn forward_once(h: &SimulatedHandler) -> hubhost_functions::server::FunctionServer {
+    server(
+        ForwardOnce {
+            once: Once::for_instance(h.store.clone(), h.instance),
+        },
+        h.app_folder,
+    )
+    .unwrap()
 }
 
 fn seeds() -> u64 {
@@ -93,18 +105,7 @@ fn the_naive_forwarder_duplicates_the_same_way_every_time_and_shrinks_to_fewer_f
 
 #[test]
 fn forwarding_once_passes_every_seed_exactly_once() {
-    let simulation = rehearsal(0)
-        .simulated(&app(), |h| {
-            server(
-                ForwardOnce {
-                    // The instance's own claims, as `WEBSITE_INSTANCE_ID` names it on Azure.
-                    once: Once::for_instance(h.store.clone(), h.instance),
-                },
-                h.app_folder,
-            )
-            .unwrap()
-        })
-        .unwrap();
+    let simulation = rehearsal(0).simulated(&app(), forward_once).unwrap();
     let seeds = simulation.seeds(0..seeds()).unwrap();
     eprintln!("{}", seeds.summary());
     assert!(seeds.failing.is_empty(), "{}", seeds.summary());
@@ -138,16 +139,7 @@ fn a_killed_handler_with_no_retries_left_loses_its_batch_as_on_azure() {
         .count(160)
         .faults(&[FaultKind::KillHandler])
         .fault_count(3)
-        .simulated(dir.path(), |h| {
-            server(
-                ForwardOnce {
-                    // The instance's own claims, as `WEBSITE_INSTANCE_ID` names it on Azure.
-                    once: Once::for_instance(h.store.clone(), h.instance),
-                },
-                h.app_folder,
-            )
-            .unwrap()
-        })
+        .simulated(dir.path(), forward_once)
         .unwrap()
         .run()
         .unwrap();
@@ -180,4 +172,71 @@ fn copy(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+/// Partitions added while the function runs (Premium and Dedicated event hubs): the emulated
+/// host lists the partitions again as the host's processor does, takes the new ones from their
+/// start, and forwarding once stays exactly once.
+#[test]
+fn partitions_added_while_running_are_read_from_their_start_exactly_once() {
+    let simulation = rehearsal(0)
+        .faults(&[
+            FaultKind::AddPartitions,
+            FaultKind::KillHandler,
+            FaultKind::ScaleOut,
+        ])
+        .fault_count(4)
+        .simulated(&app(), forward_once)
+        .unwrap();
+    let (report, trace) = simulation.trace().unwrap();
+    assert!(report.passed && report.completed, "{}", report.summary());
+    assert!(
+        report
+            .faults
+            .iter()
+            .any(|f| f.at_ms.is_some() && matches!(f.scheduled.fault, Fault::AddPartitions { .. })),
+        "{}",
+        report.summary()
+    );
+    assert!(
+        trace.contains("the event hub's partitions changed"),
+        "the instances never saw the new partitions"
+    );
+    let seeds = simulation.seeds(0..seeds() / 4).unwrap();
+    assert!(seeds.failing.is_empty(), "{}", seeds.summary());
+}
+
+/// The event hub deleted and created again under its name: the checkpoints stay ahead of the
+/// new, empty partitions. As on Azure, the trigger cannot read a partition until it passes its
+/// checkpoint, and then skips what came before: the rehearsal reports the inputs missing and
+/// the checkpoints past their end, with the command that moves them back.
+#[test]
+fn a_recreated_event_hub_is_read_only_past_the_old_checkpoints_as_on_azure() {
+    let simulation = rehearsal(5)
+        .faults(&[FaultKind::RecreateHub])
+        .simulated(&app(), forward_once)
+        .unwrap();
+    let report = simulation.run().unwrap();
+    let summary = report.summary();
+    assert!(!report.passed, "{summary}");
+    assert!(!report.missing.is_empty(), "{summary}");
+    assert!(
+        report
+            .faults
+            .iter()
+            .any(|f| f.at_ms.is_some() && f.scheduled.fault == Fault::RecreateHub),
+        "{summary}"
+    );
+    if !report.checkpoints_past_end.is_empty() {
+        assert!(
+            summary.contains("hubhost checkpoints reset --to start"),
+            "{summary}"
+        );
+    }
+    // The same seed, the same losses.
+    let again = simulation.run().unwrap();
+    assert_eq!(
+        serde_json::to_string(&again).unwrap(),
+        serde_json::to_string(&report).unwrap()
+    );
 }

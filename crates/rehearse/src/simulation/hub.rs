@@ -4,6 +4,13 @@
 //! simulation's time. What the emulated host reads and sends through the
 //! `hubhost_processor::source` seam, so that its pumps, balancer and outputs run unchanged.
 //!
+//! Two moves of Azure's that a local hub never makes are here too: partitions added to a
+//! running event hub (Premium and Dedicated tiers allow it; the count only grows), and the
+//! event hub deleted and created again under its name — every partition empty and numbered
+//! from 0 again, while the checkpoints in the storage account stay where they were. A receiver
+//! asked to start past a partition's end is refused as the service refuses it ("The supplied
+//! sequence number '18' is invalid. The last sequence number in the system is '4'").
+//!
 //! Nothing here waits on a wall clock or a socket, and nothing is numbered by a process-wide
 //! counter: the same sends in the same order give the same hub.
 
@@ -29,7 +36,9 @@ pub struct SimulatedHubs {
 }
 
 pub struct SimulatedHub {
-    pub partitions: Vec<Arc<SimulatedPartition>>,
+    /// Its partitions, in id order: more may be added, none taken away; all replaced when the
+    /// event hub is recreated.
+    partitions: Mutex<Vec<Arc<SimulatedPartition>>>,
     /// Where the next send without a partition goes.
     next: Mutex<usize>,
 }
@@ -65,17 +74,9 @@ impl SimulatedHubs {
             .entry(name.to_ascii_lowercase())
             .or_insert_with(|| {
                 Arc::new(SimulatedHub {
-                    partitions: (0..self.partitions)
-                        .map(|p| {
-                            Arc::new(SimulatedPartition {
-                                id: p.to_string(),
-                                events: Mutex::new(Vec::new()),
-                                appended: watch::channel(0).0,
-                                receivers: Mutex::new(BTreeMap::new()),
-                                next_receiver: Mutex::new(0),
-                            })
-                        })
-                        .collect(),
+                    partitions: Mutex::new(
+                        (0..self.partitions).map(SimulatedPartition::new).collect(),
+                    ),
                     next: Mutex::new(0),
                 })
             })
@@ -84,15 +85,72 @@ impl SimulatedHubs {
 }
 
 impl SimulatedHub {
-    /// Appends `bodies` to partition `index`, each with `properties`.
-    pub fn append(&self, index: usize, bodies: Vec<Vec<u8>>, properties: &[(String, String)]) {
-        self.partitions[index % self.partitions.len()].append(bodies, properties);
+    /// Its partitions now.
+    pub fn partitions(&self) -> Vec<Arc<SimulatedPartition>> {
+        self.partitions.lock().expect("partitions lock").clone()
+    }
+
+    /// How many partitions it has now.
+    pub fn partition_count(&self) -> usize {
+        self.partitions.lock().expect("partitions lock").len()
+    }
+
+    /// Appends `bodies` to partition `index` (modulo the count), each with `properties`;
+    /// returns the partition's id and the sequence number of the last event appended.
+    pub fn append(
+        &self,
+        index: usize,
+        bodies: Vec<Vec<u8>>,
+        properties: &[(String, String)],
+    ) -> (String, i64) {
+        let partition = {
+            let partitions = self.partitions.lock().expect("partitions lock");
+            partitions[index % partitions.len()].clone()
+        };
+        let last = partition.append(bodies, properties);
+        (partition.id.clone(), last)
+    }
+
+    /// Adds partitions until there are `count` (a Premium or Dedicated event hub's partition
+    /// count raised while it runs); the new ones are empty. Returns how many there are.
+    pub fn add_partitions(&self, count: usize) -> usize {
+        let mut partitions = self.partitions.lock().expect("partitions lock");
+        while partitions.len() < count {
+            let id = partitions.len() as u32;
+            partitions.push(SimulatedPartition::new(id));
+        }
+        partitions.len()
+    }
+
+    /// The event hub deleted and created again with the same name and partition count: every
+    /// receiver's link ends (the entity is gone), and the new partitions are empty, numbered
+    /// from 0. Checkpoints are not the hub's: they stay where they were.
+    pub fn recreate(&self) {
+        let old = {
+            let mut partitions = self.partitions.lock().expect("partitions lock");
+            let fresh = (0..partitions.len() as u32)
+                .map(SimulatedPartition::new)
+                .collect();
+            std::mem::replace(&mut *partitions, fresh)
+        };
+        for partition in old {
+            partition.end_receivers(
+                |_| true,
+                || {
+                    ReceiveError::Broken(format!(
+                        "amqp:not-found: the messaging entity was deleted (partition {})",
+                        partition.id
+                    ))
+                },
+            );
+        }
+        *self.next.lock().expect("round-robin lock") = 0;
     }
 
     /// Ends every receiver's link, as the service does when busy (`server_busy`) or when it
     /// moves a partition; clients reconnect.
     pub fn detach_receivers(&self, server_busy: bool) {
-        for partition in &self.partitions {
+        for partition in self.partitions() {
             partition.end_receivers(
                 |_| true,
                 || {
@@ -108,7 +166,19 @@ impl SimulatedHub {
 }
 
 impl SimulatedPartition {
-    fn append(&self, bodies: Vec<Vec<u8>>, properties: &[(String, String)]) {
+    fn new(id: u32) -> Arc<Self> {
+        Arc::new(SimulatedPartition {
+            id: id.to_string(),
+            events: Mutex::new(Vec::new()),
+            appended: watch::channel(0).0,
+            receivers: Mutex::new(BTreeMap::new()),
+            next_receiver: Mutex::new(0),
+        })
+    }
+
+    /// Appends; returns the last sequence number (-1 when `bodies` is empty and so is the
+    /// partition).
+    fn append(&self, bodies: Vec<Vec<u8>>, properties: &[(String, String)]) -> i64 {
         let now = hubhost_clock::now();
         let mut events = self.events.lock().expect("events lock");
         for body in bodies {
@@ -127,11 +197,17 @@ impl SimulatedPartition {
             });
         }
         self.appended.send_replace(events.len());
+        events.len() as i64 - 1
     }
 
     /// Every event the partition holds.
     pub fn events(&self) -> Vec<EventRecord> {
         self.events.lock().expect("events lock").clone()
+    }
+
+    /// The sequence number of its last event; -1 when it has none.
+    pub fn last_sequence_number(&self) -> i64 {
+        self.events.lock().expect("events lock").len() as i64 - 1
     }
 
     fn end_receivers(&self, which: impl Fn(u64) -> bool, why: impl Fn() -> ReceiveError) {
@@ -143,19 +219,32 @@ impl SimulatedPartition {
         }
     }
 
-    /// The index of the first event after `position`.
-    fn start_index(&self, position: &StartPosition) -> usize {
+    /// The index of the first event after `position`, or the service's refusal of a position
+    /// past the partition's end: a sequence number or offset after the last event's (an
+    /// empty partition's last is -1) is `com.microsoft:argument-out-of-range`.
+    fn start_index(&self, position: &StartPosition) -> Result<usize, String> {
         let events = self.events.lock().expect("events lock");
-        let after_sequence = |s: i64| usize::try_from(s + 1).unwrap_or(0).min(events.len());
+        let last = events.len() as i64 - 1;
+        let after_sequence = |s: i64, what: &str, supplied: &str| {
+            if s > last {
+                Err(format!(
+                    "com.microsoft:argument-out-of-range: The supplied {what} '{supplied}' is invalid. The last {what} in the system is '{last}'"
+                ))
+            } else {
+                Ok(usize::try_from(s + 1).unwrap_or(0))
+            }
+        };
         match position {
-            StartPosition::Earliest => 0,
-            StartPosition::Latest => events.len(),
-            StartPosition::AfterSequenceNumber(s) => after_sequence(*s),
-            StartPosition::AfterOffset(o) => after_sequence(o.parse().unwrap_or(-1)),
-            StartPosition::EnqueuedTime(t) => events
+            StartPosition::Earliest => Ok(0),
+            StartPosition::Latest => Ok(events.len()),
+            StartPosition::AfterSequenceNumber(s) => {
+                after_sequence(*s, "sequence number", &s.to_string())
+            }
+            StartPosition::AfterOffset(o) => after_sequence(o.parse().unwrap_or(-1), "offset", o),
+            StartPosition::EnqueuedTime(t) => Ok(events
                 .iter()
                 .position(|e| e.enqueued_time.is_some_and(|at| at > *t))
-                .unwrap_or(events.len()),
+                .unwrap_or(events.len())),
         }
     }
 }
@@ -194,11 +283,13 @@ impl EventSource for SimulatedHub {
         _prefetch: u32,
     ) -> Result<Box<dyn PartitionReceiver>, String> {
         let partition = self
-            .partitions
-            .iter()
+            .partitions()
+            .into_iter()
             .find(|p| p.id == partition)
             .ok_or_else(|| format!("the simulated hub has no partition {partition}"))?
             .clone();
+        // Refused before any receiver is displaced, as the service refuses the attach.
+        let next = partition.start_index(position)?;
         let (id, stopped) = {
             let mut next = partition.next_receiver.lock().expect("receiver ids lock");
             *next += 1;
@@ -219,7 +310,6 @@ impl EventSource for SimulatedHub {
             list.push(OpenReceiver { id, stop });
             (id, stopped)
         };
-        let next = partition.start_index(position);
         Ok(Box::new(SimulatedReceiver {
             partition,
             consumer_group: consumer_group.to_ascii_lowercase(),
@@ -234,7 +324,7 @@ impl EventSource for SimulatedHub {
         _max_age: Duration,
     ) -> Result<Vec<PartitionEnd>, EventHubsError> {
         Ok(self
-            .partitions
+            .partitions()
             .iter()
             .map(|p| {
                 let events = p.events.lock().expect("events lock");
@@ -379,5 +469,87 @@ mod tests {
             events.next().await.unwrap(),
             Err(ReceiveError::Broken(why)) if why.contains("server-busy")
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn added_partitions_are_listed_and_read_and_the_old_ones_keep_their_events() {
+        let hubs = SimulatedHubs::new(2);
+        let hub = hubs.hub("in");
+        hub.append(1, vec![b"old".to_vec()], &[]);
+        assert_eq!(hub.add_partitions(4), 4);
+        assert_eq!(hub.add_partitions(3), 4, "a partition count never shrinks");
+        assert_eq!(hub.append(3, vec![b"new".to_vec()], &[]), ("3".into(), 0));
+        let source = hubs.source(&target("in"));
+        let ends = source.partition_ends(Duration::ZERO).await.unwrap();
+        let ids: Vec<&str> = ends.iter().map(|e| e.partition_id.as_str()).collect();
+        assert_eq!(ids, ["0", "1", "2", "3"]);
+        assert_eq!(ends[1].last_sequence_number, 0);
+        let receiver = source
+            .open("$Default", "3", &StartPosition::Earliest, 10)
+            .await
+            .unwrap();
+        let event = receiver.events().next().await.unwrap().unwrap();
+        assert_eq!(&event.body[..], b"new");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_recreated_hub_is_empty_ends_its_links_and_refuses_positions_past_its_end() {
+        let hubs = SimulatedHubs::new(1);
+        let hub = hubs.hub("in");
+        hub.append(0, (0..5).map(|i| vec![i]).collect(), &[]);
+        let source = hubs.source(&target("in"));
+        let reading = source
+            .open("$Default", "0", &StartPosition::AfterSequenceNumber(1), 10)
+            .await
+            .unwrap();
+        let mut events = reading.events();
+        assert_eq!(
+            events.next().await.unwrap().unwrap().sequence_number,
+            Some(2)
+        );
+        hub.recreate();
+        assert!(matches!(
+            events.next().await.unwrap(),
+            Err(ReceiveError::Broken(why)) if why.contains("amqp:not-found")
+        ));
+        // The checkpoint said "after 3": the new partition ends at -1.
+        let refused = source
+            .open("$Default", "0", &StartPosition::AfterSequenceNumber(3), 10)
+            .await
+            .err()
+            .expect("a position past the end is refused");
+        assert!(
+            refused.contains("argument-out-of-range")
+                && refused.contains("The supplied sequence number '3' is invalid. The last sequence number in the system is '-1'"),
+            "{refused}"
+        );
+        let refused = source
+            .open("$Default", "0", &StartPosition::AfterOffset("3".into()), 10)
+            .await
+            .err()
+            .expect("an offset past the end is refused");
+        assert!(
+            refused.contains("The supplied offset '3' is invalid"),
+            "{refused}"
+        );
+        // Once the new partition holds the checkpoint's event, reading goes on after it:
+        // the events before were never delivered.
+        hub.append(0, (0..5).map(|i| vec![100 + i]).collect(), &[]);
+        let reading = source
+            .open("$Default", "0", &StartPosition::AfterSequenceNumber(3), 10)
+            .await
+            .unwrap();
+        let event = reading.events().next().await.unwrap().unwrap();
+        assert_eq!(
+            (event.sequence_number, &event.body[..]),
+            (Some(4), &[104u8][..])
+        );
+        // At the end exactly is where a reader that is caught up opens.
+        assert!(
+            source
+                .open("$Default", "0", &StartPosition::AfterSequenceNumber(4), 10)
+                .await
+                .is_ok()
+        );
     }
 }

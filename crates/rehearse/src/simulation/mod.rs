@@ -30,9 +30,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::local_app::{LocalAppError, PARTITIONS, Timings, answered_through, read_outbox};
 use crate::rehearsal::{Rehearsal, Report, Shrunk};
-use crate::stage::Stage;
+use crate::stage::{CheckpointPastEnd, Sent, Stage};
 use hub::SimulatedHubs;
-use hubhost_checkpoints::{CheckpointStore, DEFAULT_CONTAINER};
+use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_functions::function_app::{FunctionApp, FunctionSpec};
 use hubhost_functions::server::FunctionServer;
 use hubhost_host::emulate::HeldProcess;
@@ -469,26 +469,79 @@ impl Stage for SimulatedApp {
         bodies: Vec<Vec<u8>>,
         per_tick: usize,
         tick: Duration,
-    ) -> BoxFuture<'static, Result<(), LocalAppError>> {
+    ) -> BoxFuture<'static, Result<Sent, LocalAppError>> {
         let hub = self.hubs.hub(hub);
         Box::pin(async move {
             let per_tick = per_tick.max(1);
             let mut ticks = tokio::time::interval(tick);
+            let mut sent = Sent {
+                partitions: Vec::with_capacity(bodies.len()),
+                last_sequence: Vec::new(),
+            };
             for (group, chunk) in bodies.chunks(per_tick).enumerate() {
                 ticks.tick().await;
                 for (j, body) in chunk.iter().enumerate() {
-                    let i = group * per_tick + j;
-                    hub.append(i % PARTITIONS as usize, vec![body.clone()], &[]);
+                    // Over the partitions there are now: added ones get their share.
+                    let (partition, sequence) =
+                        hub.append(group * per_tick + j, vec![body.clone()], &[]);
+                    let partition: u32 = partition.parse().expect("numbered partitions");
+                    let at = partition as usize;
+                    if sent.last_sequence.len() <= at {
+                        sent.last_sequence.resize(at + 1, -1);
+                    }
+                    sent.last_sequence[at] = sequence;
+                    sent.partitions.push(partition);
                 }
             }
-            Ok(())
+            Ok(sent)
         })
+    }
+
+    fn add_partitions(&self, hub: &str, added: u32) -> Result<usize, LocalAppError> {
+        let hub = self.hubs.hub(hub);
+        // An event hub has at most 100 partitions (Premium, per event hub), or 1,024 in a
+        // Dedicated cluster: the rehearsal keeps to the first.
+        let count = (hub.partition_count() + added as usize).min(100);
+        Ok(hub.add_partitions(count))
+    }
+
+    fn recreate_hub(&self, hub: &str) -> Result<(), LocalAppError> {
+        self.hubs.hub(hub).recreate();
+        Ok(())
+    }
+
+    async fn checkpoints_past_end(
+        &self,
+        key: &ConsumerGroupKey,
+    ) -> Result<Vec<CheckpointPastEnd>, LocalAppError> {
+        let checkpoints = CheckpointStore::new(self.store.clone(), DEFAULT_CONTAINER)
+            .list_checkpoints(key)
+            .await
+            .map_err(|e| LocalAppError::Io(e.to_string()))?
+            .items;
+        let hub = self.hubs.hub(&key.event_hub);
+        Ok(hub
+            .partitions()
+            .iter()
+            .filter_map(|partition| {
+                let checkpoint = checkpoints
+                    .iter()
+                    .find(|c| c.partition_id == partition.id)?
+                    .sequence_number?;
+                let last = partition.last_sequence_number();
+                (checkpoint > last).then(|| CheckpointPastEnd {
+                    partition: partition.id.clone(),
+                    checkpoint_sequence: checkpoint,
+                    last_sequence: last,
+                })
+            })
+            .collect())
     }
 
     async fn held_events(&self, hub: &str) -> Result<Vec<(String, EventView)>, LocalAppError> {
         let hub = self.hubs.hub(hub);
         Ok(hub
-            .partitions
+            .partitions()
             .iter()
             .flat_map(|p| {
                 p.events().into_iter().map(|e| {
