@@ -19,8 +19,17 @@ static ALLOCATOR: hubhost_process::allocator::Allocator = hubhost_process::alloc
     about = "Azure Event Hubs consumers as an Azure Functions custom handler, with a local emulation mode"
 )]
 struct Cli {
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "HUBHOST_LOG_FORMAT")]
+    /// Log format on stderr: text (default) or json.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "FORMAT",
+        default_value_t = LogFormat::Text,
+        hide_default_value = true,
+        hide_possible_values = true,
+        global = true,
+        env = "HUBHOST_LOG_FORMAT"
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -35,13 +44,17 @@ enum LogFormat {
 /// The commands; each one's flags and documentation live in its module under `commands/`.
 #[derive(Subcommand)]
 enum Command {
-    /// Run the reference app's custom handler (what `hubhost-app`, the deployed executable, runs).
+    /// Run the reference app's handler (what hubhost-app runs).
+    ///
+    /// The reference app's custom handler, as `hubhost-app`, the deployed executable, runs it.
     Serve(hubhost_app::serve::Args),
     Demo(commands::demo::Args),
     Emulate(commands::emulate::Args),
     Invoke(commands::invoke::Args),
     Rehearse(commands::rehearse::Args),
-    /// Inspect, reset and migrate checkpoints and ownership (the Functions host's blob format).
+    /// Inspect, reset and migrate checkpoints and ownership.
+    ///
+    /// Checkpoints and ownership in the Functions host's blob format (current and legacy).
     Checkpoints {
         #[command(subcommand)]
         action: commands::checkpoints::CheckpointsCommand,
@@ -50,6 +63,7 @@ enum Command {
     Simulate(commands::simulate::Args),
     Bench(commands::bench::Args),
     New(commands::new::Args),
+    Add(commands::add::Args),
     Package(commands::package::Args),
 }
 
@@ -136,6 +150,7 @@ fn main() -> ExitCode {
             Command::Simulate(args) => commands::simulate::run(args).await,
             Command::Bench(_) => unreachable!("forwarded above"),
             Command::New(args) => commands::new::run(args).await,
+            Command::Add(args) => commands::add::run(args).await,
             Command::Package(args) => commands::package::run(args).await,
         };
         // The last spans and metrics (an emulated host's stop, say) leave before the process

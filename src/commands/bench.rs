@@ -7,7 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Benchmarks and the chaos rig (runs `hubhost-bench`; `hubhost bench --help` lists them).
+/// Benchmarks and the chaos rig (`hubhost bench --help` lists them).
 #[derive(clap::Args)]
 #[command(disable_help_flag = true)]
 pub struct Args {

@@ -38,8 +38,10 @@ pub enum CheckpointsCommand {
         #[command(flatten)]
         scope: ScopeArgs,
     },
-    /// Move partitions' checkpoints: `--to start` (the oldest retained event), `--to end` (only
-    /// events sent from now on), or `--to <RFC 3339 time>` (events enqueued from then on).
+    /// Move partitions' checkpoints to the start, the end or a time.
+    ///
+    /// `--to start` (the oldest retained event), `--to end` (only events sent from now on), or
+    /// `--to <RFC 3339 time>` (events enqueued from then on).
     Reset {
         #[command(flatten)]
         scope: ScopeArgs,
@@ -59,7 +61,9 @@ pub enum CheckpointsCommand {
         #[arg(long)]
         yes: bool,
     },
-    /// Write current-format checkpoints from legacy (extension v3/v4) ones; legacy blobs stay.
+    /// Write current-format checkpoints from legacy ones.
+    ///
+    /// Legacy checkpoints are the Event Hubs extension v3/v4's; the legacy blobs stay.
     Migrate {
         #[command(flatten)]
         scope: ScopeArgs,

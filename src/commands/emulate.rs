@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use super::{positive_seconds, shutdown_signal};
 
+/// Run an app locally, its handler fed by the Event Hubs trigger.
+///
 /// The Functions host's Event Hubs trigger, locally: start the app's custom handler and feed it
 /// the trigger's batches; several instances on one event hub and store form a pool.
 #[derive(clap::Args)]

@@ -37,6 +37,8 @@ Limits no flag sets (docs/hub.md: each attack, its limit, what the client sees):
                                         1 MiB of events per read, whole events
 A key's rights: --key name=key:Send,Listen (Send, Listen, Manage; all three by default).";
 
+/// A local Event Hubs namespace for the SDKs and Kafka clients.
+///
 /// A local Event Hubs namespace the official SDKs connect to (AMQP on 127.0.0.1:5672) and Kafka
 /// clients too (127.0.0.1:9092, SASL_PLAINTEXT), with an admin endpoint on loopback
 /// (http://127.0.0.1:5380) that adds hubs and consumer groups while it runs.
@@ -283,20 +285,22 @@ impl AdminArgs {
 /// What can be done to a running hub, through its admin endpoint.
 #[derive(clap::Subcommand)]
 pub enum HubAction {
-    /// Adds an event hub while the hub runs: `name:partitions[:group1,group2]`, as --hub takes it.
+    /// Add an event hub while the hub runs.
+    ///
+    /// The hub as `name:partitions[:group1,group2]`, as --hub takes it.
     AddHub {
         hub: String,
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Adds a consumer group to an event hub while the hub runs.
+    /// Add a consumer group to an event hub while the hub runs.
     AddConsumerGroup {
         hub: String,
         consumer_group: String,
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Lists the running hub's event hubs, partitions and consumer groups.
+    /// List the running hub's event hubs and consumer groups.
     List {
         #[command(flatten)]
         admin: AdminArgs,

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use hubhost_host::emulate::invoke::{self, InvokeOptions};
 
+/// Send one batch, HTTP request or timer firing to one function.
+///
 /// Send one batch (or one HTTP request, or one timer firing) to one function exactly as the
 /// Functions host would, and print the host's view of the answer as JSON: status, each output
 /// with what the host would do with it, logs, return value, an HTTP function's response. Exits non-zero unless the host would take every answer (a 2xx JSON object).

@@ -1,6 +1,7 @@
 //! One module per command: its flags (`Args`, or a subcommand enum) and its `run`, which
 //! parses what clap cannot, hands over to the library module that does the work, and prints.
 
+pub mod add;
 pub mod bench;
 pub mod checkpoints;
 pub mod demo;

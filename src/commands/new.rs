@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+/// Create a Rust function app with one Event Hubs function.
+///
 /// A new Rust function app with one Event Hubs function, on hubhost-functions (as `func init`
 /// and `func new` for other languages): the Cargo project with the Cargo.lock hubhost was
 /// tested with, its function_app/, sample events, a README, and tests that need nothing

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+/// Build the handler for Azure's Linux images and zip the app.
+///
 /// Builds the custom handler for the Functions Linux images (glibc 2.28, with cargo zigbuild)
 /// and zips the script root with it: host.json, the function folders, the executable with its
 /// run bit, no local.settings.json, no links. Then reads the zip back and checks it: host.json

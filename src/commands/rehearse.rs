@@ -8,6 +8,8 @@ use hubhost_host::emulate::handler_executable;
 use hubhost_host::emulate::invoke::{EventSpec, parse_events};
 use hubhost_rehearse::{FaultKind, Rehearsal, Semantics};
 
+/// Run the app under Azure's faults and audit its outputs.
+///
 /// Run the app as Azure runs it while the faults Azure brings happen to it — the handler killed
 /// mid-batch, a second instance joining and leaving, an owner frozen past its ownership, an
 /// output failing, the hub detaching links, the checkpoint store down, geo-replication offsets

@@ -4,6 +4,8 @@ use hubhost_simulate as simulate;
 
 use super::{EventHubConnectionArgs, shutdown_signal};
 
+/// Send the home-security fleet's readings to an event hub.
+///
 /// The home-security fleet as an Event Hubs producer (partition key = home id).
 #[derive(clap::Args)]
 pub struct Args {

@@ -467,3 +467,75 @@ fn invoke_fails_an_invocation_slower_than_function_timeout() {
         "{stdout}{stderr}"
     );
 }
+
+/// Two functions on one event hub and consumer group run as the host runs them: a processor
+/// each, competing for the partitions, so that every event goes to one of the two. `emulate`
+/// says so at start, naming both and the group. (It once waited on its own owner-id lock,
+/// silent, and started nothing.)
+#[test]
+fn two_functions_on_one_consumer_group_share_its_events_and_are_named_in_a_warning() {
+    let hub = Hub::start_serving_hubs(&["sensors:4"]);
+    let functions = [
+        ("Alpha", function("sensors", "HubConnection", "many")),
+        ("Beta", function("sensors", "HubConnection", "many")),
+    ];
+    let dir = app("", "", &functions);
+    let root = dir.path();
+    local_settings(root, json!({"HubConnection": hub.connection_string(KEY)}));
+    let emulate = Emulate::start(root, &[]);
+    let delivered = |records: &[Value]| {
+        let mut by_event: std::collections::BTreeMap<(String, i64), Vec<String>> =
+            Default::default();
+        for r in records {
+            for seq in r["seqs"].as_array().into_iter().flatten() {
+                by_event
+                    .entry((r["partition"].to_string(), seq.as_i64().unwrap()))
+                    .or_default()
+                    .push(r["function"].as_str().unwrap().to_string());
+            }
+        }
+        by_event
+    };
+    // The first wave while the two balance the partitions between them: a partition that
+    // moves before its checkpoint is delivered again, to the other function, as on Azure.
+    let sent = hub.python("send", &["40", "1", "first"]);
+    assert_eq!(sent["sent"], 40, "{sent}");
+    wait_records(root, &emulate, "the first 40 events delivered", |r| {
+        delivered(r).len() >= 40
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    let first: std::collections::BTreeSet<(String, i64)> =
+        delivered(&records(root)).into_keys().collect();
+    // Balanced: each event of the second wave goes to one of the two, and both get some.
+    let sent = hub.python("send", &["40", "1", "second"]);
+    assert_eq!(sent["sent"], 40, "{sent}");
+    wait_records(root, &emulate, "all 80 events delivered", |r| {
+        delivered(r).len() >= 80
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let records = records(root);
+    let second: Vec<_> = delivered(&records)
+        .into_iter()
+        .filter(|(event, _)| !first.contains(event))
+        .collect();
+    assert_eq!(second.len(), 40);
+    for (event, functions) in &second {
+        assert_eq!(
+            functions.len(),
+            1,
+            "event {event:?} went to {functions:?}: {records:?}"
+        );
+    }
+    let to = |name: &str| second.iter().filter(|(_, f)| f[0] == name).count();
+    assert!(
+        to("Alpha") > 0 && to("Beta") > 0,
+        "the two compete for the partitions: {records:?}"
+    );
+    let output = emulate.output();
+    assert!(
+        output.contains(
+            "Alpha and Beta are both triggered by event hub sensors, consumer group $Default"
+        ) && output.contains("its own consumerGroup"),
+        "{output}"
+    );
+}

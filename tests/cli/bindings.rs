@@ -671,3 +671,95 @@ fn a_timer_firing_past_function_timeout_fails_restarts_the_handler_and_is_retrie
     let pids = std::fs::read_to_string(root.join("pids")).unwrap();
     assert_eq!(pids.lines().count(), 2, "{pids}\n{output}");
 }
+
+/// A function that fails every attempt under a policy that never gives up fails no batch: its
+/// attempts on `/metrics` and the progress line say what is happening, within seconds.
+#[test]
+fn a_function_failing_every_attempt_shows_on_metrics_and_the_progress_line() {
+    kit::require!(kit::Tool::PythonSdk);
+    let hub = Hub::start_serving_hubs(&["sensors:2"]);
+    let mut stuck = function("sensors", "HubConnection", "many");
+    stuck["retry"] = json!({"strategy": "fixedDelay", "maxRetryCount": -1,
+        "delayInterval": "00:00:01"});
+    let dir = app("", "", &[("Stuck", stuck)]);
+    let root = dir.path();
+    local_settings(root, json!({"HubConnection": hub.connection_string(KEY)}));
+    let sent = hub.python("send-to", &["1", "3", "poison"]);
+    assert_eq!(sent["sent"], 3, "{sent}");
+    let emulate = Emulate::start_with(
+        root,
+        &["--metrics-port", "0"],
+        &[("FAIL_FUNCTION", "Stuck")],
+    );
+    wait_records(root, &emulate, "three attempts", |r| r.len() >= 3);
+    let started = Instant::now();
+    let sample = |page: &str, name: &str, labels: &[(&str, &str)]| {
+        hubhost_metrics::parse(page)
+            .unwrap()
+            .into_iter()
+            .find(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(lk, lv)| lk == k && lv == v))
+            })
+            .map(|s| s.value)
+    };
+    let page = metrics_page(&emulate.output());
+    assert!(
+        sample(
+            &page,
+            "hubhost_invocation_attempts_total",
+            &[("function", "Stuck"), ("outcome", "failed")]
+        )
+        .is_some_and(|n| n >= 3.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "hubhost_invocation_attempts_total",
+            &[("function", "Stuck"), ("outcome", "succeeded")]
+        ),
+        Some(0.0),
+        "{page}"
+    );
+    assert!(
+        sample(
+            &page,
+            "hubhost_invocation_retries_total",
+            &[("function", "Stuck")]
+        )
+        .is_some_and(|n| n >= 2.0),
+        "{page}"
+    );
+    assert!(
+        sample(
+            &page,
+            "hubhost_retrying_batch_age_seconds",
+            &[("function", "Stuck"), ("partition", "1")]
+        )
+        .is_some_and(|age| age > 0.0),
+        "{page}"
+    );
+    // The batch fails no batch: the old counters alone would show nothing wrong.
+    assert_eq!(
+        sample(
+            &page,
+            "hubhost_batches_failed_total",
+            &[("function", "Stuck")]
+        ),
+        Some(0.0),
+        "{page}"
+    );
+    // The progress line (every 5 s without a terminal) names the partition and the error.
+    loop {
+        let output = emulate.output();
+        if output.contains("Stuck retrying partition 1 for") {
+            assert!(output.contains("500"), "{output}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "{output}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}

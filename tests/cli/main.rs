@@ -3,7 +3,7 @@
 //! (`dev_loop`), `package` (`package`), `checkpoints` (`checkpoints`), an app read as the host
 //! reads it (`app_reading`), its output bindings and other triggers (`bindings`), and the files a
 //! deployment reads: the function app against the official schemas (`function_app_files`) and
-//! the infrastructure template (`deploy_template`).
+//! the infrastructure template (`deploy_template`), and the help pages (`help`).
 
 mod app_reading;
 mod bindings;
@@ -12,6 +12,7 @@ mod demo;
 mod deploy_template;
 mod dev_loop;
 mod function_app_files;
+mod help;
 mod host_request;
 mod new_project;
 mod package;

@@ -1,11 +1,12 @@
 //! `hubhost new` with the options the README's path does not take: a single-event trigger with
 //! binary data on a consumer group of its own, putting one message per event on a queue (once,
-//! through `Once`; its rehearsal audits the queue output). The project it makes is formatted, keeps the
-//! versions hubhost was tested with (its Cargo.lock), and its own tests pass with plain `cargo
-//! test` — the unit test calling the function as the host does, and the integration test running
-//! the app under the emulated host on a local hub, every event processed — with no `hubhost` on
-//! PATH and no service running. (The README's own path, `hubhost new` with a batch trigger
-//! through `cargo test` from an empty target folder, runs in tests/docs.rs.)
+//! through `Once`; its rehearsal audits the queue output), then a second function beside it
+//! (`hubhost add`). The project it makes is formatted, keeps the versions hubhost was tested
+//! with (its Cargo.lock), and its own tests pass with plain `cargo test` — the unit tests calling
+//! each function as the host does, and the integration test running the app under the emulated
+//! host on a local hub, every event processed — with no `hubhost` on PATH and no service
+//! running. (The README's own path, `hubhost new` with a batch trigger through `cargo test` from
+//! an empty target folder, runs in tests/docs.rs.)
 
 use hubhost_testkit as common;
 
@@ -39,6 +40,19 @@ fn scaffold_and_test(args: &[&str]) {
     let (code, _, stderr) = common::hubhost(&["new", project.to_str().unwrap()], &[]);
     assert_ne!(code, 0);
     assert!(stderr.contains("not empty"), "{stderr}");
+    // A second function, as `func new` adds one: on a consumer group of its own, registered
+    // beside the first; the project's tests below run both.
+    let (code, stdout, stderr) = common::hubhost(
+        &["add", "Second", "--project", project.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 0, "hubhost add failed: {stdout}{stderr}");
+    assert!(stdout.contains("consumer group second"), "{stdout}");
+    let second: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(project.join("function_app/Second/function.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(second["bindings"][0]["consumerGroup"], "second");
 
     let hubhost = Path::new(env!("CARGO_BIN_EXE_hubhost"));
     let target = super::shared_target();
@@ -73,6 +87,7 @@ fn scaffold_and_test(args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
     for test in [
+        "second::tests::a_batch_is_answered_with_its_summary ... ok",
         "a_batch_is_answered_with_its_summary ... ok",
         "every_event_sent_is_processed ... ok",
         "rehearsal_of_what_azure_does_to_it ... ok",

@@ -328,8 +328,37 @@ async fn a_panic_fails_the_invocation_not_the_process() {
         "{answer}"
     );
     assert!(server.is_running());
+    // The host retries it: the page's Operations view shows the partition retrying, with what
+    // the last attempt failed with, until a batch of it succeeds.
+    let retry = |home: &str| {
+        let mut request: Value = serde_json::from_str(&body(home)).unwrap();
+        request["Metadata"]["RetryContext"] = json!({"RetryCount": 1, "MaxRetryCount": -1,
+            "Exception": {"ClassName": "Microsoft.Azure.WebJobs.Host.FunctionInvocationException",
+                "Message": "Exception while executing function: Functions.SensorAggregator",
+                "InnerException": {"ClassName": "System.Net.Http.HttpRequestException",
+                    "Message": "the handler answered 500: handler_panic"}}});
+        request.to_string()
+    };
+    let (status, _) = server.post(AGGREGATOR, retry("home-000007")).await;
+    assert_eq!(status, 500);
+    let operations = || async {
+        let url = format!("{}/api/dashboard/operations.json", server.url());
+        let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        let view: Value = serde_json::from_str(&text).unwrap();
+        view["retrying"].clone()
+    };
+    let retrying = operations().await;
+    assert_eq!(retrying.as_array().map(Vec::len), Some(1), "{retrying}");
+    assert_eq!(retrying[0]["function"], "SensorAggregator", "{retrying}");
+    assert_eq!(retrying[0]["partition"], "0", "{retrying}");
+    assert_eq!(retrying[0]["failedAttempts"], 2, "{retrying}");
+    assert!(
+        retrying[0]["lastError"].as_str().unwrap().contains("panic"),
+        "{retrying}"
+    );
     let (status, _) = server.post(AGGREGATOR, body("home-000001")).await;
     assert_eq!(status, 200);
+    assert_eq!(operations().await, json!([]));
 }
 
 /// Storage goes down mid-stream: the handler answers 500 (so the host retries the batch), and

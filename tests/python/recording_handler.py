@@ -16,8 +16,8 @@ for the return value), each answered with one item per event of the batch,
 {"id": "<partition>-<sequence number>", "partition": …, "seq": …} (with OUTPUT_ROW_KEY, also
 "RowKey": the id, for table outputs).
 
-For the tests of retry policies: FAIL_FUNCTION names a function whose every invocation is
-recorded, then answered 500.
+For the tests of retry policies: FAIL_FUNCTION names a function whose every invocation (of
+any trigger) is recorded, then answered 500.
 """
 
 import json
@@ -103,6 +103,8 @@ class Handler(BaseHTTPRequestHandler):
         )
         with LOCK:
             RECORD.write(line + "\n")
+        if function == os.environ.get("FAIL_FUNCTION"):
+            return self.answer(500, {"error": "failing as FAIL_FUNCTION says"})
         outputs, returned = {}, None
         for name in filter(None, os.environ.get("OUTPUT_PER_EVENT", "").split(",")):
             items = [

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::retrying::RetryBoard;
 use hubhost_functions::batch::TriggerBatch;
 use hubhost_functions::context::FunctionContext;
 use hubhost_functions::counters::{CounterFamily, HistogramFamily};
@@ -145,11 +146,74 @@ struct SensorFunction {
     once: Option<Once>,
     /// Fault injection for tests and drills: a batch with an event of this home panics.
     panic_home: Option<String>,
+    /// The batches failing now, for the page.
+    retries: Arc<RetryBoard>,
 }
 
 #[async_trait::async_trait]
 impl EventHubFunction for SensorFunction {
     async fn run(
+        &self,
+        batch: TriggerBatch,
+        context: &FunctionContext,
+    ) -> Result<FunctionOutput, FunctionError> {
+        let function = batch.function.clone();
+        let partition = batch.partition.partition_id.clone();
+        let retry_count = context.retry().map_or(0, |r| r.retry_count);
+        // A retry says the attempt before failed, even one that panicked and could not say so.
+        if retry_count > 0 {
+            let why = context
+                .retry()
+                .and_then(|r| r.exception.as_ref())
+                .and_then(|e| {
+                    e["InnerException"]["Message"]
+                        .as_str()
+                        .or(e["Message"].as_str())
+                })
+                .unwrap_or("the previous attempt failed")
+                .to_string();
+            self.retries.failed(
+                &function,
+                &partition,
+                retry_count - 1,
+                &why,
+                chrono::Utc::now(),
+            );
+        }
+        // A panic is recorded as a failed attempt too, then goes on to fail the invocation.
+        let outcome = match futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+            self.run_batch(batch, context),
+        ))
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                self.retries.failed(
+                    &function,
+                    &partition,
+                    retry_count,
+                    "the function panicked",
+                    chrono::Utc::now(),
+                );
+                std::panic::resume_unwind(panic)
+            }
+        };
+        match &outcome {
+            Ok(_) => self.retries.succeeded(&function, &partition),
+            Err(e) => self.retries.failed(
+                &function,
+                &partition,
+                retry_count,
+                &e.to_string(),
+                chrono::Utc::now(),
+            ),
+        }
+        outcome
+    }
+}
+
+impl SensorFunction {
+    async fn run_batch(
         &self,
         batch: TriggerBatch,
         context: &FunctionContext,
@@ -260,12 +324,16 @@ pub async fn build(config: &HandlerConfig) -> Result<FunctionServer, ServeError>
         &config.container,
         config.window_seconds,
     ));
-    let dashboard = Arc::new(Dashboard::new(
-        Arc::new(page_store),
-        &config.container,
-        config.window_seconds,
-        config.dashboard.clone(),
-    ));
+    let retries = Arc::new(RetryBoard::default());
+    let dashboard = Arc::new(
+        Dashboard::new(
+            Arc::new(page_store),
+            &config.container,
+            config.window_seconds,
+            config.dashboard.clone(),
+        )
+        .showing_retries(retries.clone()),
+    );
     let alarms_once =
         std::env::var("HUBHOST_ALARMS_AT_LEAST_ONCE").map_or(true, |v| v.is_empty() || v == "0");
     let once = Once::new(functions_store);
@@ -296,6 +364,7 @@ pub async fn build(config: &HandlerConfig) -> Result<FunctionServer, ServeError>
                 which,
                 once: (alarms_once && which == AppFunction::Aggregate).then(|| once.clone()),
                 panic_home: panic_home.clone(),
+                retries: retries.clone(),
             },
         );
     }

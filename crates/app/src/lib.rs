@@ -19,6 +19,7 @@ pub(crate) mod directory;
 pub mod fleet;
 pub mod handler;
 pub mod layout;
+pub mod retrying;
 pub mod sensor;
 pub mod serve;
 pub(crate) mod versioned;

@@ -4,6 +4,7 @@
 //! (`hubhost package`), checking what it ships (the executable's ELF headers, host.json and
 //! function.json against their schemas).
 
+pub mod add;
 pub mod lockfile;
 pub mod package;
 pub mod scaffold;

@@ -516,6 +516,7 @@ use {{crate}}::{{function}};
 fn two_hundred_seeds_of_what_azure_does_to_it() {
     let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
     let simulation = Rehearsal::new(0)
+        .function("{{function}}")
         .count(100)
         .simulated(&app, |handler| {
             FunctionServer::builder()
@@ -653,6 +654,7 @@ async fn every_event_sent_is_processed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn rehearsal_of_what_azure_does_to_it() {
     let report = Rehearsal::new(1)
+        .function("{{function}}")
         .count(100)
         .run(
             Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/function_app")),

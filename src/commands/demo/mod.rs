@@ -8,6 +8,8 @@ pub use pipeline::TRACE_SPANS_KEPT;
 
 use super::shutdown_signal;
 
+/// The main job: hub, fleet, a pool of instances and the page.
+///
 /// The main job on the embedded default: the local event hub, the fleet simulator, a pool of
 /// instances and the custom handler, in one process, until Ctrl-C.
 #[derive(clap::Args)]

@@ -190,10 +190,22 @@ impl std::fmt::Debug for DashboardSources {
 /// partition ends read, with when.
 #[derive(Default)]
 struct Previous {
+    /// The partitions' reading before the last, for the rates.
     sample: Option<OperationsSample>,
-    partition_ends: Option<(DateTime<Utc>, BTreeMap<String, PartitionEnd>)>,
+    /// The partitions' last reading: when, the checkpoints, then the ends read after them.
+    partitions: Option<PartitionsReading>,
     /// The backlog and instance count of recent polls, for the chart.
     history: std::collections::VecDeque<views::OperationsPoint>,
+}
+
+/// The checkpoints, and the partition ends read *after* them: a checkpoint is never ahead of
+/// the end it is shown beside (read the other way round, a busy partition's checkpoint moves
+/// past the end read a moment before, and the view shows an impossible state).
+#[derive(Clone)]
+struct PartitionsReading {
+    at: DateTime<Utc>,
+    checkpoints: BTreeMap<String, i64>,
+    ends: BTreeMap<String, PartitionEnd>,
 }
 
 /// Windows the fleet view lists on every poll: the current one, and the one before, which
@@ -308,6 +320,8 @@ pub struct Dashboard {
     fleet_cache: Mutex<FleetCache>,
     previous: tokio::sync::Mutex<Previous>,
     explorer: explorer::Explorer,
+    /// The batches this handler's functions are failing now.
+    retries: Option<Arc<crate::retrying::RetryBoard>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -335,7 +349,14 @@ impl Dashboard {
             home_partitions: Mutex::new(HashMap::new()),
             fleet_cache: Mutex::new(FleetCache::default()),
             previous: tokio::sync::Mutex::new(Previous::default()),
+            retries: None,
         }
+    }
+
+    /// The Operations view lists the batches on `board` as retrying.
+    pub fn showing_retries(mut self, board: Arc<crate::retrying::RetryBoard>) -> Self {
+        self.retries = Some(board);
+        self
     }
 
     fn hub(&self) -> String {
@@ -630,31 +651,54 @@ impl Dashboard {
                 let active = o.is_live(now, self.sources.foreign_ownership_expiry);
                 sample.owners.insert(o.partition_id, (o.owner_id, active));
             }
-            for c in store.list_checkpoints(key).await?.items {
-                if let Some(seq) = c.sequence_number {
-                    sample.checkpoints.insert(c.partition_id, seq);
-                }
-            }
         }
         let mut previous = self.previous.lock().await;
-        let fresh = previous.partition_ends.as_ref().is_some_and(|(at, _)| {
-            (now - *at)
+        let fresh = previous.partitions.as_ref().is_some_and(|r| {
+            (now - r.at)
                 .to_std()
                 .is_ok_and(|age| age < PARTITION_ENDS_EVERY)
         });
-        if !fresh && let Some(target) = &self.sources.event_hub {
-            match target.partition_ends().await {
-                Ok(ends) => {
-                    let ends = ends.into_iter().map(|e| (e.partition_id.clone(), e));
-                    previous.partition_ends = Some((now, ends.collect()))
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the hub's partition properties could not be read")
+        if !fresh {
+            // The checkpoints first, then the ends: one moment, in an order that cannot show a
+            // checkpoint past its partition's end.
+            let mut reading = PartitionsReading {
+                at: now,
+                checkpoints: BTreeMap::new(),
+                ends: BTreeMap::new(),
+            };
+            if let Some((store, key)) = &self.sources.checkpoints {
+                for c in store.list_checkpoints(key).await?.items {
+                    if let Some(seq) = c.sequence_number {
+                        reading.checkpoints.insert(c.partition_id, seq);
+                    }
                 }
             }
+            if let Some(target) = &self.sources.event_hub {
+                match target.partition_ends().await {
+                    Ok(ends) => {
+                        reading.ends = ends
+                            .into_iter()
+                            .map(|e| (e.partition_id.clone(), e))
+                            .collect();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the hub's partition properties could not be read")
+                    }
+                }
+            }
+            // The reading before is what the rates are measured against.
+            previous.sample = previous.partitions.take().map(|before| OperationsSample {
+                at: Some(before.at),
+                owners: BTreeMap::new(),
+                checkpoints: before.checkpoints,
+                ends: before.ends,
+            });
+            previous.partitions = Some(reading);
         }
-        if let Some((_, ends)) = &previous.partition_ends {
-            sample.ends = ends.clone();
+        if let Some(reading) = &previous.partitions {
+            sample.at = Some(reading.at);
+            sample.checkpoints = reading.checkpoints.clone();
+            sample.ends = reading.ends.clone();
         }
         let mut view = views::operations_view(
             &self.sources.hub,
@@ -662,7 +706,6 @@ impl Dashboard {
             &sample,
             previous.sample.as_ref(),
         );
-        previous.sample = Some(sample);
         previous.history.push_back(views::OperationsPoint {
             at: now,
             unprocessed_events: view.total_lag,
@@ -672,6 +715,11 @@ impl Dashboard {
             previous.history.pop_front();
         }
         view.history = previous.history.iter().cloned().collect();
+        view.retrying = self
+            .retries
+            .as_ref()
+            .map(|board| board.retrying())
+            .unwrap_or_default();
         drop(previous);
         if let Some((store, key)) = &self.sources.checkpoints {
             view.scale = store.scale_history(key).await?;

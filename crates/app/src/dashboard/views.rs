@@ -431,6 +431,9 @@ pub struct OperationsView {
     /// empty when none runs on this consumer group. Shown as the controller wrote them: the
     /// page reads `at`, `unprocessedEvents`, `instances`, `target` and `reason`.
     pub scale: Vec<serde_json::Value>,
+    /// The batches this handler's functions are failing and being retried, the
+    /// longest-failing first.
+    pub retrying: Vec<crate::retrying::RetryingBatch>,
 }
 
 /// The backlog and the number of owning instances at one moment.
@@ -528,6 +531,7 @@ pub fn operations_view(
             .collect(),
         history: Vec::new(),
         scale: Vec::new(),
+        retrying: Vec::new(),
     }
 }
 

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use hubhost_telemetry::trace_context::Producers;
 use tracing::field::Empty;
@@ -45,6 +47,81 @@ pub enum NoAnswerRule {
     AsAzure,
 }
 
+/// One function's invocation attempts, for `/metrics` and the progress line: by outcome, the
+/// retries, and each partition whose batch is being retried now — a function that fails every
+/// attempt under a policy that never gives up fails no batch, and is seen only here.
+#[derive(Debug, Default)]
+pub struct AttemptStats {
+    pub function: String,
+    /// Attempts the function answered with success (and whose outputs were carried out).
+    pub succeeded: AtomicU64,
+    /// Attempts that failed: an error answer, an output or input binding that failed, a
+    /// timeout.
+    pub failed: AtomicU64,
+    /// Attempts the handler gave no answer to (down, restarting, died mid-request).
+    pub no_answer: AtomicU64,
+    /// Attempts the function panicked in (the framework answers 500 `handler_panic`).
+    pub panicked: AtomicU64,
+    /// Retries the policy made.
+    pub retries: AtomicU64,
+    /// Per partition, the batch being retried now.
+    retrying: Mutex<BTreeMap<String, Retrying>>,
+}
+
+/// A batch whose attempts failed and that is being retried.
+#[derive(Debug, Clone)]
+pub struct Retrying {
+    /// When its first attempt started.
+    pub since: tokio::time::Instant,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// What the last one failed with.
+    pub last_error: String,
+}
+
+impl AttemptStats {
+    pub fn new(function: &str) -> Self {
+        AttemptStats {
+            function: function.to_string(),
+            ..AttemptStats::default()
+        }
+    }
+
+    /// The partitions whose batch is being retried now.
+    pub fn retrying(&self) -> BTreeMap<String, Retrying> {
+        self.retrying.lock().expect("retrying lock").clone()
+    }
+
+    fn count(&self, outcome: &Result<(), InvocationFailure>) {
+        let counter = match outcome {
+            Ok(()) => &self.succeeded,
+            Err(InvocationFailure::NoAnswer(_)) => &self.no_answer,
+            Err(InvocationFailure::Function(e)) if e.message.contains(PANICKED) => &self.panicked,
+            Err(InvocationFailure::Function(_)) => &self.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The error code the framework answers a panicked invocation with.
+const PANICKED: &str = "handler_panic";
+
+/// Forgets a partition's retrying batch when its delivery ends, however it ends.
+struct RetryingEntry<'a> {
+    stats: &'a AttemptStats,
+    partition: &'a str,
+}
+
+impl Drop for RetryingEntry<'_> {
+    fn drop(&mut self) {
+        self.stats
+            .retrying
+            .lock()
+            .expect("retrying lock")
+            .remove(self.partition);
+    }
+}
+
 /// Invokes one function for each batch, with the function's retry policy.
 pub struct FunctionDispatch {
     pub invoker: Invoker,
@@ -66,6 +143,8 @@ pub struct FunctionDispatch {
     pub timed_out: Arc<tokio::sync::Notify>,
     /// What a delivery the handler gave no answer to counts as.
     pub no_answer: NoAnswerRule,
+    /// Its attempts, counted.
+    pub attempts: Arc<AttemptStats>,
 }
 
 /// Why one invocation did not succeed.
@@ -337,6 +416,11 @@ impl FunctionDispatch {
         let (mut attempt, mut last_error) = (0, None::<HostFailure>);
         // Attempts the function answered with a failure: the ones the policy's maximum counts.
         let mut verdicts: i64 = 0;
+        let started = tokio::time::Instant::now();
+        let _retrying = RetryingEntry {
+            stats: &self.attempts,
+            partition,
+        };
         loop {
             let context = retry_context(
                 &self.function,
@@ -349,6 +433,7 @@ impl FunctionDispatch {
                 .invoke_once(batch, context.as_ref(), &attempt_span)
                 .instrument(attempt_span.clone())
                 .await;
+            self.attempts.count(&outcome);
             if outcome.is_err() {
                 attempt_span.record("otel.status_code", "ERROR");
                 attempt_span.record("error.type", "invocation_failed");
@@ -392,6 +477,19 @@ impl FunctionDispatch {
                 return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
             }
             attempt += 1;
+            self.attempts.retries.fetch_add(1, Ordering::Relaxed);
+            self.attempts
+                .retrying
+                .lock()
+                .expect("retrying lock")
+                .insert(
+                    partition.clone(),
+                    Retrying {
+                        since: started,
+                        attempts: attempt,
+                        last_error: error.message.chars().take(300).collect(),
+                    },
+                );
             last_error = Some(error.clone());
             let delay = retry_delay(policy, attempt);
             tracing::warn!(
@@ -522,6 +620,7 @@ mod tests {
             outputs: Arc::default(),
             faults: None,
             function_timeout: None,
+            attempts: Arc::new(AttemptStats::new("F")),
             no_answer: NoAnswerRule::Redeliver,
             timed_out: Default::default(),
             drain: Duration::ZERO,

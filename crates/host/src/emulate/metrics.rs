@@ -22,6 +22,8 @@ pub(super) struct MetricsPage {
     pub(super) last_enqueued: Arc<LastEnqueued>,
     /// Each function's outputs, by function name.
     pub(super) outputs: Vec<(String, Arc<super::OutputPlan>)>,
+    /// Each Event Hubs function's invocation attempts.
+    pub(super) attempts: Vec<Arc<super::dispatch::AttemptStats>>,
 }
 
 /// How often `/metrics` learns the hubs' last enqueued sequence numbers (for the lag).
@@ -113,6 +115,7 @@ impl MetricsPage {
                 )
             }),
         );
+        self.render_attempts(&mut page);
         let mut items = Vec::new();
         for (function, plan) in &self.outputs {
             for (binding, kind, count) in plan.item_counts() {
@@ -135,6 +138,69 @@ impl MetricsPage {
             }),
         );
         page.finish()
+    }
+
+    /// Attempts by outcome, retries, and the age of each batch being retried: a function that
+    /// fails every attempt under a policy that never gives up fails no batch.
+    fn render_attempts(&self, page: &mut Exposition) {
+        let mut attempts = Vec::new();
+        for a in &self.attempts {
+            for (outcome, counter) in [
+                ("succeeded", &a.succeeded),
+                ("failed", &a.failed),
+                ("no_answer", &a.no_answer),
+                ("panicked", &a.panicked),
+            ] {
+                attempts.push((
+                    a.function.as_str(),
+                    outcome,
+                    counter.load(Ordering::Relaxed),
+                ));
+            }
+        }
+        page.family(
+            "hubhost_invocation_attempts_total",
+            Kind::Counter,
+            "Invocation attempts by outcome: succeeded, failed (an error answer, a failed binding, a timeout), no_answer (the handler down or restarting), panicked.",
+            attempts.iter().map(|(function, outcome, n)| {
+                (vec![("function", *function), ("outcome", *outcome)], *n as f64)
+            }),
+        );
+        page.family(
+            "hubhost_invocation_retries_total",
+            Kind::Counter,
+            "Retries the functions' retry policies made.",
+            self.attempts.iter().map(|a| {
+                (
+                    vec![("function", a.function.as_str())],
+                    a.retries.load(Ordering::Relaxed) as f64,
+                )
+            }),
+        );
+        let retrying: Vec<(&str, String, f64)> = self
+            .attempts
+            .iter()
+            .flat_map(|a| {
+                a.retrying().into_iter().map(|(partition, r)| {
+                    (
+                        a.function.as_str(),
+                        partition,
+                        r.since.elapsed().as_secs_f64(),
+                    )
+                })
+            })
+            .collect();
+        page.family(
+            "hubhost_retrying_batch_age_seconds",
+            Kind::Gauge,
+            "Per partition whose batch is being retried now, the time since its first attempt.",
+            retrying.iter().map(|(function, partition, age)| {
+                (
+                    vec![("function", *function), ("partition", partition.as_str())],
+                    *age,
+                )
+            }),
+        );
     }
 
     pub(super) async fn serve(self, listener: tokio::net::TcpListener, stop: CancellationToken) {

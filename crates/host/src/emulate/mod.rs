@@ -40,7 +40,7 @@ use hubhost_functions::function_app::{EventHubTrigger, FunctionApp, FunctionSpec
 use hubhost_processor::ProcessorOptions;
 use hubhost_storage::counting::CountingStore;
 
-pub use dispatch::{DRAIN, FunctionDispatch, NoAnswerRule, retry_delay};
+pub use dispatch::{AttemptStats, DRAIN, FunctionDispatch, NoAnswerRule, Retrying, retry_delay};
 pub use outputs::{
     BindingProblem, BlobPathError, BlobStoreError, EventSender, InvocationOrigin, KeptOutput,
     Outbox, OutboxError, OutputError, OutputPlan, OutputSinks, OutputsDone, SendError,
@@ -362,6 +362,59 @@ pub fn event_hub_functions(
     Ok(out)
 }
 
+/// The owner id function `index` of `functions` claims partitions under: the instance's
+/// `owner`, or, for a function whose event hub and consumer group an earlier function of the
+/// app shares, `owner+Function`. Two such functions are two processors in one consumer group
+/// on Azure (each listener its own), competing for the partitions; under one owner id each
+/// would take every partition for its own, and both read them.
+pub fn processor_owner(functions: &[FunctionTarget], index: usize, owner: &str) -> String {
+    let f = &functions[index];
+    let shares = functions[..index]
+        .iter()
+        .any(|earlier| consumer_group_of(earlier) == consumer_group_of(f));
+    if shares {
+        format!("{owner}+{}", f.spec.name)
+    } else {
+        owner.to_string()
+    }
+}
+
+/// A function's event hub and consumer group, as the store names them (lowercased).
+fn consumer_group_of(f: &FunctionTarget) -> (String, String, String) {
+    (
+        f.target.namespace.to_lowercase(),
+        f.target.hub.to_lowercase(),
+        f.trigger.consumer_group.to_lowercase(),
+    )
+}
+
+/// Functions of the app that share an event hub and consumer group: each group of two or more,
+/// by name, with the hub and the group. On Azure they compete for the partitions, and each
+/// sees only part of the events; the host says nothing (azure-webjobs-sdk issue 1171 asks it
+/// to), `emulate` warns.
+pub fn shared_consumer_groups(functions: &[FunctionTarget]) -> Vec<(Vec<String>, String, String)> {
+    let mut groups: Vec<((String, String, String), Vec<String>)> = Vec::new();
+    for f in functions {
+        let key = consumer_group_of(f);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, names)) => names.push(f.spec.name.clone()),
+            None => groups.push((key, vec![f.spec.name.clone()])),
+        }
+    }
+    groups
+        .into_iter()
+        .filter(|(_, names)| names.len() > 1)
+        .map(|((_, hub, _), names)| {
+            let group = functions
+                .iter()
+                .find(|f| f.spec.name == names[0])
+                .map(|f| f.trigger.consumer_group.clone())
+                .unwrap_or_default();
+            (names, hub, group)
+        })
+        .collect()
+}
+
 /// Claims this instance's owner id for every consumer group of `functions` in `store`:
 /// `explicit` (`--instance-id`) if given, else the platform's instance id, else the host
 /// name's lowest free slot; a stable id, so a restarted instance reclaims its partitions at
@@ -373,18 +426,20 @@ pub fn claim_identity(
 ) -> Result<InstanceIdentity, IdentityError> {
     let candidates =
         owner_id::candidates(explicit, |k| std::env::var(k).ok(), owner_id::hostname());
-    let scopes: Vec<String> = functions
+    // One lock per owner id a processor claims under (two functions sharing a consumer group
+    // claim under two), and each once: locking one file twice, this process would wait on
+    // itself.
+    let mut scopes: Vec<String> = functions
         .iter()
-        .map(|f| {
-            format!(
-                "{}|{}/{}/{}",
-                store.describe(),
-                f.target.namespace.to_lowercase(),
-                f.target.hub.to_lowercase(),
-                f.trigger.consumer_group.to_lowercase()
-            )
+        .enumerate()
+        .map(|(i, f)| {
+            let (namespace, hub, group) = consumer_group_of(f);
+            let suffix = processor_owner(functions, i, "");
+            format!("{}|{namespace}/{hub}/{group}{suffix}", store.describe())
         })
         .collect();
+    scopes.sort();
+    scopes.dedup();
     owner_id::claim(&candidates, &scopes, &owner_id::lock_folder())
 }
 
@@ -590,6 +645,21 @@ pub async fn run(
             f.spec.name, f.target, f.trigger.consumer_group
         ));
     }
+    for (names, hub, group) in shared_consumer_groups(&functions) {
+        let warning = format!(
+            "{} are {} triggered by event hub {hub}, consumer group {group}: as on Azure, they compete for its partitions, and each sees only part of the events; give each function its own consumerGroup in its function.json (and create the group on the event hub) for each to see every event",
+            match names.as_slice() {
+                [first, second] => format!("{first} and {second}"),
+                [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+                [] => String::new(),
+            },
+            if names.len() == 2 { "both" } else { "all" }
+        );
+        tracing::warn!(functions = ?names, %hub, consumer_group = %group, "{warning}");
+        if lines == StartLines::Stdout {
+            lines.say(&format!("  warning: {warning}"));
+        }
+    }
     if !functions.is_empty() && opts.no_answer == NoAnswerRule::Redeliver {
         lines.say("  kinder than Azure: a batch the handler gives no answer to (it died, or restarts) is delivered again, where Azure counts a failed attempt and, once the retry policy is spent, moves past it; --azure-rules for Azure's rule");
     }
@@ -664,6 +734,7 @@ pub async fn run(
                     .iter()
                     .map(|f| (f.spec.name.clone(), f.outputs.clone()))
                     .collect(),
+                attempts: counts.attempts().to_vec(),
             };
             Some(tokio::spawn(page.serve(listener, stop.child_token())))
         }

@@ -172,6 +172,10 @@ function showOperations(v) {
   $("ops-instance-count").textContent = v.instances.length;
   $("ops-lag").textContent = v.totalLag;
   $("ops-group").textContent = `consumer group ${v.consumerGroup}`;
+  $("ops-retrying-section").hidden = v.retrying.length === 0;
+  fill("ops-retrying", v.retrying, (r) => [
+    [r.function], [r.partition, true], [r.failedAttempts, true], [time(r.since)], [r.lastError],
+  ]);
   fill("ops-instances", v.instances, (i) => [[i.owner], [i.partitions.join(", ")]]);
   fill("ops-partitions", v.partitions, (p) => [
     [p.partition, true], [p.owner ?? "(none)"], [p.checkpoint, true],

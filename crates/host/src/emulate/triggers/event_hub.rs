@@ -18,6 +18,7 @@ use hubhost_processor::{
     Consumer, EventProcessor, ProcessorError, ProcessorOptions, ProcessorStats,
 };
 
+use crate::emulate::dispatch::AttemptStats;
 use crate::emulate::faults::FaultSwitch;
 use crate::emulate::{EmulateError, FunctionDispatch, FunctionTarget, NoAnswerRule};
 use crate::invoker::Invoker;
@@ -76,6 +77,8 @@ pub struct InstanceTriggers {
 pub struct TriggerCounts {
     owner: String,
     consumers: Vec<Arc<Consumer>>,
+    /// Each consumer's function's invocation attempts, in the same order.
+    attempts: Vec<Arc<AttemptStats>>,
 }
 
 impl InstanceTriggers {
@@ -90,9 +93,13 @@ impl InstanceTriggers {
         stop: &CancellationToken,
         delivery: &Delivery,
     ) -> Result<Self, EmulateError> {
-        let consumers = consumers(functions, store, options, invoker, delivery)?;
+        let (consumers, attempts): (Vec<_>, Vec<_>) =
+            consumers(functions, store, options, invoker, delivery)?
+                .into_iter()
+                .unzip();
         let mut processors = JoinSet::new();
-        for consumer in &consumers {
+        for (i, consumer) in consumers.iter().enumerate() {
+            let owner = super::super::processor_owner(functions, i, owner);
             let processor = EventProcessor::new(consumer.clone(), owner);
             processors.spawn(processor.run(stop.child_token()));
         }
@@ -100,6 +107,7 @@ impl InstanceTriggers {
             counts: TriggerCounts {
                 owner: owner.to_string(),
                 consumers,
+                attempts,
             },
             processors,
         })
@@ -146,6 +154,11 @@ impl TriggerCounts {
         &self.consumers
     }
 
+    /// Each function's invocation attempts.
+    pub fn attempts(&self) -> &[Arc<AttemptStats>] {
+        &self.attempts
+    }
+
     /// Events `function`'s processor has delivered and seen answered.
     pub fn processed(&self, function: &str) -> u64 {
         self.of(function)
@@ -176,9 +189,10 @@ impl TriggerCounts {
             .sum()
     }
 
-    /// One progress line: per consumer group, partitions, events and batches.
+    /// One progress line: per consumer group, partitions, events and batches, and each
+    /// partition whose batch is being retried, with its last error.
     pub fn progress_line(&self) -> String {
-        let parts: Vec<String> = self
+        let mut parts: Vec<String> = self
             .consumers
             .iter()
             .map(|c| {
@@ -192,6 +206,17 @@ impl TriggerCounts {
                 )
             })
             .collect();
+        for attempts in &self.attempts {
+            for (partition, retrying) in attempts.retrying() {
+                parts.push(format!(
+                    "{} retrying partition {partition} for {} s (attempt {}): {}",
+                    attempts.function,
+                    retrying.since.elapsed().as_secs(),
+                    retrying.attempts + 1,
+                    retrying.last_error.chars().take(120).collect::<String>()
+                ));
+            }
+        }
         parts.join(" | ")
     }
 
@@ -212,14 +237,18 @@ fn outcome(
     }
 }
 
-/// One processor's consumer per function, all calling the handler at `invoker`.
+/// A function's consumer, and its invocation attempts.
+type ConsumerAndAttempts = (Arc<Consumer>, Arc<AttemptStats>);
+
+/// One processor's consumer per function, all calling the handler at `invoker`, each with its
+/// function's attempts.
 fn consumers(
     functions: &[FunctionTarget],
     store: &CheckpointStore,
     options: &ProcessorOptions,
     invoker: &Invoker,
     delivery: &Delivery,
-) -> Result<Vec<Arc<Consumer>>, EmulateError> {
+) -> Result<Vec<ConsumerAndAttempts>, EmulateError> {
     functions
         .iter()
         .map(|f| {
@@ -228,7 +257,8 @@ fn consumers(
                 f.target.hub.clone(),
                 f.trigger.consumer_group.clone(),
             )?;
-            Ok(Arc::new(Consumer {
+            let attempts = Arc::new(AttemptStats::new(&f.spec.name));
+            let consumer = Arc::new(Consumer {
                 function: f.spec.name.clone(),
                 connection: f.trigger.connection.clone().unwrap_or_default(),
                 target: f.target.clone(),
@@ -248,13 +278,15 @@ fn consumers(
                     function_timeout: delivery.function_timeout,
                     timed_out: delivery.timed_out.clone(),
                     no_answer: delivery.no_answer,
+                    attempts: attempts.clone(),
                 }),
                 stats: Arc::new(ProcessorStats::default()),
                 events: match &delivery.hubs {
                     Some(hubs) => hubs.source(&f.target),
                     None => Arc::new(AmqpSource::new(f.target.clone())),
                 },
-            }))
+            });
+            Ok((consumer, attempts))
         })
         .collect()
 }
