@@ -697,12 +697,7 @@ fn a_function_failing_every_attempt_shows_on_metrics_and_the_progress_line() {
         hubhost_metrics::parse(page)
             .unwrap()
             .into_iter()
-            .find(|s| {
-                s.name == name
-                    && labels
-                        .iter()
-                        .all(|(k, v)| s.labels.iter().any(|(lk, lv)| lk == k && lv == v))
-            })
+            .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
             .map(|s| s.value)
     };
     let page = metrics_page(&emulate.output());

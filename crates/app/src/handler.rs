@@ -159,56 +159,37 @@ impl EventHubFunction for SensorFunction {
     ) -> Result<FunctionOutput, FunctionError> {
         let function = batch.function.clone();
         let partition = batch.partition.partition_id.clone();
-        let retry_count = context.retry().map_or(0, |r| r.retry_count);
-        // A retry says the attempt before failed, even one that panicked and could not say so.
+        let retry = context.retry();
+        let retry_count = retry.map_or(0, |r| r.retry_count);
+        // A retry says the attempt before failed, even when it failed in another process (a
+        // killed handler, another instance) and this one has not seen it.
         if retry_count > 0 {
-            let why = context
-                .retry()
-                .and_then(|r| r.exception.as_ref())
-                .and_then(|e| {
-                    e["InnerException"]["Message"]
-                        .as_str()
-                        .or(e["Message"].as_str())
-                })
-                .unwrap_or("the previous attempt failed")
-                .to_string();
-            self.retries.failed(
-                &function,
-                &partition,
-                retry_count - 1,
-                &why,
-                chrono::Utc::now(),
-            );
+            let why = retry
+                .and_then(|r| r.last_error())
+                .unwrap_or("the previous attempt failed");
+            let now = chrono::Utc::now();
+            self.retries
+                .failed(&function, &partition, retry_count - 1, why, now);
         }
-        // A panic is recorded as a failed attempt too, then goes on to fail the invocation.
-        let outcome = match futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+        // A panic counts as a failed attempt too, then goes on to fail the invocation.
+        let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
             self.run_batch(batch, context),
         ))
-        .await
-        {
-            Ok(outcome) => outcome,
-            Err(panic) => {
-                self.retries.failed(
-                    &function,
-                    &partition,
-                    retry_count,
-                    "the function panicked",
-                    chrono::Utc::now(),
-                );
-                std::panic::resume_unwind(panic)
-            }
+        .await;
+        let failure = match &outcome {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some("the function panicked".to_string()),
         };
-        match &outcome {
-            Ok(_) => self.retries.succeeded(&function, &partition),
-            Err(e) => self.retries.failed(
-                &function,
-                &partition,
-                retry_count,
-                &e.to_string(),
-                chrono::Utc::now(),
-            ),
+        match failure {
+            None => self.retries.succeeded(&function, &partition),
+            Some(why) => {
+                let now = chrono::Utc::now();
+                self.retries
+                    .failed(&function, &partition, retry_count, &why, now)
+            }
         }
-        outcome
+        outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 }
 

@@ -105,17 +105,17 @@ impl PartitionIdsRefresh {
     }
 }
 
-/// The same partitions, in whatever order each read listed them.
-fn same_ids(a: &[String], b: &[String]) -> bool {
-    a.len() == b.len() && a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
-}
-
 impl Drop for PartitionIdsRefresh {
     fn drop(&mut self) {
         if let Some(reading) = self.reading.take() {
             reading.abort();
         }
     }
+}
+
+/// The same partitions, in whatever order each read listed them.
+fn same_ids(a: &[String], b: &[String]) -> bool {
+    a.len() == b.len() && a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
 }
 
 pub struct EventProcessor {

@@ -96,15 +96,25 @@ pub(crate) struct Sent {
 impl Sent {
     /// `inputs` sent round-robin over `partitions` partitions of a hub that held none before.
     pub fn round_robin(inputs: usize, partitions: u32) -> Sent {
-        let mut last_sequence = vec![-1i64; partitions as usize];
-        let partitions: Vec<u32> = (0..inputs).map(|i| i as u32 % partitions).collect();
-        for &p in &partitions {
-            last_sequence[p as usize] += 1;
+        let mut sent = Sent {
+            partitions: Vec::with_capacity(inputs),
+            last_sequence: vec![-1; partitions as usize],
+        };
+        for i in 0..inputs {
+            let partition = i as u32 % partitions;
+            sent.record(partition, sent.last_sequence[partition as usize] + 1);
         }
-        Sent {
-            partitions,
-            last_sequence,
+        sent
+    }
+
+    /// The next input went to `partition`, at `sequence`.
+    pub fn record(&mut self, partition: u32, sequence: i64) {
+        let at = partition as usize;
+        if self.last_sequence.len() <= at {
+            self.last_sequence.resize(at + 1, -1);
         }
+        self.last_sequence[at] = sequence;
+        self.partitions.push(partition);
     }
 }
 

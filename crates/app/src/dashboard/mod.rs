@@ -44,7 +44,7 @@ use crate::aggregate::{WindowAggregate, window_start};
 use crate::directory;
 use crate::layout;
 use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey};
-use hubhost_eventhubs::{EventHubTarget, PartitionEnd};
+use hubhost_eventhubs::EventHubTarget;
 use hubhost_storage::{ETag, SharedStore, StoreError};
 use views::{OperationsSample, OperationsView};
 
@@ -186,26 +186,19 @@ impl std::fmt::Debug for DashboardSources {
     }
 }
 
-/// What the operations view remembers between polls: the last sample (for rates) and the last
-/// partition ends read, with when.
+/// What the operations view remembers between polls: the partitions' last two readings (the
+/// one shown, and the one before for the rates) and the recent backlog.
 #[derive(Default)]
 struct Previous {
     /// The partitions' reading before the last, for the rates.
     sample: Option<OperationsSample>,
-    /// The partitions' last reading: when, the checkpoints, then the ends read after them.
-    partitions: Option<PartitionsReading>,
+    /// The partitions' last reading: when, the checkpoints, then the ends read *after* them,
+    /// so that no checkpoint is ahead of the end it is shown beside (read the other way round,
+    /// a busy partition's checkpoint moves past the end read a moment before, and the view
+    /// shows an impossible state). Its `owners` are read at each poll instead.
+    partitions: Option<OperationsSample>,
     /// The backlog and instance count of recent polls, for the chart.
     history: std::collections::VecDeque<views::OperationsPoint>,
-}
-
-/// The checkpoints, and the partition ends read *after* them: a checkpoint is never ahead of
-/// the end it is shown beside (read the other way round, a busy partition's checkpoint moves
-/// past the end read a moment before, and the view shows an impossible state).
-#[derive(Clone)]
-struct PartitionsReading {
-    at: DateTime<Utc>,
-    checkpoints: BTreeMap<String, i64>,
-    ends: BTreeMap<String, PartitionEnd>,
 }
 
 /// Windows the fleet view lists on every poll: the current one, and the one before, which
@@ -642,29 +635,29 @@ impl Dashboard {
     }
 
     pub async fn operations(&self, now: DateTime<Utc>) -> Result<OperationsView, DashboardError> {
-        let mut sample = OperationsSample {
-            at: Some(now),
-            ..Default::default()
-        };
+        let mut owners = BTreeMap::new();
         if let Some((store, key)) = &self.sources.checkpoints {
             for o in store.list_ownership(key).await? {
                 let active = o.is_live(now, self.sources.foreign_ownership_expiry);
-                sample.owners.insert(o.partition_id, (o.owner_id, active));
+                owners.insert(o.partition_id, (o.owner_id, active));
             }
         }
         let mut previous = self.previous.lock().await;
-        let fresh = previous.partitions.as_ref().is_some_and(|r| {
-            (now - r.at)
-                .to_std()
-                .is_ok_and(|age| age < PARTITION_ENDS_EVERY)
-        });
+        let fresh = previous
+            .partitions
+            .as_ref()
+            .and_then(|r| r.at)
+            .is_some_and(|at| {
+                (now - at)
+                    .to_std()
+                    .is_ok_and(|age| age < PARTITION_ENDS_EVERY)
+            });
         if !fresh {
             // The checkpoints first, then the ends: one moment, in an order that cannot show a
             // checkpoint past its partition's end.
-            let mut reading = PartitionsReading {
-                at: now,
-                checkpoints: BTreeMap::new(),
-                ends: BTreeMap::new(),
+            let mut reading = OperationsSample {
+                at: Some(now),
+                ..Default::default()
             };
             if let Some((store, key)) = &self.sources.checkpoints {
                 for c in store.list_checkpoints(key).await?.items {
@@ -687,19 +680,15 @@ impl Dashboard {
                 }
             }
             // The reading before is what the rates are measured against.
-            previous.sample = previous.partitions.take().map(|before| OperationsSample {
-                at: Some(before.at),
-                owners: BTreeMap::new(),
-                checkpoints: before.checkpoints,
-                ends: before.ends,
-            });
-            previous.partitions = Some(reading);
+            previous.sample = previous.partitions.replace(reading);
         }
-        if let Some(reading) = &previous.partitions {
-            sample.at = Some(reading.at);
-            sample.checkpoints = reading.checkpoints.clone();
-            sample.ends = reading.ends.clone();
-        }
+        let sample = OperationsSample {
+            owners,
+            ..previous
+                .partitions
+                .clone()
+                .expect("read above unless a fresh one is kept")
+        };
         let mut view = views::operations_view(
             &self.sources.hub,
             &self.sources.consumer_group,

@@ -92,6 +92,20 @@ impl AttemptStats {
         self.retrying.lock().expect("retrying lock").clone()
     }
 
+    /// A retry of `partition`'s batch, after `attempts` attempts, the last failed with `error`.
+    fn retry(&self, partition: &str, since: tokio::time::Instant, attempts: u32, error: &str) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+        let last_error = error.chars().take(300).collect();
+        self.retrying.lock().expect("retrying lock").insert(
+            partition.to_string(),
+            Retrying {
+                since,
+                attempts,
+                last_error,
+            },
+        );
+    }
+
     fn count(&self, outcome: &Result<(), InvocationFailure>) {
         let counter = match outcome {
             Ok(()) => &self.succeeded,
@@ -477,19 +491,8 @@ impl FunctionDispatch {
                 return BatchOutcome::Failed(format!("{error} (after {attempt} retries)"));
             }
             attempt += 1;
-            self.attempts.retries.fetch_add(1, Ordering::Relaxed);
             self.attempts
-                .retrying
-                .lock()
-                .expect("retrying lock")
-                .insert(
-                    partition.clone(),
-                    Retrying {
-                        since: started,
-                        attempts: attempt,
-                        last_error: error.message.chars().take(300).collect(),
-                    },
-                );
+                .retry(partition, started, attempt, &error.message);
             last_error = Some(error.clone());
             let delay = retry_delay(policy, attempt);
             tracing::warn!(

@@ -368,14 +368,20 @@ pub fn event_hub_functions(
 /// on Azure (each listener its own), competing for the partitions; under one owner id each
 /// would take every partition for its own, and both read them.
 pub fn processor_owner(functions: &[FunctionTarget], index: usize, owner: &str) -> String {
+    format!("{owner}{}", owner_suffix(functions, index))
+}
+
+/// `+Function` for a function whose event hub and consumer group an earlier function of the
+/// app shares; empty for the others.
+fn owner_suffix(functions: &[FunctionTarget], index: usize) -> String {
     let f = &functions[index];
     let shares = functions[..index]
         .iter()
         .any(|earlier| consumer_group_of(earlier) == consumer_group_of(f));
     if shares {
-        format!("{owner}+{}", f.spec.name)
+        format!("+{}", f.spec.name)
     } else {
-        owner.to_string()
+        String::new()
     }
 }
 
@@ -393,24 +399,23 @@ fn consumer_group_of(f: &FunctionTarget) -> (String, String, String) {
 /// sees only part of the events; the host says nothing (azure-webjobs-sdk issue 1171 asks it
 /// to), `emulate` warns.
 pub fn shared_consumer_groups(functions: &[FunctionTarget]) -> Vec<(Vec<String>, String, String)> {
-    let mut groups: Vec<((String, String, String), Vec<String>)> = Vec::new();
+    // Each group with the first function on it, whose names the warning uses.
+    let mut groups: Vec<(&FunctionTarget, Vec<String>)> = Vec::new();
     for f in functions {
-        let key = consumer_group_of(f);
-        match groups.iter_mut().find(|(k, _)| *k == key) {
+        match groups
+            .iter_mut()
+            .find(|(first, _)| consumer_group_of(first) == consumer_group_of(f))
+        {
             Some((_, names)) => names.push(f.spec.name.clone()),
-            None => groups.push((key, vec![f.spec.name.clone()])),
+            None => groups.push((f, vec![f.spec.name.clone()])),
         }
     }
     groups
         .into_iter()
         .filter(|(_, names)| names.len() > 1)
-        .map(|((_, hub, _), names)| {
-            let group = functions
-                .iter()
-                .find(|f| f.spec.name == names[0])
-                .map(|f| f.trigger.consumer_group.clone())
-                .unwrap_or_default();
-            (names, hub, group)
+        .map(|(first, names)| {
+            let group = first.trigger.consumer_group.clone();
+            (names, first.target.hub.clone(), group)
         })
         .collect()
 }
@@ -426,20 +431,17 @@ pub fn claim_identity(
 ) -> Result<InstanceIdentity, IdentityError> {
     let candidates =
         owner_id::candidates(explicit, |k| std::env::var(k).ok(), owner_id::hostname());
-    // One lock per owner id a processor claims under (two functions sharing a consumer group
-    // claim under two), and each once: locking one file twice, this process would wait on
-    // itself.
-    let mut scopes: Vec<String> = functions
+    // One lock per owner id a processor claims under: two functions sharing a consumer group
+    // claim under two.
+    let scopes: Vec<String> = functions
         .iter()
         .enumerate()
         .map(|(i, f)| {
             let (namespace, hub, group) = consumer_group_of(f);
-            let suffix = processor_owner(functions, i, "");
+            let suffix = owner_suffix(functions, i);
             format!("{}|{namespace}/{hub}/{group}{suffix}", store.describe())
         })
         .collect();
-    scopes.sort();
-    scopes.dedup();
     owner_id::claim(&candidates, &scopes, &owner_id::lock_folder())
 }
 
@@ -648,10 +650,9 @@ pub async fn run(
     for (names, hub, group) in shared_consumer_groups(&functions) {
         let warning = format!(
             "{} are {} triggered by event hub {hub}, consumer group {group}: as on Azure, they compete for its partitions, and each sees only part of the events; give each function its own consumerGroup in its function.json (and create the group on the event hub) for each to see every event",
-            match names.as_slice() {
-                [first, second] => format!("{first} and {second}"),
-                [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
-                [] => String::new(),
+            match names.split_last() {
+                Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+                None => String::new(),
             },
             if names.len() == 2 { "both" } else { "all" }
         );

@@ -207,13 +207,16 @@ pub fn claim(
     })
 }
 
-/// Locks `id` in every scope, or none: `Ok(Err(holder))` when another process holds one.
+/// Locks `id` in every scope, or none: `Ok(Err(holder))` when another process holds one. A
+/// scope named twice is locked once: a second lock on the same file would wait on this
+/// process's own.
 fn claim_all(
     id: &str,
     scopes: &[String],
     folder: &Path,
 ) -> std::io::Result<Result<Vec<File>, String>> {
     let mut files = Vec::new();
+    let scopes: std::collections::BTreeSet<&String> = scopes.iter().collect();
     for scope in scopes {
         let path = folder.join(format!("{}.lock", claim_name(scope, id)));
         let mut file = std::fs::OpenOptions::new()
@@ -337,6 +340,17 @@ mod tests {
         // Another store or consumer group is another scope: box-0 is free there.
         let other = ["store b|ns/hub/$default".to_string()];
         assert_eq!(claim(&slots, &other, folder.path()).unwrap().id, "box-0");
+    }
+
+    #[test]
+    fn a_scope_named_twice_is_claimed_once_not_waited_on() {
+        let folder = tempfile::tempdir().unwrap();
+        let slots = candidates(None, no_env, Some("box".into()));
+        let scope = "store a|ns/hub/$default".to_string();
+        let started = Instant::now();
+        let claimed = claim(&slots, &[scope.clone(), scope], folder.path()).unwrap();
+        assert_eq!(claimed.id, "box-0");
+        assert!(started.elapsed() < OWN_LOCK_WAIT, "{:?}", started.elapsed());
     }
 
     #[test]

@@ -484,13 +484,7 @@ impl Stage for SimulatedApp {
                     // Over the partitions there are now: added ones get their share.
                     let (partition, sequence) =
                         hub.append(group * per_tick + j, vec![body.clone()], &[]);
-                    let partition: u32 = partition.parse().expect("numbered partitions");
-                    let at = partition as usize;
-                    if sent.last_sequence.len() <= at {
-                        sent.last_sequence.resize(at + 1, -1);
-                    }
-                    sent.last_sequence[at] = sequence;
-                    sent.partitions.push(partition);
+                    sent.record(partition.parse().expect("numbered partitions"), sequence);
                 }
             }
             Ok(sent)
