@@ -25,12 +25,12 @@
 //! test kit's `hold_fixed_ports`), each first waiting until they are free; what needs no port
 //! (a new project's first `cargo test`, packaging) runs meanwhile.
 //!
-//! The release profile is built at opt-level 0 here (`CARGO_PROFILE_RELEASE_OPT_LEVEL=0` in the
-//! shells' environment, the commands unchanged): the installs and `cargo run --release` then
-//! build in half the time, and nothing they check depends on optimization (the rest of the suite
-//! runs unoptimized builds too; the benchmarks build the real profile). The five-minute path's
-//! `hubhost package` builds with the full profile, as a user's does; the reference app's with
-//! the test kit's `QUICK_PACKAGE` settings, as tests/cli/package.rs does, which makes that build.
+//! The release profile is built quickly here (the test kit's `QUICK_RELEASE` settings in the
+//! shells' environment: opt-level 0, no link-time optimization, 16 codegen units; the commands
+//! unchanged): the installs and `cargo run --release` then build in a fraction of the time, and
+//! nothing they check depends on optimization (the rest of the suite runs unoptimized builds too;
+//! the benchmarks build the real profile). `hubhost package` builds with the full profile, as a
+//! user's does: the reference app's package is tests/cli/package.rs's build, reused.
 
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
@@ -396,9 +396,9 @@ fn commands_are_read_from_fenced_shell_blocks_only() {
 // ---------------------------------------------------------------------------------------------
 // Running commands as a user's shell does
 
-/// The release profile at opt-level 0, for the builds that do not package (see the module's
+/// The release profile built quickly, for the builds that do not package (see the module's
 /// documentation).
-const QUICK_RELEASE: (&str, &str) = ("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0");
+const QUICK_RELEASE: &[(&str, &str)] = kit::tools::QUICK_RELEASE;
 
 /// The fixed ports the documented commands use.
 const DEFAULT_PORTS: &[u16] = &[5672, 5671, 5443, 9092, 5380, 7071, 6671];
@@ -466,10 +466,13 @@ impl Shell {
             name,
             script,
             dir: dir.to_path_buf(),
-            env: vec![
-                ("PATH".into(), path.into_string().unwrap()),
-                (QUICK_RELEASE.0.into(), QUICK_RELEASE.1.into()),
-            ],
+            env: std::iter::once(("PATH".into(), path.into_string().unwrap()))
+                .chain(
+                    QUICK_RELEASE
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string())),
+                )
+                .collect(),
             logs,
             ran: BTreeSet::new(),
         }
@@ -479,12 +482,6 @@ impl Shell {
     /// `hubhost package` as a user types it); its stdout and stderr.
     fn ok_full_profile(&mut self, text: &str, limit: Duration) -> (String, String) {
         self.ok_with_profile(&[], text, limit)
-    }
-
-    /// Runs `text`, which must succeed, with the test kit's [`kit::tools::QUICK_PACKAGE`] release
-    /// settings, as a user may give them (docs/deploy.md); its stdout and stderr.
-    fn ok_quick_package(&mut self, text: &str, limit: Duration) -> (String, String) {
-        self.ok_with_profile(kit::tools::QUICK_PACKAGE, text, limit)
     }
 
     /// Runs `text` with `settings` as the release profile's variables, in place of the shell's.
@@ -1377,10 +1374,10 @@ fn the_reference_app_runs_as_docs_running_says() {
     drop(hub);
     drop(ports);
 
-    // The deployment zip of the reference app, with the settings tests/cli/package.rs builds
-    // it with: that build is this one's.
+    // The deployment zip of the reference app, with the full profile as tests/cli/package.rs
+    // builds it: that build is this one's.
     let (out, _) =
-        shell.ok_quick_package("hubhost package --out app.zip", Duration::from_secs(2400));
+        shell.ok_full_profile("hubhost package --out app.zip", Duration::from_secs(2400));
     assert!(out.contains("app.zip: valid"), "{out}");
     let zip = zip::ZipArchive::new(std::fs::File::open(root.join("app.zip")).unwrap()).unwrap();
     let names: BTreeSet<String> = zip

@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
     /// A hub as `name:partitions[:group1,group2]` ($Default is always there); repeatable
-    /// [default: sensors:16:archive and alarms:4].
+    /// [default: sensors:16:archive and alarms:4:dashboard].
     #[arg(long = "hub")]
     pub hubs: Vec<String>,
     /// Hubs from a JSON file: hubhost's ({"hubs": [...]}) or the official emulator's Config.json.

@@ -6,9 +6,12 @@
 //! platform would fail on — a binary linked against this machine's glibc, a zip carrying local
 //! secrets, an executable without its run bit, a host.json naming a file that is not there.
 //!
-//! It builds with the test kit's `QUICK_PACKAGE` release settings (no link-time optimization,
-//! opt-level 0), as a user may set them, since nothing checked here depends on optimization; the
-//! five-minute path in tests/docs.rs packages a new project with the full profile.
+//! It builds with the full profile, as a user's `hubhost package` does, because the executable's
+//! size is checked: at most 12 MB, since the platform copies and maps it on every cold start.
+//! And the packaged handler exports its spans over OTLP/HTTP to a receiver built on
+//! OpenTelemetry's own protobuf definitions, and says at start-up that it has no gRPC export
+//! when asked for one (it is built without, to stay small). tests/docs.rs packages the
+//! reference app with the same settings, reusing this build.
 //!
 //! cargo-zigbuild and Zig come from the registries into .tools/ (scripts/test.sh installs them).
 
@@ -46,7 +49,6 @@ fn package(args: &[&str]) -> (bool, String, String) {
         common::without_test_run_env(&mut Command::new(env!("CARGO_BIN_EXE_hubhost")))
             .arg("package")
             .args(args)
-            .envs(common::tools::QUICK_PACKAGE.iter().copied())
             .env("PATH", tool_path())
             .current_dir(repo()),
         Duration::from_secs(2400),
@@ -88,9 +90,73 @@ fn write_zip(path: &Path, files: &[ZipFile]) {
     zip.finish().unwrap();
 }
 
+/// The packaged handler `exe` under `hubhost invoke`, in the app folder as the zip has it (a
+/// bare `defaultExecutablePath` is looked for there first): with `OTEL_EXPORTER_OTLP_ENDPOINT` set, the invocation's span reaches a receiver over
+/// HTTP; asked for gRPC, which it is built without, it says so and the invocation still runs.
+fn exports_spans_over_http_and_names_grpc_missing(exe: &Path, dir: &Path) {
+    let receiver = common::OtlpReceiver::start();
+    let project = dir.join("project");
+    common::copy_dir(&repo().join("function_app"), &project.join("function_app"));
+    std::fs::copy(exe, project.join("function_app/hubhost-app")).unwrap();
+    let settings = serde_json::json!({"IsEncrypted": false, "Values": {
+        "FUNCTIONS_WORKER_RUNTIME": "custom",
+        "EventHubName": "sensors",
+        "AzureWebJobsStorage": "storage",
+        // The handler's spans by name: `hubhost invoke` exports its own as `hubhost-emulate`.
+        "OTEL_SERVICE_NAME": "packaged-handler",
+        // Never dialled: invoke shows what the outputs would do without carrying them out.
+        "EventHubConnection": "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;",
+    }});
+    std::fs::write(
+        project.join("function_app/local.settings.json"),
+        settings.to_string(),
+    )
+    .unwrap();
+    let reading = serde_json::json!({"homeId": "home-00007", "sensorId": "s", "type": "motion",
+        "state": "motion", "ts": "2026-12-07T10:00:00Z"});
+    std::fs::write(
+        project.join("events.json"),
+        serde_json::json!([{"body": reading.to_string()}]).to_string(),
+    )
+    .unwrap();
+    let invoke = |protocol: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+        command
+            .args(["invoke", "RawArchive", "--app", "function_app"])
+            .args(["--events", "events.json"])
+            .current_dir(&project)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.http_endpoint())
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+            .env_remove("OTEL_SERVICE_NAME")
+            .env_remove("RUST_LOG");
+        let out = common::output_within(&mut command, common::COMMAND_LIMIT);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    invoke("http/protobuf");
+    let span = receiver.wait_for("the packaged handler's invocation span", |records| {
+        common::OtlpReceiver::spans(records, "packaged-handler")
+            .find(|s| s["attributes"]["faas.name"] == "RawArchive")
+            .cloned()
+    });
+    assert_eq!(span["transport"], "http/protobuf", "{span}");
+    let said = invoke("grpc");
+    assert!(
+        said.contains("built without OTLP over gRPC") && said.contains("http/protobuf"),
+        "{said}"
+    );
+    // Said once, and not contradicted: nothing claims it exports.
+    assert!(
+        !said
+            .lines()
+            .any(|l| l.contains("exporting OpenTelemetry") && l.contains("Grpc")),
+        "{said}"
+    );
+}
+
 #[test]
 fn the_reference_app_is_packaged_for_the_functions_linux_images() {
-    common::require!(Tool::Zigbuild);
+    common::require!(Tool::Zigbuild, Tool::OpenTelemetry);
     let dir = tempfile::tempdir().unwrap();
     let zip = dir.path().join("app.zip");
     let zip_arg = zip.display().to_string();
@@ -161,6 +227,13 @@ fn the_reference_app_is_packaged_for_the_functions_linux_images() {
         <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
     )
     .unwrap();
+    // Small: the platform copies and maps it on every cold start.
+    assert!(
+        binary.len() <= 12_000_000,
+        "the packaged handler is {} bytes, over 12 MB",
+        binary.len()
+    );
+    exports_spans_over_http_and_names_grpc_missing(&exe, dir.path());
     let version = Command::new(&exe).arg("--version").output().unwrap();
     assert!(version.status.success());
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("hubhost-app "));

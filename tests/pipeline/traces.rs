@@ -3,85 +3,18 @@
 //! alarms they raise, the reference app under `hubhost emulate` exporting by the standard
 //! `OTEL_*` settings, and an OTLP receiver built on OpenTelemetry's own protobuf definitions.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hubhost_testkit::{self as kit, Hub, KEY, KilledOnDrop, Tool};
 use serde_json::{Value, json};
 
-/// `tests/python/otlp_receiver.py`: what it received, one JSON value per span or data point.
-struct Receiver {
-    child: Child,
-    _stdin: ChildStdin,
-    http: u16,
-    grpc: u16,
-    records: Arc<Mutex<Vec<Value>>>,
-}
-
-impl Receiver {
-    fn start() -> Receiver {
-        let mut child = Command::new(kit::python())
-            .arg(kit::repository().join("tests/python/otlp_receiver.py"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the OTLP receiver starts");
-        let stdin = child.stdin.take().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let ports: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        let records = Arc::new(Mutex::new(Vec::new()));
-        let into = records.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                into.lock()
-                    .unwrap()
-                    .push(serde_json::from_str(&line).unwrap());
-            }
-        });
-        Receiver {
-            child,
-            _stdin: stdin,
-            http: ports["http"].as_u64().unwrap() as u16,
-            grpc: ports["grpc"].as_u64().unwrap() as u16,
-            records,
-        }
-    }
-
-    fn records(&self) -> Vec<Value> {
-        self.records.lock().unwrap().clone()
-    }
-
-    /// Waits until `found` finds what it looks for in the records so far.
-    fn wait_for<T>(&self, what: &str, found: impl Fn(&[Value]) -> Option<T>) -> T {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            if let Some(value) = found(&self.records()) {
-                return value;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the receiver got no {what}; it got: {:#}",
-                Value::Array(self.records())
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Receiver = kit::OtlpReceiver;
 
 fn spans<'a>(records: &'a [Value], service: &'a str) -> impl Iterator<Item = &'a Value> {
-    records
-        .iter()
-        .filter(move |r| r["type"] == "span" && r["service"] == service)
+    Receiver::spans(records, service)
 }
 
 /// `tests/python/traced_peer.py` with tracing exported to `receiver` as `service`.

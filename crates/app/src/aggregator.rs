@@ -63,6 +63,7 @@ impl Aggregator {
                             ts: reading.time,
                             partition_id: batch.partition.partition_id.clone(),
                             sequence_number: event.sequence_number,
+                            enqueued: event.enqueued_time,
                         });
                     }
                     let window = window_start(reading.time, self.window_seconds);

@@ -79,6 +79,10 @@ pub struct AlarmEvent {
     pub ts: chrono::DateTime<chrono::Utc>,
     pub partition_id: String,
     pub sequence_number: Option<i64>,
+    /// When the event hub took the reading in: how long an alarm takes to reach the page is
+    /// measured from here (`bench latency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueued: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Which of the app's functions a request is for.

@@ -253,6 +253,10 @@ pub enum BenchCommand {
         /// Storage for the handler (default: a fresh temporary directory per run).
         #[arg(long)]
         storage: Option<String>,
+        /// The reference app's handler as an executable of its own, such as the `hubhost-app`
+        /// that `hubhost package` built [default: `hubhost serve`].
+        #[arg(long)]
+        reference_handler: Option<std::path::PathBuf>,
     },
     /// How fast a rehearsal runs: examples/forward-events' forward-once simulated in-process,
     /// simulated with its handler as a process, and rehearsed with real processes (the
@@ -653,6 +657,7 @@ pub async fn run(
             homes,
             repetitions,
             storage,
+            reference_handler,
         } => bench::run(bench::BenchOptions {
             batch_sizes,
             events,
@@ -660,6 +665,7 @@ pub async fn run(
             homes,
             repetitions,
             storage,
+            reference_handler,
         })
         .await
         .map(|_| ())

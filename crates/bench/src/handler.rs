@@ -38,6 +38,9 @@ pub struct BenchOptions {
     /// Storage for the handler under test: a directory (default: a fresh temporary one per run)
     /// or a connection string.
     pub storage: Option<String>,
+    /// The reference app's handler as an executable of its own (a packaged `hubhost-app`, which
+    /// takes `--port` itself) in place of `hubhost serve`.
+    pub reference_handler: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -450,19 +453,34 @@ async fn measure(
         .clone()
         .unwrap_or_else(|| scratch.display().to_string());
     let port = hubhost_process::child::free_listen_port().map_err(BenchError::Spawn)?;
-    let exe = match kind {
-        HandlerKind::ReferenceApp | HandlerKind::ReferenceAppWithoutOnce => crate::hubhost_exe(),
-        HandlerKind::Trivial | HandlerKind::TrivialStampedEvents | HandlerKind::TrivialTracing => {
-            std::env::current_exe()
+    let exe = match (kind, &opts.reference_handler) {
+        (HandlerKind::ReferenceApp | HandlerKind::ReferenceAppWithoutOnce, Some(exe)) => {
+            Ok(exe.clone())
         }
+        (HandlerKind::ReferenceApp | HandlerKind::ReferenceAppWithoutOnce, None) => {
+            crate::hubhost_exe()
+        }
+        (
+            HandlerKind::Trivial | HandlerKind::TrivialStampedEvents | HandlerKind::TrivialTracing,
+            _,
+        ) => std::env::current_exe(),
     };
     let mut command = hubhost_process::child::command(exe.map_err(BenchError::Spawn)?);
+    if opts.reference_handler.is_none() {
+        // `hubhost serve`; a handler of its own is the command.
+        if matches!(
+            kind,
+            HandlerKind::ReferenceApp | HandlerKind::ReferenceAppWithoutOnce
+        ) {
+            command.arg("serve");
+        }
+    }
     match kind {
         HandlerKind::ReferenceApp => command
-            .args(["serve", "--port", &port.to_string()])
+            .args(["--port", &port.to_string()])
             .env("HUBHOST_STORAGE", &storage),
         HandlerKind::ReferenceAppWithoutOnce => command
-            .args(["serve", "--port", &port.to_string()])
+            .args(["--port", &port.to_string()])
             .env("HUBHOST_STORAGE", &storage)
             .env("HUBHOST_ALARMS_AT_LEAST_ONCE", "1"),
         HandlerKind::Trivial | HandlerKind::TrivialStampedEvents | HandlerKind::TrivialTracing => {

@@ -9,9 +9,12 @@
 //!   → received (no handler, no storage): what any consumer pays on this machine;
 //! - **applied**: each handler's `hubhost_handler_applied_age_seconds` histogram, enqueued time
 //!   → window block written, recorded by the app for every reading it applies the first time;
+//! - **pushed**: the page's stream of alarms (`/api/dashboard/alarms` of an instance's handler,
+//!   server-sent events read from the alarms hub); every alarm counts from its reading's
+//!   enqueued time to the moment its event arrives, as the page shows it;
 //! - **page**: the fleet view's JSON (`/api/dashboard/fleet.json` of an instance's handler)
-//!   polled every `page_poll`; an alarm counts from its enqueued time to the first poll that
-//!   lists it. Intrusions (about 130 a second at the reference load) are left out: the view
+//!   polled every `page_poll`, as a browser that cannot keep the stream open sees alarms; an
+//!   alarm counts from its enqueued time to the first poll that lists it. Intrusions (about 130 a second at the reference load) are left out: the view
 //!   lists 50 alarms, most urgent first, so a poll shows only a sample of them and which ones
 //!   would bias the figure. At the reference load the 50 rows hold smoke and CO alarms (about
 //!   200 active at a time), so those are what is timed.
@@ -102,6 +105,9 @@ pub struct LatencyRun {
     pub sent_per_s: f64,
     pub baseline: Latency,
     pub applied: Latency,
+    /// Alarms pushed to the page.
+    pub pushed: Latency,
+    /// Smoke and CO alarms as a polling page sees them.
     pub page: Latency,
 }
 
@@ -147,6 +153,12 @@ async fn one_run(opts: &LatencyOptions, count: usize) -> Result<LatencyRun, Late
         stop.clone(),
     ));
     let (page, page_task) = open_page(&handlers[0], opts.page_poll, &stop);
+    let pushed = Arc::new(Histogram::new(metrics::fine_latency_buckets()));
+    let stream_task = tokio::spawn(watch_stream(
+        format!("{}/api/dashboard/alarms", handlers[0]),
+        pushed.clone(),
+        stop.clone(),
+    ));
 
     note(format!(
         "{count} instance(s), {} homes in real time: {} s to warm up, then {} s measured",
@@ -157,12 +169,12 @@ async fn one_run(opts: &LatencyOptions, count: usize) -> Result<LatencyRun, Late
     tokio::time::sleep(opts.warmup).await;
     let http = reqwest::Client::new();
     let sent_at_start = load.sent().await?;
-    let mut readings = vec![Readings::take(&http, &handlers, &baseline, &page).await?];
+    let mut readings = vec![Readings::take(&http, &handlers, &baseline, &pushed, &page).await?];
     let started = Instant::now();
     while started.elapsed() < opts.duration {
         let left = opts.duration.saturating_sub(started.elapsed());
         tokio::time::sleep(opts.interval.min(left)).await;
-        readings.push(Readings::take(&http, &handlers, &baseline, &page).await?);
+        readings.push(Readings::take(&http, &handlers, &baseline, &pushed, &page).await?);
         note(format!(
             "{count} instance(s): {:.0} of {} s",
             started.elapsed().as_secs_f64(),
@@ -176,6 +188,7 @@ async fn one_run(opts: &LatencyOptions, count: usize) -> Result<LatencyRun, Late
         .await
         .map_err(|e| LatencyBenchError::Other(e.to_string()))??;
     let _ = page_task.await;
+    let _ = stream_task.await;
     let (summary, _) = load.finish().await?;
     if summary.failed > 0 {
         note(format!("the simulator saw {} sends fail", summary.failed));
@@ -195,14 +208,16 @@ async fn one_run(opts: &LatencyOptions, count: usize) -> Result<LatencyRun, Late
         sent_per_s: (sent_at_end - sent_at_start) as f64 / seconds,
         baseline: series(|r| &r.baseline),
         applied: series(|r| &r.applied),
+        pushed: series(|r| &r.pushed),
         page: series(|r| &r.page),
     })
 }
 
-/// The three histograms at one moment.
+/// The histograms at one moment.
 struct Readings {
     baseline: Buckets,
     applied: Buckets,
+    pushed: Buckets,
     page: Buckets,
 }
 
@@ -211,6 +226,7 @@ impl Readings {
         http: &reqwest::Client,
         handlers: &[String],
         baseline: &Histogram,
+        pushed: &Histogram,
         page: &Histogram,
     ) -> Result<Self, LatencyBenchError> {
         let mut applied = Buckets::default();
@@ -226,6 +242,7 @@ impl Readings {
         Ok(Readings {
             baseline: baseline.buckets(),
             applied,
+            pushed: pushed.buckets(),
             page: page.buckets(),
         })
     }
@@ -342,6 +359,68 @@ async fn watch_page(url: String, every: Duration, ages: Arc<Histogram>, stop: Ca
     }
 }
 
+/// Reads the page's stream of alarms as a browser does, reconnecting as `EventSource` does;
+/// each alarm counts from its reading's enqueued time to its arrival.
+async fn watch_stream(url: String, ages: Arc<Histogram>, stop: CancellationToken) {
+    let http = reqwest::Client::new();
+    let mut failures = BTreeMap::<String, u32>::new();
+    while !stop.is_cancelled() {
+        let read = async {
+            let mut response = http.get(&url).send().await.map_err(|e| e.to_string())?;
+            if !response.status().is_success() {
+                return Err(format!("{url} answered {}", response.status()));
+            }
+            let mut pending = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+                let arrived = chrono::Utc::now();
+                pending.extend_from_slice(&chunk);
+                // An event ends with a blank line; its `data:` line holds the alarm's row.
+                while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+                    let event: Vec<u8> = pending.drain(..end + 2).collect();
+                    if let Some(age) = pushed_age(&event, arrived) {
+                        ages.observe(age);
+                    }
+                }
+            }
+            Ok(())
+        };
+        let ended = tokio::select! {
+            _ = stop.cancelled() => break,
+            ended = read => ended,
+        };
+        if let Err(e) = ended {
+            *failures.entry(e).or_default() += 1;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    for (failure, times) in failures {
+        note(format!(
+            "the page's alarm stream failed {times} time(s): {failure}"
+        ));
+    }
+}
+
+/// How old the alarm of one server-sent event (`event: alarm`, `data: {row}`) was when it
+/// arrived; `None` for any other event.
+fn pushed_age(event: &[u8], arrived: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let text = std::str::from_utf8(event).ok()?;
+    let mut lines = text.lines();
+    if !lines.clone().any(|l| l == "event: alarm") {
+        return None;
+    }
+    let data = lines.find_map(|l| l.strip_prefix("data:"))?;
+    let row: serde_json::Value = serde_json::from_str(data.trim()).ok()?;
+    let enqueued = chrono::DateTime::parse_from_rfc3339(row["enqueued"].as_str()?).ok()?;
+    arrived
+        .signed_duration_since(enqueued.to_utc())
+        .to_std()
+        .ok()
+        .or(Some(Duration::ZERO))
+}
+
 fn ms(seconds: Option<f64>) -> String {
     match seconds {
         Some(s) if s.is_infinite() => "> 128 s".into(),
@@ -393,7 +472,8 @@ fn print(runs: &[LatencyRun], opts: &LatencyOptions) {
         for (what, l) in [
             ("baseline: SDK received", &run.baseline),
             ("applied to window block", &run.applied),
-            ("smoke/CO alarm on page", &run.page),
+            ("alarm pushed to page", &run.pushed),
+            ("smoke/CO alarm, page polls", &run.page),
         ] {
             println!(
                 "{:<10} {:<26} {:>9} {:>8} {:>8} {:>8} {:>8}   {}",

@@ -52,8 +52,9 @@ impl HubProcess {
             // The reference app's archive reads its own consumer group, and so does
             // `bench latency`'s baseline.
             .arg(format!("{HUB}:{partitions}:archive,{}", BASELINE_GROUP))
-            // Where the reference app's SensorAggregator forwards alarms.
-            .args(["--hub", "alarms:4"])
+            // Where the reference app's SensorAggregator forwards alarms, and its page reads
+            // them as they come.
+            .args(["--hub", "alarms:4:dashboard"])
             .arg("--data-dir")
             .arg(data_dir)
             .args(args)

@@ -137,12 +137,12 @@ impl HubSpec {
     }
 
     /// The reference app's second hub: `SensorAggregator` forwards alarms to it through its
-    /// `eventHub` output.
+    /// `eventHub` output, and its page reads them as they come in consumer group `dashboard`.
     pub fn alarms() -> Self {
         HubSpec {
             name: "alarms".into(),
             partitions: 4,
-            consumer_groups: vec!["$Default".into()],
+            consumer_groups: vec!["$Default".into(), "dashboard".into()],
         }
     }
 

@@ -5,7 +5,9 @@
 //!   `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and `OTEL_TRACES_EXPORTER` is not `none`);
 //!   metrics likewise with `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` / `OTEL_METRICS_EXPORTER`.
 //!   `OTEL_SDK_DISABLED=true` turns both off.
-//! - The protocol is `OTEL_EXPORTER_OTLP_PROTOCOL` (`http/protobuf`, the default, or `grpc`);
+//! - The protocol is `OTEL_EXPORTER_OTLP_PROTOCOL` (`http/protobuf`, the default, or `grpc`
+//!   when built with this crate's `grpc` feature: tonic and its HTTP/2 stack add about 2.5 MB,
+//!   which a deployed handler would carry on every cold start, so it speaks HTTP only);
 //!   `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER(_ARG)`,
 //!   `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_EXPORTER_OTLP_HEADERS` are
 //!   read by the OpenTelemetry SDK itself.
@@ -74,6 +76,14 @@ pub enum TelemetryError {
         /// Its value.
         value: String,
     },
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL` is `grpc` in an executable built without the `grpc`
+    /// feature.
+    #[error(
+        "OTEL_EXPORTER_OTLP_PROTOCOL is \"grpc\", but this executable is built without OTLP over gRPC: \
+         set it to \"http/protobuf\" and point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's HTTP port \
+         (4318 by convention), or build with the `grpc` feature of hubhost-functions"
+    )]
+    GrpcNotBuilt,
     /// The SDK could not build an exporter from the settings (a malformed endpoint, say).
     #[error("cannot build the OTLP {signal} exporter: {reason}")]
     Exporter {
@@ -314,7 +324,7 @@ fn install_logging(logging: &Logging<'_>) {
         EXPORTING_TRACES.store(true, Ordering::Relaxed);
     }
     if let Ok(settings) = &settings
-        && (settings.traces || settings.metrics)
+        && (telemetry.tracer_provider.is_some() || telemetry.meter_provider.is_some())
     {
         tracing::info!(
             traces = settings.traces,
@@ -497,7 +507,10 @@ fn span_exporter(
             .with_endpoint(format!("{collector}/v1/traces"))
             .build(),
         (Protocol::HttpProtobuf, None) => builder.with_http().build(),
+        #[cfg(feature = "grpc")]
         (Protocol::Grpc, None) => builder.with_tonic().build(),
+        #[cfg(not(feature = "grpc"))]
+        (Protocol::Grpc, None) => return Err(TelemetryError::GrpcNotBuilt),
     };
     built.map_err(|e| TelemetryError::Exporter {
         signal: "traces",
@@ -511,7 +524,10 @@ fn metric_exporter(
     let builder = opentelemetry_otlp::MetricExporter::builder();
     let built = match protocol {
         Protocol::HttpProtobuf => builder.with_http().build(),
+        #[cfg(feature = "grpc")]
         Protocol::Grpc => builder.with_tonic().build(),
+        #[cfg(not(feature = "grpc"))]
+        Protocol::Grpc => return Err(TelemetryError::GrpcNotBuilt),
     };
     built.map_err(|e| TelemetryError::Exporter {
         signal: "metrics",

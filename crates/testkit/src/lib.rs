@@ -19,11 +19,13 @@
 //!   missing — or fails it under the full suite (`HUBHOST_REQUIRE_TOOLS=1`, set by
 //!   `scripts/test.sh`);
 //! - [`requests`]: a host request built as the Functions host builds it;
+//! - [`OtlpReceiver`]: an OTLP receiver (HTTP and gRPC) printing what it received;
 //! - [`stats`]: median and range of repeated measurements.
 
 pub mod azurite;
 pub mod hub;
 pub mod kafka;
+pub mod otlp;
 pub mod pool;
 pub mod process;
 pub mod python;
@@ -38,6 +40,7 @@ pub use hub::{Hub, KEY};
 pub use hubhost_rehearse as rehearse;
 pub use hubhost_rehearse::{FaultKind, InProcessHub, LocalApp, LocalAppError, Rehearsal};
 pub use kafka::{KafkaCallError, KafkaConnection, gzip_record_batch, record_batch};
+pub use otlp::OtlpReceiver;
 
 pub use process::{
     COMMAND_LIMIT, FIXED_PORTS_TURN, FixedPorts, KilledOnDrop, binary, build_examples, copy_dir,

@@ -85,15 +85,14 @@ impl Tool {
     }
 }
 
-/// The release-profile settings the suite packages the reference app with (`hubhost package`
-/// takes a setting the user gives Cargo through the environment as theirs): no link-time
-/// optimization, sixteen codegen units, opt-level 0. What the package tests check — the zip's
-/// files and modes, the glibc the executable asks for, that it runs — does not depend on
-/// optimization, and the full profile of the reference app took 340 s of CPU where this takes
-/// 150 s. The five-minute path packages a new project with the full profile, as a user types it.
-/// Every test that packages the reference app uses these same settings, so the build one of
-/// them makes is the others' as well.
-pub const QUICK_PACKAGE: &[(&str, &str)] = &[
+/// Release-profile settings that build in a fraction of the time, for the tests that run the
+/// README's `cargo install` and `cargo run --release` (Cargo takes them from the environment,
+/// the commands unchanged): no link-time optimization, sixteen codegen units, opt-level 0. What
+/// those tests check does not depend on optimization, and the release profile proper optimizes
+/// the whole program at once, the longest build of the suite. `hubhost package` takes such a
+/// setting as the user's, so the package tests build with the full profile instead: the size of
+/// the deployed executable is one of the things they check.
+pub const QUICK_RELEASE: &[(&str, &str)] = &[
     ("CARGO_PROFILE_RELEASE_LTO", "false"),
     ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16"),
     ("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0"),

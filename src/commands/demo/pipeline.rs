@@ -140,6 +140,10 @@ pub async fn run(
         dashboard: {
             let mut sources = DashboardSources::new(DEMO_HUB);
             sources.event_hub = Some(EventHubTarget::parse(&connection, Some(DEMO_HUB))?);
+            sources.alarms = Some(hubhost_app::dashboard::live::AlarmSource {
+                target: EventHubTarget::parse(&connection, Some(ALARMS_HUB))?,
+                consumer_group: hubhost_app::dashboard::live::DEFAULT_CONSUMER_GROUP.into(),
+            });
             let key = ConsumerGroupKey::new("localhost", DEMO_HUB, &sources.consumer_group)?;
             sources.checkpoints = Some((
                 CheckpointStore::new(opts.storage.open()?, hubhost_checkpoints::DEFAULT_CONTAINER),

@@ -13,6 +13,9 @@
 //!   `explorer/events.json` to peek at a partition's events and `explorer/send` to send one
 //!   (`explorer.rs`).
 //!
+//! Beside the views, `alarms` streams each alarm to the page the moment the alarms hub has it
+//! (server-sent events, `live.rs`).
+//!
 //! It reads only what the app wrote (window blocks, the home directory), the checkpoint store
 //! and the hub's partition properties. The fleet view keeps a summary of each window block by
 //! ETag, so a poll re-reads only the blocks that changed; it lists the two newest windows on
@@ -25,6 +28,7 @@
 //! value into the document as text, never as markup.
 
 pub mod explorer;
+pub mod live;
 pub mod traces;
 pub mod views;
 
@@ -81,6 +85,8 @@ pub struct DashboardSources {
     pub explorer: explorer::ExplorerSources,
     /// Where the trace view reads, when spans are at hand (the demo's own).
     pub traces: Option<TraceSources>,
+    /// Where the alarms pushed to the page are read: the alarms hub.
+    pub alarms: Option<live::AlarmSource>,
 }
 
 impl DashboardSources {
@@ -92,6 +98,7 @@ impl DashboardSources {
             event_hub: None,
             foreign_ownership_expiry: hubhost_checkpoints::FOREIGN_OWNERSHIP_EXPIRY,
             traces: None,
+            alarms: None,
             explorer: explorer::ExplorerSources {
                 foreign_ownership_expiry: hubhost_checkpoints::FOREIGN_OWNERSHIP_EXPIRY,
                 ..Default::default()
@@ -151,6 +158,7 @@ impl DashboardSources {
             &env,
         )
         .ok();
+        sources.alarms = live::AlarmSource::from_app_settings(sources.event_hub.as_ref(), &env);
         let namespace = hubhost_eventhubs::eventhub_namespace(&env);
         let storage = hubhost_storage::settings::resolve_storage(None, &env).ok();
         if let (Some(namespace), Some(storage)) = (namespace, storage)
@@ -315,6 +323,8 @@ pub struct Dashboard {
     explorer: explorer::Explorer,
     /// The batches this handler's functions are failing now.
     retries: Option<Arc<crate::retrying::RetryBoard>>,
+    /// The alarms pushed to open pages.
+    live: Arc<live::LiveAlarms>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -337,6 +347,7 @@ impl Dashboard {
             container: container.to_string(),
             window_seconds: window_seconds.max(1),
             explorer: explorer::Explorer::new(sources.explorer.clone()),
+            live: live::LiveAlarms::new(sources.alarms.clone()),
             sources,
             blocks: Mutex::new(HashMap::new()),
             home_partitions: Mutex::new(HashMap::new()),
@@ -730,6 +741,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(dashboard: Arc<Dashboard>) -> ax
         .route(&format!("{BASE}/operations.json"), get(operations))
         .route(&format!("{BASE}/explorer.json"), get(explorer_view))
         .route(&format!("{BASE}/traces.json"), get(traces_view))
+        .route(&format!("{BASE}/alarms"), get(alarm_stream))
         .route(
             &format!("{BASE}/explorer/events.json"),
             get(explorer_events),
@@ -786,6 +798,53 @@ fn problem(status: StatusCode, code: &str, message: &str) -> Response {
     (
         status,
         axum::Json(json!({"error": {"code": code, "message": message}})),
+    )
+        .into_response()
+}
+
+/// How long one page's stream lasts at most: then the browser opens another (`EventSource`
+/// reconnects by itself), so a stream a proxy holds back is let go, and a page never holds a
+/// connection for good.
+const STREAM_LASTS_AT_MOST: StdDuration = StdDuration::from_secs(300);
+
+/// `GET /api/dashboard/alarms`: server-sent events — `connected` at once, `live` once the
+/// alarms hub is read, `alarm` for each alarm (the fleet view's row), `unavailable` while it
+/// cannot be read, `missed` when this page fell behind. 404 without an Event Hubs connection,
+/// 503 when [`live::MAX_STREAMS`] pages stream already: the page polls either way.
+async fn alarm_stream(State(d): State<Arc<Dashboard>>) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let subscription = match d.live.subscribe() {
+        Ok(subscription) => subscription,
+        Err(e @ live::LiveError::NoSource) => {
+            return problem(StatusCode::NOT_FOUND, "no_alarm_feed", &e.to_string());
+        }
+        Err(e @ live::LiveError::TooManyStreams) => {
+            return problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_streams",
+                &e.to_string(),
+            );
+        }
+    };
+    let events = futures::stream::unfold(subscription, |mut subscription| async move {
+        let event = match subscription.next().await? {
+            live::Pushed::Connected => Event::default().event("connected").data("{}"),
+            live::Pushed::Live => Event::default().event("live").data("{}"),
+            live::Pushed::Alarm(row) => Event::default().event("alarm").data(&*row),
+            live::Pushed::Unavailable(why) => Event::default()
+                .event("unavailable")
+                .data(json!({"message": &*why}).to_string()),
+            live::Pushed::Missed(missed) => Event::default()
+                .event("missed")
+                .data(json!({"missed": missed}).to_string()),
+        };
+        Some((Ok::<_, std::convert::Infallible>(event), subscription))
+    });
+    let ends = tokio::time::sleep(STREAM_LASTS_AT_MOST);
+    let events = futures::StreamExt::take_until(events, ends);
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        Sse::new(events).keep_alive(KeepAlive::new().interval(StdDuration::from_secs(15))),
     )
         .into_response()
 }

@@ -1,4 +1,5 @@
-// The hubhost dashboard: polls the view on screen once a second and redraws it. Everything
+// The hubhost dashboard: polls the view on screen once a second and redraws it, and shows
+// each alarm the moment the handler pushes it (server-sent events). Everything
 // shown goes into the page through textContent or SVG attributes, never as markup, so a home
 // id or a sensor name containing HTML is shown as text.
 "use strict";
@@ -464,6 +465,55 @@ async function refresh() {
   }
 }
 
+// Alarms as they are raised: the handler pushes each one from the alarms event hub. The views
+// are polled all the same, so where the stream cannot stay open (an old browser, a proxy that
+// holds a response back) every alarm still shows at the next poll, in the tables below.
+const LIVE_ROWS = 20;
+const STREAM_SILENT_MS = 10000;
+const liveAlarms = [];
+function liveStatus(text) {
+  $("live-status").textContent = `(${text})`;
+}
+function showLive() {
+  fill("fleet-live", liveAlarms, (a) => [
+    [a.home], [a.kind], [a.sensorId], [time(a.ts)],
+    [a.enqueued ? Math.max(0, a.shownAt - Date.parse(a.enqueued)) : null, true],
+  ], () => "alarm");
+}
+function openAlarmStream() {
+  if (typeof EventSource !== "function") {
+    liveStatus("this browser cannot keep a stream open: alarms show with each update");
+    return;
+  }
+  const stream = new EventSource(`${BASE}/alarms`);
+  // The handler says "connected" at once; a stream silent for longer is held back on its way
+  // (the Functions host forwarding a response buffers it whole).
+  let heard = false;
+  setTimeout(() => {
+    if (heard) return;
+    stream.close();
+    liveStatus("held back on its way here: alarms show with each update");
+  }, STREAM_SILENT_MS);
+  for (const kind of ["connected", "live", "alarm", "unavailable", "missed"]) {
+    stream.addEventListener(kind, () => { heard = true; });
+  }
+  stream.addEventListener("connected", () => liveStatus("connecting to the alarms hub"));
+  stream.addEventListener("live", () => liveStatus("live"));
+  stream.addEventListener("alarm", (e) => {
+    const alarm = JSON.parse(e.data);
+    alarm.shownAt = Date.now();
+    liveAlarms.unshift(alarm);
+    liveAlarms.length = Math.min(liveAlarms.length, LIVE_ROWS);
+    showLive();
+    document.body.dataset.pushed = String(Number(document.body.dataset.pushed || 0) + 1);
+  });
+  stream.addEventListener("unavailable", (e) => liveStatus(`paused: ${JSON.parse(e.data).message}`));
+  stream.addEventListener("missed", (e) => liveStatus(`live; ${JSON.parse(e.data).missed} alarms came too fast to show`));
+  stream.onerror = () => liveStatus(stream.readyState === EventSource.CLOSED
+    ? "not available: alarms show with each update"
+    : "reconnecting");
+}
+
 $("home-form").addEventListener("submit", (e) => {
   e.preventDefault();
   location.hash = `home=${encodeURIComponent($("home-id").value.trim())}`;
@@ -471,3 +521,4 @@ $("home-form").addEventListener("submit", (e) => {
 window.addEventListener("hashchange", refresh);
 refresh();
 setInterval(refresh, POLL_MS);
+openAlarmStream();

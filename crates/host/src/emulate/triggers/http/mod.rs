@@ -243,6 +243,15 @@ impl HttpTriggers {
                     .and_then(|h| h.get(*key))
                     .is_some_and(super::flag_is_on)
             });
+        let proxying = handler
+            .and_then(|h| h.get("enableProxyingHttpRequest"))
+            .is_some_and(super::flag_is_on);
+        if proxying && !functions.is_empty() {
+            // The one way hubhost answers differently here: said once, at start.
+            tracing::warn!(
+                "host.json proxies HTTP requests (enableProxyingHttpRequest): the Functions host streams the handler's response as it is written (server-sent events reach the browser live); hubhost emulate passes a response on once it is complete"
+            );
+        }
         Ok(HttpTriggers {
             functions,
             route_prefix,
