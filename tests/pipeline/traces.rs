@@ -243,7 +243,8 @@ impl Chain {
         if emulate_exports {
             command
                 .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-                .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+                .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+                .env("OTEL_METRIC_EXPORT_INTERVAL", "500");
         }
         let mut emulate = KilledOnDrop(command.spawn().unwrap());
 
@@ -348,6 +349,23 @@ impl Chain {
             })
         };
         assert_eq!(declared("hubhost_handler_events_applied")["kind"], "sum");
+        if emulate_exports {
+            // The emulated host's invocation attempts by outcome, as on its /metrics.
+            let attempts = receiver.wait_for("hubhost.invocation.attempts", |records| {
+                records
+                    .iter()
+                    .find(|r| {
+                        r["type"] == "metric"
+                            && r["service"] == "hubhost-emulate"
+                            && r["name"] == "hubhost.invocation.attempts"
+                            && r["attributes"]["faas.name"] == "SensorAggregator"
+                            && r["attributes"]["outcome"] == "succeeded"
+                            && r["value"].as_i64().is_some_and(|v| v >= 1)
+                    })
+                    .cloned()
+            });
+            assert_eq!(attempts["kind"], "sum");
+        }
         let age = declared("hubhost_handler_applied_age_seconds");
         assert_eq!(
             (age["kind"].as_str(), age["unit"].as_str()),

@@ -26,6 +26,76 @@ pub(super) struct MetricsPage {
     pub(super) attempts: Vec<Arc<super::dispatch::AttemptStats>>,
 }
 
+/// The invocation attempts as OpenTelemetry metrics, beside `/metrics`, when the environment
+/// asks for metrics export: `hubhost.invocation.attempts` by `faas.name` and `outcome`,
+/// `hubhost.invocation.retries` by `faas.name`, and `hubhost.retrying_batch.age` (seconds) by
+/// `faas.name` and `messaging.destination.partition.id`, read from the same counters whenever
+/// the exporter collects.
+pub(super) fn export_attempts(attempts: &[Arc<super::dispatch::AttemptStats>]) {
+    use hubhost_telemetry::opentelemetry::KeyValue;
+    if !hubhost_telemetry::exporting_metrics() || attempts.is_empty() {
+        return;
+    }
+    let meter = hubhost_telemetry::meter("hubhost-emulate");
+    let all = Arc::new(attempts.to_vec());
+    let of = all.clone();
+    let _attempts = meter
+        .u64_observable_counter("hubhost.invocation.attempts")
+        .with_description("Invocation attempts by outcome: succeeded, failed, no_answer, panicked.")
+        .with_callback(move |observer| {
+            for a in of.iter() {
+                for (outcome, counter) in [
+                    ("succeeded", &a.succeeded),
+                    ("failed", &a.failed),
+                    ("no_answer", &a.no_answer),
+                    ("panicked", &a.panicked),
+                ] {
+                    observer.observe(
+                        counter.load(Ordering::Relaxed),
+                        &[
+                            KeyValue::new("faas.name", a.function.clone()),
+                            KeyValue::new("outcome", outcome),
+                        ],
+                    );
+                }
+            }
+        })
+        .build();
+    let of = all.clone();
+    let _retries = meter
+        .u64_observable_counter("hubhost.invocation.retries")
+        .with_description("Retries the functions' retry policies made.")
+        .with_callback(move |observer| {
+            for a in of.iter() {
+                observer.observe(
+                    a.retries.load(Ordering::Relaxed),
+                    &[KeyValue::new("faas.name", a.function.clone())],
+                );
+            }
+        })
+        .build();
+    let _age = meter
+        .f64_observable_gauge("hubhost.retrying_batch.age")
+        .with_unit("s")
+        .with_description(
+            "Per partition whose batch is being retried, the time since its first attempt.",
+        )
+        .with_callback(move |observer| {
+            for a in all.iter() {
+                for (partition, retrying) in a.retrying() {
+                    observer.observe(
+                        retrying.since.elapsed().as_secs_f64(),
+                        &[
+                            KeyValue::new("faas.name", a.function.clone()),
+                            KeyValue::new("messaging.destination.partition.id", partition),
+                        ],
+                    );
+                }
+            }
+        })
+        .build();
+}
+
 /// How often `/metrics` learns the hubs' last enqueued sequence numbers (for the lag).
 const LAG_REFRESH: Duration = Duration::from_secs(5);
 

@@ -741,6 +741,7 @@ pub async fn run(
         }
         None => None,
     };
+    metrics::export_attempts(counts.attempts());
     let progress = hubhost_process::progress::Progress::spawn(move || counts.progress_line());
 
     tokio::pin!(shutdown);
