@@ -69,6 +69,21 @@ pub async fn run(args: Args) -> Result<(), String> {
         all => serde_json::Value::Array(all.to_vec()),
     };
     println!("{}", serde_json::to_string_pretty(&shown).expect("JSON"));
+    // Outputs the host would drop: it counts a success, but the values are lost.
+    let dropped: Vec<&str> = views
+        .iter()
+        .filter_map(|v| v["hostDrops"].as_str())
+        .collect();
+    if let Some(first) = dropped.first() {
+        return Err(format!(
+            "{first}{}",
+            if dropped.len() > 1 {
+                format!(" ({} invocations)", dropped.len())
+            } else {
+                String::new()
+            }
+        ));
+    }
     let failed: Vec<String> = views
         .iter()
         .filter(|v| v["succeeded"] != true)

@@ -337,17 +337,20 @@ fn invoke_shows_what_the_host_would_do_with_each_output() {
     )
     .unwrap();
 
-    let (code, out, err) = kit::hubhost(
-        &[
-            "invoke",
-            "ForwardAlarms",
-            "--app",
-            app.to_str().unwrap(),
-            "--events",
-            events.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let invoke = || {
+        kit::hubhost(
+            &[
+                "invoke",
+                "ForwardAlarms",
+                "--app",
+                app.to_str().unwrap(),
+                "--events",
+                events.to_str().unwrap(),
+            ],
+            &[],
+        )
+    };
+    let (code, out, err) = invoke();
     assert_eq!(code, 0, "{out}{err}");
     let answer: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(answer["status"], 200);
@@ -392,4 +395,25 @@ fn invoke_shows_what_the_host_would_do_with_each_output() {
     );
     assert_ne!(code, 0);
     assert!(err.contains("the handler gave no answer"), "{err}");
+
+    // An output the code sets under a name function.json does not declare (here the
+    // declaration has the typo): the host drops it and counts a success; invoke says so and
+    // fails, naming the declared outputs.
+    let function_json = app.join("ForwardAlarms/function.json");
+    let declared = std::fs::read_to_string(&function_json).unwrap();
+    std::fs::write(
+        &function_json,
+        declared.replace("\"name\": \"alarms\"", "\"name\": \"alarm\""),
+    )
+    .unwrap();
+    let (code, out, err) = invoke();
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("ForwardAlarms set output \"alarms\" that its function.json does not declare")
+            && err.contains("(declared: alarm, poison)"),
+        "{err}"
+    );
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(answer["undeclaredOutputs"], serde_json::json!(["alarms"]));
+    assert!(answer["outputs"].get("alarms").is_none(), "{answer:#}");
 }

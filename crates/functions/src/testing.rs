@@ -275,7 +275,11 @@ impl HostHarness {
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
             .expect("an answer in memory");
-        HostAnswer::read(status, &bytes)
+        let mut answer = HostAnswer::read(status, &bytes);
+        if let Some(spec) = self.server.declaration(function) {
+            answer.drop_undeclared(function, spec);
+        }
+        answer
     }
 
     fn trigger_of(&self, function: &str) -> EventHubTrigger {
@@ -291,6 +295,26 @@ impl HostHarness {
     }
 }
 
+/// Why an answer fails for outputs its function does not declare: which, and the declared ones.
+pub fn undeclared_message(function: &str, undeclared: &[String], declared: &[&str]) -> String {
+    format!(
+        "{function} set output{} {} that its function.json does not declare; the Functions host \
+         drops {} without a word (declared: {})",
+        if undeclared.len() == 1 { "" } else { "s" },
+        undeclared
+            .iter()
+            .map(|n| format!("{n:?}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if undeclared.len() == 1 { "it" } else { "them" },
+        if declared.is_empty() {
+            "none".to_string()
+        } else {
+            declared.join(", ")
+        }
+    )
+}
+
 /// A handler's answer as the host reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostAnswer {
@@ -304,6 +328,9 @@ pub struct HostAnswer {
     pub return_value: Value,
     /// On failure, the error's code and message (the host ignores them; people read them).
     pub error: Option<(String, String)>,
+    /// Outputs the function set that its function.json does not declare: the host looks up
+    /// only the declared ones, so these are dropped (and not in `outputs`).
+    pub undeclared_outputs: Vec<String>,
 }
 
 impl HostAnswer {
@@ -328,12 +355,41 @@ impl HostAnswer {
                 let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
                 (text("code"), text("message"))
             }),
+            undeclared_outputs: Vec::new(),
         }
     }
 
-    /// Whether the host counts the invocation as successful (2xx).
+    /// Takes out the outputs `spec` does not declare, as the host ignores them, and fails the
+    /// answer naming them and the declared ones: on Azure the invocation succeeds and the
+    /// values are lost without a sign, which a test should not let pass.
+    fn drop_undeclared(&mut self, function: &str, spec: &FunctionSpec) {
+        let declared: Vec<&str> = spec.outputs().map(|b| b.name.as_str()).collect();
+        let undeclared: Vec<String> = self
+            .outputs
+            .keys()
+            .filter(|name| !declared.iter().any(|d| d == name))
+            .cloned()
+            .collect();
+        if undeclared.is_empty() {
+            return;
+        }
+        for name in &undeclared {
+            self.outputs.remove(name);
+        }
+        if self.error.is_none() {
+            self.error = Some((
+                "undeclared_output".into(),
+                undeclared_message(function, &undeclared, &declared),
+            ));
+        }
+        self.undeclared_outputs = undeclared;
+    }
+
+    /// Whether the invocation succeeded: the host counts it so (2xx), and the function set no
+    /// output its function.json does not declare. The host counts an invocation with such an
+    /// output a success, and drops the output; here it fails, since that is data lost.
     pub fn succeeded(&self) -> bool {
-        (200..300).contains(&self.status)
+        (200..300).contains(&self.status) && self.undeclared_outputs.is_empty()
     }
 
     /// The failure's machine-readable code (e.g. `bad_request`), if it failed.

@@ -426,3 +426,40 @@ async fn timer_and_http_functions_declared_by_the_app_folder_run_as_the_host_cal
         (404, "no item 7")
     );
 }
+
+/// Writes its summary under a name that is one letter off the declared one.
+struct Typo;
+
+#[async_trait]
+impl EventHubFunction for Typo {
+    async fn run(
+        &self,
+        batch: TriggerBatch,
+        _context: &FunctionContext,
+    ) -> Result<FunctionOutput, FunctionError> {
+        let mut output = FunctionOutput::default();
+        output.send_event_text("summary", format!("{} events", batch.events.len()));
+        output.send_event_text("summry", "lost on Azure");
+        Ok(output)
+    }
+}
+
+#[tokio::test]
+async fn an_output_the_declaration_lacks_fails_the_invocation_naming_the_declared_ones() {
+    let harness = HostHarness::for_function("Typo", Typo, &["summary"]);
+    let batch = TriggerBatch::builder("Typo").text("a").text("b").build();
+    let answer = harness.invoke(&batch).await;
+    // The handler answered 200, as the host sees it; the harness fails it.
+    assert_eq!(answer.status, 200);
+    assert!(!answer.succeeded(), "{answer:?}");
+    assert_eq!(answer.undeclared_outputs, ["summry"]);
+    assert_eq!(answer.error_code(), Some("undeclared_output"));
+    let (_, message) = answer.error.as_ref().unwrap();
+    assert!(
+        message.contains("\"summry\"") && message.contains("declared: summary"),
+        "{message}"
+    );
+    // What the host does with the answer: the declared output, and nothing of the other.
+    assert_eq!(answer.events_sent("summary"), ["2 events"]);
+    assert!(answer.events_sent("summry").is_empty());
+}

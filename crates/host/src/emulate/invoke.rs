@@ -319,6 +319,23 @@ pub fn host_view(answer: &Invocation, outputs: &OutputPlan) -> Value {
     view
 }
 
+/// The outputs a successful answer sets that the function's declaration lacks: the host looks
+/// up only declared names, so it drops these.
+fn undeclared_outputs(answer: &Invocation, spec: &FunctionSpec) -> Vec<String> {
+    if !answer.succeeded() {
+        return Vec::new();
+    }
+    answer
+        .body
+        .get("Outputs")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|outputs| outputs.keys())
+        .filter(|name| !spec.outputs().any(|b| &b.name == *name))
+        .cloned()
+        .collect()
+}
+
 /// Invokes the function, starting its handler unless `url` names one; the host's view of each
 /// answer, in order. An Event Hubs function gets the events (one invocation per event for
 /// cardinality `one`); an HTTP function one request (`--method`, `--path`, `--body`), and its
@@ -384,6 +401,18 @@ pub async fn run(opts: &InvokeOptions) -> Result<Vec<Value>, InvokeCommandError>
         match answered {
             Ok(answer) => {
                 let mut view = host_view(&answer, &request.outputs);
+                let undeclared = undeclared_outputs(&answer, spec);
+                if !undeclared.is_empty() {
+                    // The host drops them and counts a success: the user's bug, said here.
+                    let declared: Vec<&str> = spec.outputs().map(|b| b.name.as_str()).collect();
+                    view["undeclaredOutputs"] = json!(undeclared);
+                    view["hostDrops"] =
+                        Value::String(hubhost_functions::testing::undeclared_message(
+                            &spec.name,
+                            &undeclared,
+                            &declared,
+                        ));
+                }
                 if !request.inputs.is_empty() {
                     // What the host read for the call, as it sent it.
                     view["inputs"] = Value::Object(request.inputs.into_iter().collect());

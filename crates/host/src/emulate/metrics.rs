@@ -207,6 +207,17 @@ impl MetricsPage {
                 )
             }),
         );
+        page.family(
+            "hubhost_undeclared_outputs_total",
+            Kind::Counter,
+            "Successful answers that set an output function.json does not declare: the Functions host drops it and counts a success.",
+            self.outputs.iter().map(|(function, plan)| {
+                (
+                    vec![("function", function.as_str())],
+                    plan.undeclared_count() as f64,
+                )
+            }),
+        );
         page.finish()
     }
 

@@ -202,7 +202,12 @@ impl<'a> InvocationOrigin<'a> {
 /// What one function's answer is turned into.
 #[derive(Default)]
 pub struct OutputPlan {
+    /// The function's name, for what is said of it.
+    function: String,
     outputs: Vec<PlannedOutput>,
+    /// Successful answers that set an output function.json does not declare: the host drops
+    /// it and counts a success.
+    undeclared: AtomicU64,
 }
 
 struct PlannedOutput {
@@ -443,7 +448,39 @@ impl OutputPlan {
                 items: AtomicU64::new(0),
             });
         }
-        Ok(OutputPlan { outputs })
+        Ok(OutputPlan {
+            function: spec.name.clone(),
+            outputs,
+            undeclared: AtomicU64::new(0),
+        })
+    }
+
+    /// Answers that set outputs the function does not declare, so far (`/metrics`).
+    pub fn undeclared_count(&self) -> u64 {
+        self.undeclared.load(Ordering::Relaxed)
+    }
+
+    /// The outputs `answer` sets that are not declared: dropped, as the host drops them, and
+    /// said as an error (the user's bug: data lost without a sign on Azure), and counted.
+    fn check_declared(&self, answer: &Value) {
+        let undeclared: Vec<String> = answer
+            .get("Outputs")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|outputs| outputs.keys())
+            .filter(|name| !self.outputs.iter().any(|o| &o.name == *name))
+            .cloned()
+            .collect();
+        if undeclared.is_empty() {
+            return;
+        }
+        self.undeclared.fetch_add(1, Ordering::Relaxed);
+        let declared: Vec<&str> = self.outputs.iter().map(|o| o.name.as_str()).collect();
+        tracing::error!(
+            function = %self.function,
+            "{}",
+            hubhost_functions::testing::undeclared_message(&self.function, &undeclared, &declared)
+        );
     }
 
     pub fn is_empty(&self) -> bool {
@@ -553,6 +590,7 @@ impl OutputPlan {
         trace_context: Option<&str>,
         faults: Option<&super::faults::FaultSwitch>,
     ) -> Result<OutputsDone, OutputError> {
+        self.check_declared(answer);
         let mut done = OutputsDone::default();
         for output in &self.outputs {
             let Some(value) = output.value_in(answer) else {
@@ -951,5 +989,13 @@ mod tests {
         assert_eq!(shown["docs"]["type"], "cosmosDB");
         assert_eq!(shown["docs"]["values"], json!([{"id": "1"}, {"id": "2"}]));
         assert_eq!(read(&kept[0].file).len(), 2);
+        assert_eq!(plan.undeclared_count(), 0);
+
+        // An output the declaration lacks: dropped, as the host drops it, and counted.
+        let typo = json!({"Outputs": {"docs": [{"id": "3"}], "doc": [{"id": "4"}]}});
+        let done = plan.carry_out(&typo, &origin, None, None).await.unwrap();
+        assert_eq!(done.values_kept, 1);
+        assert_eq!(plan.undeclared_count(), 1);
+        assert_eq!(read(&kept[0].file).len(), 3);
     }
 }
