@@ -596,6 +596,15 @@ impl FunctionSpec {
             .filter(|b| b.direction != Direction::In)
     }
 
+    /// Of the output names an answer set, those function.json does not declare: the host looks
+    /// up only declared names, so it drops these and counts the invocation a success.
+    pub fn undeclared_outputs<'a>(&self, set: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+        set.into_iter()
+            .filter(|name| !self.outputs().any(|b| &b.name == *name))
+            .cloned()
+            .collect()
+    }
+
     /// The trigger, if it is an `eventHubTrigger`.
     pub fn event_hub_trigger(&self) -> Option<&EventHubTrigger> {
         match &self.trigger {

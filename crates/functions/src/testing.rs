@@ -364,12 +364,7 @@ impl HostAnswer {
     /// values are lost without a sign, which a test should not let pass.
     fn drop_undeclared(&mut self, function: &str, spec: &FunctionSpec) {
         let declared: Vec<&str> = spec.outputs().map(|b| b.name.as_str()).collect();
-        let undeclared: Vec<String> = self
-            .outputs
-            .keys()
-            .filter(|name| !declared.iter().any(|d| d == name))
-            .cloned()
-            .collect();
+        let undeclared = spec.undeclared_outputs(self.outputs.keys());
         if undeclared.is_empty() {
             return;
         }

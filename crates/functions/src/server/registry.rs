@@ -46,11 +46,7 @@ impl Registered {
     /// The host looks up only the outputs function.json declares, so a value under any other
     /// name would vanish without a word: say so, once per function.
     pub(super) fn warn_undeclared(&self, output: &FunctionOutput) {
-        let undeclared: Vec<&String> = output
-            .outputs
-            .keys()
-            .filter(|name| !self.spec.outputs().any(|b| &b.name == *name))
-            .collect();
+        let undeclared = self.spec.undeclared_outputs(output.outputs.keys());
         if !undeclared.is_empty() && !self.warned_undeclared.swap(true, Ordering::Relaxed) {
             tracing::warn!(function = %self.spec.name, outputs = ?undeclared, "the function set outputs its function.json does not declare; the host ignores them");
         }

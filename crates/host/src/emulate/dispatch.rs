@@ -87,6 +87,17 @@ impl AttemptStats {
         }
     }
 
+    /// Attempts so far by outcome, under the names `/metrics` and OpenTelemetry give them.
+    pub fn by_outcome(&self) -> [(&'static str, u64); 4] {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("succeeded", n(&self.succeeded)),
+            ("failed", n(&self.failed)),
+            ("no_answer", n(&self.no_answer)),
+            ("panicked", n(&self.panicked)),
+        ]
+    }
+
     /// The partitions whose batch is being retried now.
     pub fn retrying(&self) -> BTreeMap<String, Retrying> {
         self.retrying.lock().expect("retrying lock").clone()

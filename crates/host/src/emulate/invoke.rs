@@ -325,15 +325,14 @@ fn undeclared_outputs(answer: &Invocation, spec: &FunctionSpec) -> Vec<String> {
     if !answer.succeeded() {
         return Vec::new();
     }
-    answer
-        .body
-        .get("Outputs")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flat_map(|outputs| outputs.keys())
-        .filter(|name| !spec.outputs().any(|b| &b.name == *name))
-        .cloned()
-        .collect()
+    spec.undeclared_outputs(
+        answer
+            .body
+            .get("Outputs")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|outputs| outputs.keys()),
+    )
 }
 
 /// Invokes the function, starting its handler unless `url` names one; the host's view of each

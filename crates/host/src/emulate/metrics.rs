@@ -44,14 +44,9 @@ pub(super) fn export_attempts(attempts: &[Arc<super::dispatch::AttemptStats>]) {
         .with_description("Invocation attempts by outcome: succeeded, failed, no_answer, panicked.")
         .with_callback(move |observer| {
             for a in of.iter() {
-                for (outcome, counter) in [
-                    ("succeeded", &a.succeeded),
-                    ("failed", &a.failed),
-                    ("no_answer", &a.no_answer),
-                    ("panicked", &a.panicked),
-                ] {
+                for (outcome, count) in a.by_outcome() {
                     observer.observe(
-                        counter.load(Ordering::Relaxed),
+                        count,
                         &[
                             KeyValue::new("faas.name", a.function.clone()),
                             KeyValue::new("outcome", outcome),
@@ -226,17 +221,8 @@ impl MetricsPage {
     fn render_attempts(&self, page: &mut Exposition) {
         let mut attempts = Vec::new();
         for a in &self.attempts {
-            for (outcome, counter) in [
-                ("succeeded", &a.succeeded),
-                ("failed", &a.failed),
-                ("no_answer", &a.no_answer),
-                ("panicked", &a.panicked),
-            ] {
-                attempts.push((
-                    a.function.as_str(),
-                    outcome,
-                    counter.load(Ordering::Relaxed),
-                ));
+            for (outcome, count) in a.by_outcome() {
+                attempts.push((a.function.as_str(), outcome, count));
             }
         }
         page.family(
