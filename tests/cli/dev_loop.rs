@@ -333,7 +333,7 @@ fn invoke_shows_what_the_host_would_do_with_each_output() {
     let events = dir.path().join("events.ndjson");
     std::fs::write(
         &events,
-        "{\"body\": {\"homeId\": \"h1\", \"sensorId\": \"door\", \"state\": \"alarm\"}, \"partitionKey\": \"h1\"}\n\"not a reading\"\n",
+        "{\"body\": {\"homeId\": \"h1\", \"sensorId\": \"door\", \"state\": \"alarm\"}, \"partitionKey\": \"h1\", \"enqueuedTime\": \"2026-12-07T09:30:00Z\"}\n\"not a reading\"\n",
     )
     .unwrap();
 
@@ -361,6 +361,10 @@ fn invoke_shows_what_the_host_would_do_with_each_output() {
     assert_eq!(
         (sent["homeId"].as_str(), sent["sequenceNumber"].as_i64()),
         (Some("h1"), Some(0))
+    );
+    assert_eq!(
+        sent["enqueuedTime"], "2026-12-07T09:30:00+00:00",
+        "the events file's enqueuedTime reaches the function"
     );
     let poison = &answer["outputs"]["poison"];
     assert_eq!(poison["type"], "blob");

@@ -211,7 +211,8 @@ fn invoke_sends_what_the_functions_host_sends_and_reads_the_answer_as_it_does() 
    "properties": {"p": 1},
    "systemProperties": {"message-id": "m-1", "iothub-connection-device-id": "dev-1"}},
   {"body": {"count": 42, "flag": true, "ratio": 1.5, "offset": "x", "myTrigger": "t",
-            "nested": {"b": 1}, "list": [1], "nothing": null}}
+            "nested": {"b": 1}, "list": [1], "nothing": null},
+   "enqueuedTime": "-30m", "sequenceNumber": 41}
 ]"#,
     )
     .unwrap();
@@ -351,7 +352,11 @@ fn invoke_sends_what_the_functions_host_sends_and_reads_the_answer_as_it_does() 
     );
     assert_eq!(text(&m["OffsetArray"])[0], "-1");
     assert_eq!(text(&m["OffsetStringArray"])[0], "g1:0:12");
-    assert_eq!(text(&m["SequenceNumberArray"]), json!([0, 1]));
+    assert_eq!(
+        text(&m["SequenceNumberArray"]),
+        json!([0, 41]),
+        "the events file's sequenceNumber"
+    );
     assert_eq!(text(&m["PartitionKeyArray"]), json!(["k", null]));
     let times = text(&m["EnqueuedTimeUtcArray"]);
     assert!(
@@ -369,6 +374,15 @@ fn invoke_sends_what_the_functions_host_sends_and_reads_the_answer_as_it_does() 
     );
     let batch = decode_request("Many", &trigger(Cardinality::Many), &request.body).unwrap();
     assert_eq!(batch.events.len(), 2);
+    // The events file's `"enqueuedTime": "-30m"`: half an hour before the invocation.
+    let now = chrono::Utc::now();
+    let age = now - batch.events[1].enqueued_time.unwrap();
+    assert!(
+        age > chrono::Duration::minutes(29) && age < chrono::Duration::minutes(31),
+        "enqueued {age} ago"
+    );
+    let first_age = now - batch.events[0].enqueued_time.unwrap();
+    assert!(first_age < chrono::Duration::minutes(1), "{first_age}");
     assert_eq!(batch.events[0].offset.as_deref(), Some("g1:0:12"));
     assert_eq!(
         &batch.events[1].body[..],

@@ -18,6 +18,13 @@ async fn a_function_app_runs_from_a_test_and_its_outputs_are_read_back() {
         .await
         .expect("the app starts");
 
+    // A reading enqueued half an hour ago (the local hub's clock set back for the send): the
+    // function sees the time it was enqueued, as it would an old event on Azure.
+    let half_an_hour_ago = chrono::Utc::now() - chrono::Duration::minutes(30);
+    let late = json!({"homeId": "home-0", "sensorId": "door", "state": "alarm"});
+    app.send_enqueued_at("sensors", [late.to_string().into_bytes()], half_an_hour_ago)
+        .await
+        .unwrap();
     let readings = [
         json!({"homeId": "home-1", "sensorId": "door", "state": "alarm"}),
         json!({"homeId": "home-2", "sensorId": "window", "state": "closed"}),
@@ -25,20 +32,42 @@ async fn a_function_app_runs_from_a_test_and_its_outputs_are_read_back() {
     ];
     app.send_json("sensors", &readings).await.unwrap();
     app.send_texts("sensors", ["not a reading"]).await.unwrap();
-    app.wait_processed("ForwardAlarms", 4, Duration::from_secs(60))
+    app.wait_processed("ForwardAlarms", 5, Duration::from_secs(60))
         .await
         .unwrap();
 
-    // The eventHub output: the two alarms, in the `alarms` hub.
-    let mut alarms: Vec<String> = app
+    // The eventHub output: the three alarms, in the `alarms` hub, each with the time its
+    // reading was enqueued.
+    let mut alarms: Vec<Value> = app
         .texts_in("alarms")
         .await
         .unwrap()
         .iter()
-        .map(|t| serde_json::from_str::<Value>(t).unwrap()["homeId"].to_string())
+        .map(|t| serde_json::from_str::<Value>(t).unwrap())
         .collect();
-    alarms.sort();
-    assert_eq!(alarms, [r#""home-1""#, r#""home-3""#]);
+    alarms.sort_by_key(|a| a["homeId"].to_string());
+    let homes: Vec<&str> = alarms
+        .iter()
+        .map(|a| a["homeId"].as_str().unwrap())
+        .collect();
+    assert_eq!(homes, ["home-0", "home-1", "home-3"]);
+    let age = |alarm: &Value| {
+        let enqueued = alarm["enqueuedTime"].as_str().unwrap();
+        chrono::Utc::now()
+            - chrono::DateTime::parse_from_rfc3339(enqueued)
+                .unwrap()
+                .to_utc()
+    };
+    let late_age = age(&alarms[0]);
+    assert!(
+        late_age > chrono::Duration::minutes(29) && late_age < chrono::Duration::minutes(31),
+        "the late reading was enqueued {late_age} ago"
+    );
+    assert!(
+        age(&alarms[1]) < chrono::Duration::minutes(1),
+        "{}",
+        alarms[1]
+    );
 
     // The blob output: the poison event set aside with its reason.
     let blobs = app.blobs("deadletter").await.unwrap();

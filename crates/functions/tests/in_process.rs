@@ -46,6 +46,8 @@ impl EventHubFunction for Triage {
                 retry.last_error().unwrap_or("-")
             ));
         }
+        // A line of the function's own, through `tracing` rather than the context.
+        tracing::info!(events = batch.events.len(), "triage looking");
         let mut output = FunctionOutput::default();
         for event in &batch.events {
             match event.properties.get("fail").and_then(|v| v.as_str()) {
@@ -462,4 +464,50 @@ async fn an_output_the_declaration_lacks_fails_the_invocation_naming_the_declare
     // What the host does with the answer: the declared output, and nothing of the other.
     assert_eq!(answer.events_sent("summary"), ["2 events"]);
     assert!(answer.events_sent("summry").is_empty());
+}
+
+/// Where a test's `tracing` subscriber writes: a buffer the test reads back.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_functions_own_log_lines_name_the_function_and_its_invocation() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // The test's runtime runs on this thread, the invocation's task too.
+    let _default = tracing::subscriber::set_default(subscriber);
+    let harness = harness(Cardinality::Many, DataType::String);
+    let batch = TriggerBatch::builder("Triage").text("{}").build();
+    let answer = harness.invoke(&batch).await;
+    assert!(answer.succeeded(), "{answer:?}");
+    // The function logged its invocation id through the context too: the one the host sent.
+    let id = answer.logs[0]
+        .strip_prefix("invocation ")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .to_string();
+    assert!(uuid_like(&id), "{id}");
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("triage looking"))
+        .unwrap_or_else(|| panic!("no line of the function's: {text}"));
+    assert!(
+        line.contains("function=Triage") && line.contains(&format!("invocation_id={id}")),
+        "{line}"
+    );
 }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -51,10 +51,15 @@ pub struct Hub {
     /// Lowercased consumer group names, `$default` first.
     consumer_groups: RwLock<Vec<String>>,
     round_robin: AtomicUsize,
+    /// Milliseconds added to the wall clock when its partitions stamp an event enqueued
+    /// ([`Hub::set_clock_offset`]), shared with each of them.
+    clock_offset_ms: Arc<AtomicI64>,
 }
 
 pub struct Partition {
     pub id: String,
+    /// Its hub's clock offset.
+    clock_offset_ms: Arc<AtomicI64>,
     log: Mutex<PartitionLog>,
     /// The next sequence number to be assigned; readers wait on it.
     appended: watch::Sender<i64>,
@@ -291,6 +296,7 @@ impl Namespace {
 impl Storage {
     /// A hub's partitions, their logs opened (recovering torn tails) or created.
     fn open_hub(&self, spec: &HubSpec, created_ms: i64) -> Result<Hub, LogError> {
+        let clock_offset_ms = Arc::new(AtomicI64::new(0));
         let mut partitions = Vec::new();
         for p in 0..spec.partitions {
             let dir = self
@@ -306,6 +312,7 @@ impl Storage {
             let next = log.summary().next_sequence;
             partitions.push(Arc::new(Partition {
                 id: p.to_string(),
+                clock_offset_ms: clock_offset_ms.clone(),
                 log: Mutex::new(log),
                 appended: watch::Sender::new(next),
                 receivers: Mutex::new(HashMap::new()),
@@ -324,6 +331,7 @@ impl Storage {
             partitions,
             consumer_groups: RwLock::new(consumer_groups),
             round_robin: AtomicUsize::new(0),
+            clock_offset_ms,
         })
     }
 }
@@ -354,6 +362,15 @@ impl Hub {
         }
     }
 
+    /// From now on, events sent to this hub are stamped enqueued at the wall clock plus `offset`
+    /// (negative: a clock running behind), for a test of what a function does with old events.
+    /// A partition's enqueued times still never go backwards, as on Event Hubs: an event is
+    /// stamped no earlier than the one before it on its partition.
+    pub fn set_clock_offset(&self, offset: chrono::Duration) {
+        self.clock_offset_ms
+            .store(offset.num_milliseconds(), Ordering::Relaxed);
+    }
+
     /// Where a send without a partition goes: by partition key when it has one (the same key
     /// always lands on the same partition), else round-robin.
     pub fn route(&self, partition_key: Option<&str>) -> &Arc<Partition> {
@@ -378,7 +395,8 @@ impl Partition {
         payloads: Vec<Bytes>,
         announce: impl FnOnce(i64),
     ) -> Result<Vec<(i64, i64)>, LogError> {
-        let now = chrono::Utc::now().timestamp_millis();
+        let now =
+            chrono::Utc::now().timestamp_millis() + self.clock_offset_ms.load(Ordering::Relaxed);
         let mut log = self.log.lock().expect("log lock");
         announce(log.summary().next_sequence);
         let placed = log.append(payloads.into_iter().map(|p| (p, now)).collect())?;

@@ -431,6 +431,37 @@ impl LocalApp {
             .await
     }
 
+    /// [`send`](Self::send), the events stamped enqueued at `enqueued` (then on, as the clock
+    /// runs): for a test of what a function does with old events. The local hub's clock for
+    /// `hub` is set back (or on) for the send, then right again.
+    ///
+    /// A partition's enqueued times never go backwards, on Event Hubs as here: an event is
+    /// stamped no earlier than the one before it on its partition. Send old events before
+    /// new ones.
+    ///
+    /// ```no_run
+    /// # async fn example(app: &hubhost_rehearse::LocalApp) -> Result<(), hubhost_rehearse::LocalAppError> {
+    /// let half_an_hour_ago = chrono::Utc::now() - chrono::Duration::minutes(30);
+    /// app.send_enqueued_at("sensors", [b"late".to_vec()], half_an_hour_ago).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_enqueued_at(
+        &self,
+        hub: &str,
+        bodies: impl IntoIterator<Item = Vec<u8>>,
+        enqueued: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), LocalAppError> {
+        let partitions = self
+            .hub
+            .namespace
+            .hub(hub)
+            .ok_or_else(|| LocalAppError::EventHub(format!("no event hub {hub}")))?;
+        partitions.set_clock_offset(enqueued - chrono::Utc::now());
+        let sent = self.send(hub, bodies).await;
+        partitions.set_clock_offset(chrono::Duration::zero());
+        sent
+    }
+
     /// Events `function` has been handed and answered for by the running instances (a retried
     /// batch counts once per instance).
     pub async fn processed(&self, function: &str) -> Result<u64, LocalAppError> {

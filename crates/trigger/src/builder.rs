@@ -4,7 +4,9 @@
 //! Every event gets what the service would have given it — a sequence number one above the
 //! previous, an offset past the previous body, an enqueued time a millisecond after the
 //! previous — and the system properties the host sends with them, so a function under test
-//! sees a batch shaped like a real one. Each of these can be set.
+//! sees a batch shaped like a real one. Each of these can be set, for the batch (where it
+//! starts, whatever the order of the calls) or for one event (the last one added; the events
+//! after it follow on from it).
 
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
@@ -34,6 +36,7 @@ use crate::inputs::InputValues;
 /// assert_eq!(batch.events[0].sequence_number, Some(100));
 /// assert_eq!(batch.events[2].sequence_number, Some(102));
 /// assert_eq!(batch.events[0].partition_key.as_deref(), Some("home-1"));
+/// assert_eq!(batch.events[1].offset.as_deref(), Some("35")); // past the first body
 /// assert_eq!(batch.events[0].properties["source"], "test");
 /// assert_eq!(batch.events[1].text(), Ok("not json"));
 /// let system = batch.system_properties.of(0)?.unwrap();
@@ -44,11 +47,9 @@ use crate::inputs::InputValues;
 pub struct BatchBuilder {
     function: String,
     partition: PartitionContext,
-    next_sequence_number: i64,
-    next_offset: u64,
-    next_enqueued_time: DateTime<Utc>,
-    events: Vec<EventRecord>,
-    system: Vec<Map<String, Value>>,
+    first_sequence_number: i64,
+    first_enqueued_time: DateTime<Utc>,
+    events: Vec<DraftEvent>,
     retry: Option<RetryContext>,
     inputs: InputValues,
 }
@@ -66,11 +67,9 @@ impl TriggerBatch {
                 partition_id: "0".into(),
                 is_checkpointing_after_invocation: Some(true),
             },
-            next_sequence_number: 0,
-            next_offset: 0,
-            next_enqueued_time: Utc::now(),
+            first_sequence_number: 0,
+            first_enqueued_time: Utc::now(),
             events: Vec::new(),
-            system: Vec::new(),
             retry: None,
             inputs: InputValues::default(),
         }
@@ -102,15 +101,34 @@ impl BatchBuilder {
         self
     }
 
-    /// The sequence number of the next event (later ones follow it by one).
+    /// The first event's sequence number; the others follow it by one [default: 0]. It applies
+    /// to the events added before the call as well as after.
     pub fn first_sequence_number(mut self, sequence_number: i64) -> Self {
-        self.next_sequence_number = sequence_number;
+        self.first_sequence_number = sequence_number;
         self
     }
 
-    /// The enqueued time of the next event (later ones follow it by a millisecond).
+    /// The first event's enqueued time; the others follow it by a millisecond [default: when
+    /// the builder was made]. It applies to the events added before the call as well as after.
+    ///
+    /// ```
+    /// use chrono::{Duration, Utc};
+    /// use hubhost_trigger::batch::TriggerBatch;
+    ///
+    /// let half_an_hour_ago = Utc::now() - Duration::minutes(30);
+    /// let batch = TriggerBatch::builder("Lag")
+    ///     .text("old")
+    ///     .enqueued_from(half_an_hour_ago)
+    ///     .text("older by a millisecond less")
+    ///     .build();
+    /// assert_eq!(batch.events[0].enqueued_time, Some(half_an_hour_ago));
+    /// assert_eq!(
+    ///     batch.events[1].enqueued_time,
+    ///     Some(half_an_hour_ago + Duration::milliseconds(1))
+    /// );
+    /// ```
     pub fn enqueued_from(mut self, time: DateTime<Utc>) -> Self {
-        self.next_enqueued_time = time;
+        self.first_enqueued_time = time;
         self
     }
 
@@ -152,53 +170,62 @@ impl BatchBuilder {
 
     /// An event whose body is `body`, as it is.
     pub fn bytes(mut self, body: impl Into<Bytes>) -> Self {
-        let body = body.into();
-        let sequence_number = self.next_sequence_number;
-        let offset = self.next_offset.to_string();
-        let enqueued_time = self.next_enqueued_time;
-        self.next_sequence_number += 1;
-        self.next_offset += body.len().max(1) as u64;
-        self.next_enqueued_time += Duration::milliseconds(1);
-        let mut system = Map::new();
-        system.insert("x-opt-sequence-number".into(), json!(sequence_number));
-        system.insert("x-opt-offset".into(), json!(offset));
-        system.insert(
-            "x-opt-enqueued-time".into(),
-            json!(crate::time::dotnet_datetime_offset(&enqueued_time)),
-        );
-        self.system.push(system);
-        self.events.push(EventRecord {
-            body,
-            sequence_number: Some(sequence_number),
-            offset: Some(offset),
-            enqueued_time: Some(enqueued_time),
-            partition_key: None,
-            properties: Map::new(),
-            system_properties: Map::new(),
+        self.events.push(DraftEvent {
+            record: EventRecord::new(body),
+            sequence_number: None,
+            offset: None,
+            enqueued_time: None,
         });
         self
     }
 
     /// The last event's partition key.
     pub fn partition_key(mut self, key: &str) -> Self {
-        let (event, system) = self.last("partition_key");
-        event.partition_key = Some(key.into());
-        system.insert("x-opt-partition-key".into(), json!(key));
+        self.last("partition_key").record.partition_key = Some(key.into());
         self
     }
 
     /// The last event's offset, as the service gives it (a geo-replicated namespace's offsets
-    /// are not numbers).
+    /// are not numbers). The events after it keep counting from the bytes before them.
     pub fn offset(mut self, offset: &str) -> Self {
-        let (event, system) = self.last("offset");
-        event.offset = Some(offset.into());
-        system.insert("x-opt-offset".into(), json!(offset));
+        self.last("offset").offset = Some(offset.into());
+        self
+    }
+
+    /// The last event's sequence number; the events after it follow it by one.
+    pub fn sequence_number(mut self, sequence_number: i64) -> Self {
+        self.last("sequence_number").sequence_number = Some(sequence_number);
+        self
+    }
+
+    /// The last event's enqueued time; the events after it follow it by a millisecond.
+    ///
+    /// ```
+    /// use chrono::{Duration, Utc};
+    /// use hubhost_trigger::batch::TriggerBatch;
+    ///
+    /// let now = Utc::now();
+    /// let batch = TriggerBatch::builder("Lag")
+    ///     .text("fresh")
+    ///     .enqueued_time(now)
+    ///     .text("stale")
+    ///     .enqueued_time(now - Duration::minutes(30))
+    ///     .sequence_number(41)
+    ///     .build();
+    /// assert_eq!(batch.events[1].enqueued_time, Some(now - Duration::minutes(30)));
+    /// assert_eq!(batch.events[1].sequence_number, Some(41));
+    /// let system = batch.system_properties.of(1)?.unwrap();
+    /// assert_eq!(system["x-opt-sequence-number"], 41);
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn enqueued_time(mut self, time: DateTime<Utc>) -> Self {
+        self.last("enqueued_time").enqueued_time = Some(time);
         self
     }
 
     /// An application property of the last event.
     pub fn property(mut self, name: &str, value: impl Into<Value>) -> Self {
-        let (event, _) = self.last("property");
+        let event = &mut self.last("property").record;
         event.properties.insert(name.into(), value.into());
         self
     }
@@ -206,10 +233,8 @@ impl BatchBuilder {
     /// A system property of the last event (`message-id`, `content-type`, `correlation-id`, …),
     /// as the host passes it in `SystemPropertiesArray`.
     pub fn system_property(mut self, name: &str, value: impl Into<Value>) -> Self {
-        let (event, system) = self.last("system_property");
-        let value = value.into();
-        event.system_properties.insert(name.into(), value.clone());
-        system.insert(name.into(), value);
+        let event = &mut self.last("system_property").record;
+        event.system_properties.insert(name.into(), value.into());
         self
     }
 
@@ -226,23 +251,64 @@ impl BatchBuilder {
         self
     }
 
-    /// The batch.
+    /// The batch: each event's sequence number, offset and enqueued time — its own if set,
+    /// else following the event before it — and the system properties the host sends for it.
     pub fn build(self) -> TriggerBatch {
-        let system: Vec<Value> = self.system.into_iter().map(Value::Object).collect();
+        let mut next_sequence_number = self.first_sequence_number;
+        let mut next_offset: u64 = 0;
+        let mut next_enqueued_time = self.first_enqueued_time;
+        let mut events = Vec::with_capacity(self.events.len());
+        let mut system = Vec::with_capacity(self.events.len());
+        for draft in self.events {
+            let mut event = draft.record;
+            let sequence_number = draft.sequence_number.unwrap_or(next_sequence_number);
+            let offset = draft.offset.unwrap_or_else(|| next_offset.to_string());
+            let enqueued_time = draft.enqueued_time.unwrap_or(next_enqueued_time);
+            next_sequence_number = sequence_number + 1;
+            next_offset += event.body.len().max(1) as u64;
+            next_enqueued_time = enqueued_time + Duration::milliseconds(1);
+            let mut annotations = Map::new();
+            annotations.insert("x-opt-sequence-number".into(), json!(sequence_number));
+            annotations.insert("x-opt-offset".into(), json!(offset));
+            annotations.insert(
+                "x-opt-enqueued-time".into(),
+                json!(crate::time::dotnet_datetime_offset(&enqueued_time)),
+            );
+            if let Some(key) = &event.partition_key {
+                annotations.insert("x-opt-partition-key".into(), json!(key));
+            }
+            for (name, value) in &event.system_properties {
+                annotations.insert(name.clone(), value.clone());
+            }
+            system.push(Value::Object(annotations));
+            event.sequence_number = Some(sequence_number);
+            event.offset = Some(offset);
+            event.enqueued_time = Some(enqueued_time);
+            events.push(event);
+        }
         TriggerBatch {
             function: self.function,
             partition: self.partition,
-            events: self.events,
+            events,
             retry: self.retry,
             system_properties: SystemProperties::from_json(&Value::Array(system).to_string()),
             inputs: self.inputs,
         }
     }
 
-    fn last(&mut self, what: &str) -> (&mut EventRecord, &mut Map<String, Value>) {
-        match (self.events.last_mut(), self.system.last_mut()) {
-            (Some(event), Some(system)) => (event, system),
-            _ => panic!("BatchBuilder::{what} sets the last event's; add an event first"),
+    fn last(&mut self, what: &str) -> &mut DraftEvent {
+        match self.events.last_mut() {
+            Some(event) => event,
+            None => panic!("BatchBuilder::{what} sets the last event's; add an event first"),
         }
     }
+}
+
+/// An event as added: what was set of it; the rest is filled in by [`BatchBuilder::build`].
+#[derive(Debug, Clone)]
+struct DraftEvent {
+    record: EventRecord,
+    sequence_number: Option<i64>,
+    offset: Option<String>,
+    enqueued_time: Option<DateTime<Utc>>,
 }

@@ -1,6 +1,6 @@
 //! An Event Hubs function with an `eventHub` output: reads sensor readings from `sensors` and
 //! forwards every alarm (a reading whose state is `alarm` or `break`) to the `alarms` hub, as
-//! `{"homeId", "sensorId", "state", "sequenceNumber"}`. An event that is not a reading is set
+//! `{"homeId", "sensorId", "state", "sequenceNumber", "enqueuedTime"}` (the reading's, RFC 3339). An event that is not a reading is set
 //! aside with its reason through the `blob` output `poison` (and counted); the rest of the
 //! batch goes on.
 //!
@@ -24,6 +24,8 @@ struct Alarm<'a> {
     sensor_id: &'a str,
     state: &'a str,
     sequence_number: Option<i64>,
+    /// When the reading reached the event hub: how late an alarm is.
+    enqueued_time: Option<String>,
 }
 
 /// The `eventHub` output's `name` in function.json.
@@ -64,6 +66,7 @@ impl EventHubFunction for ForwardAlarms {
                     sensor_id: &reading.sensor_id,
                     state: &reading.state,
                     sequence_number: event.sequence_number,
+                    enqueued_time: event.enqueued_time.map(|t| t.to_rfc3339()),
                 };
                 output
                     .send_event_json(ALARMS, &alarm)

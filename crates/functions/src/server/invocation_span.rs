@@ -11,8 +11,10 @@
 //! context in a `traceresponse` header, which `hubhost emulate` stamps on the events an
 //! `eventHub` output sends, so that the next consumer continues the trace.
 //!
-//! When nothing is exported, [`event_hub_span`] is `Span::none()` and no metric is recorded:
-//! tracing off costs one atomic load per invocation.
+//! Either way the span carries `function` and `invocation_id`, so every log line written inside
+//! an invocation — the framework's and the function's own `tracing` lines — names the
+//! invocation it belongs to, as the host's own log lines do. When nothing is exported the span
+//! has only those two fields ([`log_span`]) and no metric is recorded.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -36,7 +38,7 @@ pub(super) fn event_hub_span(
     batch: &TriggerBatch,
 ) -> Span {
     if !exporting_traces() {
-        return Span::none();
+        return log_span(function, invocation_id);
     }
     let hub = batch.hub_name();
     let producers = Producers::of_events(batch.events.iter().map(|e| &e.properties));
@@ -63,6 +65,9 @@ pub(super) fn event_hub_span(
         "hubhost.retry_count" = batch.retry.as_ref().map_or(0, |r| r.retry_count),
         "hubhost.links_dropped" = producers.dropped as i64,
         "error.type" = Empty,
+        // Shown on the log lines written inside it (the attributes above are not).
+        function = %function,
+        invocation_id = %invocation_id,
         trace_id = Empty,
     );
     hubhost_telemetry::connect(
@@ -75,6 +80,13 @@ pub(super) fn event_hub_span(
         span.record("trace_id", context.trace_id_hex());
     }
     span
+}
+
+/// The span of an invocation whose spans are not exported: the function and the invocation id
+/// on each line logged inside it. At `error` level, so that the lines of any level a filter lets
+/// through carry it.
+pub(super) fn log_span(function: &str, invocation_id: &str) -> Span {
+    tracing::error_span!("invocation", function = %function, invocation_id = %invocation_id)
 }
 
 /// Marks the span as failed by `error` (a success leaves the status unset, as the conventions

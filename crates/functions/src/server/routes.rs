@@ -203,10 +203,11 @@ pub(super) async fn invoke(
             registered.warn_undeclared(&output);
             FunctionStats::count(&stats.events, traced.events);
             traced.span.in_scope(|| {
+                // The span names the function and the invocation.
                 tracing::info!(
-                    function, partition = %partition, sequence_numbers = %sequence_numbers,
+                    partition = %partition, sequence_numbers = %sequence_numbers,
                     events = traced.events, elapsed_ms = started.elapsed().as_millis() as u64,
-                    invocation_id = %invocation_id, "batch processed"
+                    "batch processed"
                 )
             });
             let mut answer = reply(
@@ -294,7 +295,8 @@ pub(super) async fn invoke_http(
         Err(e) => return refused(registered, invocation_id, "bad_http_request", &e),
     };
     let (method, url) = (request.method.clone(), request.url.clone());
-    let outcome = tokio::spawn(async move { function.call(request).await }).await;
+    let span = invocation_span::log_span(name, invocation_id);
+    let outcome = tokio::spawn(async move { function.call(request).await }.instrument(span)).await;
     stats.latency.observe(started.elapsed());
     match outcome {
         Ok(Ok(response)) => {
@@ -335,7 +337,8 @@ pub(super) async fn invoke_timer(
         Err(e) => return refused(registered, invocation_id, "bad_timer_request", &e),
     };
     let past_due = timer.is_past_due;
-    let outcome = tokio::spawn(async move { function.run(timer).await }).await;
+    let span = invocation_span::log_span(name, invocation_id);
+    let outcome = tokio::spawn(async move { function.run(timer).await }.instrument(span)).await;
     stats.latency.observe(started.elapsed());
     match outcome {
         Ok(Ok(output)) => {

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
 use super::handler_process::start_on_free_port;
@@ -101,6 +101,66 @@ pub struct EventSpec {
     /// System properties the message carries (`message-id`, `content-type`,
     /// `iothub-connection-device-id`, …), as the host passes them.
     pub system_properties: Map<String, Value>,
+    /// When the service enqueued it, when the file says [default: a millisecond after the event
+    /// before it; the first, now].
+    pub enqueued_time: Option<EnqueuedTime>,
+    /// Its sequence number, when the file gives one [default: one after the event before it;
+    /// the first, 0].
+    pub sequence_number: Option<i64>,
+}
+
+/// An events file's `enqueuedTime`: a moment, or an age at the time of the invocation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EnqueuedTime {
+    /// An RFC 3339 time, e.g. `2026-12-07T09:30:00Z`.
+    At(DateTime<Utc>),
+    /// So long before the invocation, e.g. `-30m` (`s`, `m`, `h` or `d`).
+    Ago(chrono::Duration),
+}
+
+impl EnqueuedTime {
+    /// Reads `2026-12-07T09:30:00Z` or `-30m` (also `-45s`, `-2h`, `-1d`).
+    ///
+    /// ```
+    /// use hubhost_host::emulate::invoke::EnqueuedTime;
+    ///
+    /// assert_eq!(EnqueuedTime::parse("-30m"), Ok(EnqueuedTime::Ago(chrono::Duration::minutes(30))));
+    /// assert!(matches!(EnqueuedTime::parse("2026-12-07T09:30:00Z"), Ok(EnqueuedTime::At(_))));
+    /// assert!(EnqueuedTime::parse("yesterday").is_err());
+    /// ```
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if let Some(age) = text.strip_prefix('-') {
+            let unit = age.chars().last().unwrap_or(' ');
+            let amount: i64 = age[..age.len() - unit.len_utf8().min(age.len())]
+                .parse()
+                .map_err(|_| age_error(text))?;
+            let age = match unit {
+                's' => chrono::Duration::seconds(amount),
+                'm' => chrono::Duration::minutes(amount),
+                'h' => chrono::Duration::hours(amount),
+                'd' => chrono::Duration::days(amount),
+                _ => return Err(age_error(text)),
+            };
+            return Ok(EnqueuedTime::Ago(age));
+        }
+        DateTime::parse_from_rfc3339(text)
+            .map(|t| EnqueuedTime::At(t.with_timezone(&Utc)))
+            .map_err(|_| age_error(text))
+    }
+
+    /// The moment, for an invocation made at `now`.
+    pub fn at(self, now: DateTime<Utc>) -> DateTime<Utc> {
+        match self {
+            EnqueuedTime::At(time) => time,
+            EnqueuedTime::Ago(age) => now - age,
+        }
+    }
+}
+
+fn age_error(text: &str) -> String {
+    format!(
+        "enqueuedTime {text:?} is neither an RFC 3339 time (2026-12-07T09:30:00Z) nor an age (-30m, -45s, -2h, -1d)"
+    )
 }
 
 impl EventSpec {
@@ -120,13 +180,16 @@ impl EventSpec {
             properties: Map::new(),
             offset: None,
             system_properties: Map::new(),
+            enqueued_time: None,
+            sequence_number: None,
         }
     }
 }
 
 /// The events of an events file: a JSON array (or a single JSON value), or NDJSON (one JSON
 /// value per line). Each value is an event: an object with `body` and optional
-/// `partitionKey`, `properties`, `offset` and `systemProperties`, or else itself the body.
+/// `partitionKey`, `properties`, `offset`, `systemProperties`, `enqueuedTime` (an RFC 3339
+/// time or an age such as `-30m`) and `sequenceNumber`, or else itself the body.
 ///
 /// ```
 /// use hubhost_host::emulate::invoke::parse_events;
@@ -187,9 +250,21 @@ fn event_spec(value: OrderedJson) -> Result<EventSpec, String> {
     let properties = optional_object(&mut fields, "properties")?;
     let offset = optional_string(&mut fields, "offset")?;
     let system_properties = optional_object(&mut fields, "systemProperties")?;
+    let enqueued_time = optional_string(&mut fields, "enqueuedTime")?
+        .map(|text| EnqueuedTime::parse(&text))
+        .transpose()?;
+    let sequence_number = match fields.remove("sequenceNumber") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n >= 0) => n.as_i64(),
+        Some(other) => {
+            return Err(format!(
+                "sequenceNumber must be a whole number of at least 0, not {other}"
+            ));
+        }
+    };
     if let Some(unknown) = fields.keys().next() {
         return Err(format!(
-            "unknown field {unknown:?} (an event has body, partitionKey, properties, offset and systemProperties)"
+            "unknown field {unknown:?} (an event has body, partitionKey, properties, offset, systemProperties, enqueuedTime and sequenceNumber)"
         ));
     }
     Ok(EventSpec {
@@ -198,6 +273,8 @@ fn event_spec(value: OrderedJson) -> Result<EventSpec, String> {
         properties,
         offset,
         system_properties,
+        enqueued_time,
+        sequence_number,
     })
 }
 
@@ -245,7 +322,9 @@ pub fn batches(
     } else {
         vec![events]
     };
+    let now = hubhost_clock::now();
     let mut first_sequence_number = 0;
+    let mut next_enqueued_time = now;
     groups
         .into_iter()
         .map(|group| {
@@ -254,8 +333,8 @@ pub fn batches(
                 .hub(&trigger.event_hub_name)
                 .consumer_group(&trigger.consumer_group)
                 .partition(partition)
-                .first_sequence_number(first_sequence_number);
-            first_sequence_number += group.len() as i64;
+                .first_sequence_number(first_sequence_number)
+                .enqueued_from(next_enqueued_time);
             if let Some(policy) = &spec.retry {
                 builder = builder.retry(0, policy.max_retry_count);
             }
@@ -276,8 +355,21 @@ pub fn batches(
                 for (name, value) in &event.system_properties {
                     builder = builder.system_property(name, value.clone());
                 }
+                if let Some(time) = event.enqueued_time {
+                    builder = builder.enqueued_time(time.at(now));
+                }
+                if let Some(sequence_number) = event.sequence_number {
+                    builder = builder.sequence_number(sequence_number);
+                }
             }
-            builder.build()
+            let batch = builder.build();
+            // A one-event-per-invocation function's next invocation follows on from this one.
+            if let Some(last) = batch.events.last() {
+                first_sequence_number = last.sequence_number.unwrap_or(0) + 1;
+                next_enqueued_time =
+                    last.enqueued_time.unwrap_or(now) + chrono::Duration::milliseconds(1);
+            }
+            batch
         })
         .collect()
 }
