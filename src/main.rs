@@ -64,6 +64,7 @@ enum Command {
     Bench(commands::bench::Args),
     New(commands::new::Args),
     Add(commands::add::Args),
+    Docs(commands::docs::Args),
     Package(commands::package::Args),
 }
 
@@ -151,6 +152,7 @@ fn main() -> ExitCode {
             Command::Bench(_) => unreachable!("forwarded above"),
             Command::New(args) => commands::new::run(args).await,
             Command::Add(args) => commands::add::run(args).await,
+            Command::Docs(args) => commands::docs::run(args).await,
             Command::Package(args) => commands::package::run(args).await,
         };
         // The last spans and metrics (an emulated host's stop, say) leave before the process

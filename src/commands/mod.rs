@@ -5,6 +5,7 @@ pub mod add;
 pub mod bench;
 pub mod checkpoints;
 pub mod demo;
+pub mod docs;
 pub mod emulate;
 pub mod hub;
 pub mod invoke;

@@ -33,6 +33,14 @@ pub struct Args {
     /// messages in its outbox).
     #[arg(long = "queue-output", value_name = "QUEUE")]
     pub queue_output: Option<String>,
+    /// An event hub the function forwards each event to: an `eventHub` output on the trigger's
+    /// connection (`hubhost hub` serves it).
+    #[arg(
+        long = "event-hub-output",
+        value_name = "HUB",
+        conflicts_with = "queue_output"
+    )]
+    pub event_hub_output: Option<String>,
     /// Where hubhost-functions comes from: a folder (e.g. a checkout's crates/functions) or a
     /// version [default: this build's checkout, if present, else its version].
     #[arg(long)]
@@ -48,6 +56,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         cardinality,
         data_type,
         queue_output,
+        event_hub_output,
         framework,
     } = args;
     let mut scaffold = hubhost_project::scaffold::Scaffold::for_dir(&dir);
@@ -57,6 +66,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     scaffold.cardinality = cardinality;
     scaffold.data_type = data_type;
     scaffold.queue_output = queue_output;
+    scaffold.event_hub_output = event_hub_output;
     if let Some(f) = framework {
         scaffold.framework = hubhost_project::scaffold::Framework::parse(&f);
     }

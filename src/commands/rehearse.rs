@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hubhost_host::emulate::handler_executable;
-use hubhost_host::emulate::invoke::{EventSpec, parse_events};
+use hubhost_host::emulate::invoke::read_event_bodies;
 use hubhost_rehearse::{FaultKind, Rehearsal, Semantics};
 
 /// Run the app under Azure's faults and audit its outputs.
@@ -36,10 +36,12 @@ pub struct Args {
     pub function: Option<String>,
     /// Inputs: an events file as `hubhost invoke` reads one (a JSON array or NDJSON; an object
     /// with `body` is an event, any other value the body itself: a string as its text, anything
-    /// else as JSON); only the bodies are sent.
-    #[arg(long, conflicts_with = "count")]
+    /// else as JSON); only the bodies are sent. With --count, that many inputs made from its
+    /// bodies in turn, each with its own --key member ("d-1" becomes "d-1-00001", …).
+    #[arg(long)]
     pub events: Option<PathBuf>,
-    /// Generated inputs {"id":"input-00001","n":1}… [default: 200].
+    /// How many inputs: generated ones {"id":"input-00001","n":1}…, or made from --events
+    /// [default: 200, or the events file's own].
     #[arg(long)]
     pub count: Option<usize>,
     /// The plan's seed: the same seed, the same faults at the same points.
@@ -97,7 +99,7 @@ pub async fn run(args: Args) -> Result<(), String> {
     let mut rehearsal = Rehearsal::new(args.seed)
         .faults(&kinds)
         .fault_count(args.fault_count)
-        .key_field(&args.key)
+        .key(&args.key)
         .within(Duration::from_secs(args.within))
         .semantics(if args.at_least_once {
             Semantics::AtLeastOnce
@@ -105,7 +107,8 @@ pub async fn run(args: Args) -> Result<(), String> {
             Semantics::ExactlyOnce
         });
     rehearsal = match (&args.events, args.count) {
-        (Some(file), _) => rehearsal.inputs(read_events(file)?),
+        (Some(file), Some(n)) => rehearsal.inputs_like(read_event_bodies(file)?, n),
+        (Some(file), None) => rehearsal.inputs(read_event_bodies(file)?),
         (None, Some(n)) => rehearsal.count(n),
         (None, None) => rehearsal,
     };
@@ -245,13 +248,4 @@ fn replay_command(args: &Args, seed: u64, kept: &[usize], inputs: usize) -> Stri
         kept.join(",")
     ));
     command
-}
-
-/// The events file's bodies, read as `hubhost invoke` reads an events file (a JSON array, or
-/// NDJSON; an object with `body` is an event, any other value the body itself): the rehearsal
-/// sends the bodies and spreads them over the partitions itself.
-fn read_events(file: &Path) -> Result<Vec<Vec<u8>>, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let events = parse_events(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-    Ok(events.iter().map(EventSpec::body_bytes).collect())
 }

@@ -18,6 +18,41 @@ use std::time::Duration;
 /// (with the lock `hubhost new` wrote, in the target folder the tests' new projects share, so the
 /// dependencies are compiled once).
 fn scaffold_and_test(args: &[&str]) {
+    let (_dir, project) = scaffold(args);
+    // A second function, as `func new` adds one: on a consumer group of its own, registered
+    // beside the first; the project's tests below run both.
+    let (code, stdout, stderr) = common::hubhost(
+        &["add", "Second", "--project", project.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 0, "hubhost add failed: {stdout}{stderr}");
+    assert!(stdout.contains("consumer group second"), "{stdout}");
+    let second: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(project.join("function_app/Second/function.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(second["bindings"][0]["consumerGroup"], "second");
+    check_formatted(&project);
+    let out = cargo_test(&project, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the new project's tests failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for test in [
+        "second::tests::a_batch_is_answered_with_its_summary ... ok",
+        "a_batch_is_answered_with_its_summary ... ok",
+        "every_event_sent_is_processed ... ok",
+        "rehearsal_of_what_azure_does_to_it ... ok",
+        "two_hundred_seeds_of_what_azure_does_to_it ... ok",
+    ] {
+        assert!(stdout.contains(test), "{stdout}");
+    }
+}
+
+/// `hubhost new` with `args` into a new folder: the folder (removed on drop) and the project.
+fn scaffold(args: &[&str]) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let project = dir.path().join("my-function");
     let framework = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/functions");
@@ -40,37 +75,34 @@ fn scaffold_and_test(args: &[&str]) {
     let (code, _, stderr) = common::hubhost(&["new", project.to_str().unwrap()], &[]);
     assert_ne!(code, 0);
     assert!(stderr.contains("not empty"), "{stderr}");
-    // A second function, as `func new` adds one: on a consumer group of its own, registered
-    // beside the first; the project's tests below run both.
-    let (code, stdout, stderr) = common::hubhost(
-        &["add", "Second", "--project", project.to_str().unwrap()],
-        &[],
-    );
-    assert_eq!(code, 0, "hubhost add failed: {stdout}{stderr}");
-    assert!(stdout.contains("consumer group second"), "{stdout}");
-    let second: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(project.join("function_app/Second/function.json")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(second["bindings"][0]["consumerGroup"], "second");
+    (dir, project)
+}
 
-    let hubhost = Path::new(env!("CARGO_BIN_EXE_hubhost"));
-    let target = super::shared_target();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut fmt = Command::new(&cargo);
-    fmt.args(["fmt", "--check"]).current_dir(&project);
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn check_formatted(project: &Path) {
+    let mut fmt = Command::new(cargo());
+    fmt.args(["fmt", "--check"]).current_dir(project);
     let out = common::output_within(&mut fmt, Duration::from_secs(60));
     assert!(
         out.status.success(),
         "the new project is not formatted:\n{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    // No hubhost on PATH, no service: the tests need nothing but cargo.
-    let mut test = Command::new(&cargo);
+}
+
+/// `cargo test ARGS` in `project`, in the target folder the tests' new projects share, with no
+/// hubhost on PATH and no service: the tests need nothing but cargo.
+fn cargo_test(project: &Path, args: &[&str]) -> std::process::Output {
+    let hubhost = Path::new(env!("CARGO_BIN_EXE_hubhost"));
+    let mut test = Command::new(cargo());
     common::without_test_run_env(&mut test)
         .arg("test")
-        .current_dir(&project)
-        .env("CARGO_TARGET_DIR", &target)
+        .args(args)
+        .current_dir(project)
+        .env("CARGO_TARGET_DIR", super::shared_target())
         .env(
             "PATH",
             std::env::var("PATH")
@@ -79,22 +111,7 @@ fn scaffold_and_test(args: &[&str]) {
         );
     // The dependencies compile here, or are waited for while another test's project compiles
     // them in the shared folder: minutes on a busy machine.
-    let out = common::output_within(&mut test, Duration::from_secs(1200));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the new project's tests failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for test in [
-        "second::tests::a_batch_is_answered_with_its_summary ... ok",
-        "a_batch_is_answered_with_its_summary ... ok",
-        "every_event_sent_is_processed ... ok",
-        "rehearsal_of_what_azure_does_to_it ... ok",
-        "two_hundred_seeds_of_what_azure_does_to_it ... ok",
-    ] {
-        assert!(stdout.contains(test), "{stdout}");
-    }
+    common::output_within(&mut test, Duration::from_secs(1200))
 }
 
 #[test]
@@ -131,4 +148,95 @@ fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_an
         "--queue-output",
         "audit-log",
     ]);
+}
+
+/// A forwarder to an event hub, kept once by `Once`: both rehearsals pass, their inputs made from
+/// the project's own events.json and matched on its `deviceId`. Without `Once` the simulated one
+/// fails, naming each duplicated input; with outputs that lose the key, each missing input, what
+/// was sent and what the output held instead. `hubhost docs` documents the test kit and the
+/// rehearsals, which `cargo doc` cannot (they are dev-dependencies).
+#[test]
+fn a_new_forwarder_rehearses_its_own_events_once_and_says_per_input_what_went_wrong_without_once() {
+    let (_dir, project) = scaffold(&["--event-hub-output", "forwarded"]);
+    check_formatted(&project);
+    let out = cargo_test(&project, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the new project's tests failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for test in [
+        "rehearsal_of_what_azure_does_to_it ... ok",
+        "two_hundred_seeds_of_what_azure_does_to_it ... ok",
+    ] {
+        assert!(stdout.contains(test), "{stdout}");
+    }
+
+    let edit = |file: &str, from: &str, to: &str| {
+        let path = project.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{file} has no {from:?}");
+        std::fs::write(&path, text.replace(from, to)).unwrap();
+    };
+    // Twenty seeds are plenty to fail, and each failing one is shrunk.
+    edit("tests/simulation.rs", "seeds(0..200)", "seeds(0..20)");
+    edit(
+        "src/lib.rs",
+        "for event in self.once.claim(&batch, context).await? {",
+        "for event in &batch.events {",
+    );
+    let out = cargo_test(&project, &["--test", "simulation"]);
+    let told = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "passed without Once:\n{told}");
+    assert!(
+        told.lines()
+            .any(|l| l.trim_start().starts_with("duplicated: d-1-") && l.contains("through 'out'")),
+        "{told}"
+    );
+    assert!(told.contains("replay it: Rehearsal::new("), "{told}");
+
+    edit(
+        "src/lib.rs",
+        "String::from_utf8_lossy(&event.body)",
+        r#"format!("{{\"seen\":{}}}", event.sequence_number.unwrap_or(0))"#,
+    );
+    let out = cargo_test(&project, &["--test", "simulation"]);
+    let told = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "passed without the key:\n{told}");
+    let missing = told
+        .lines()
+        .find(|l| l.trim_start().starts_with("missing: d-1-"))
+        .unwrap_or_else(|| panic!("no missing input named:\n{told}"));
+    assert!(
+        missing.contains(r#"sent {"deviceId":"d-1-"#)
+            && missing.contains("no effect names it by the member `deviceId`"),
+        "{missing}"
+    );
+    assert!(
+        told.contains(r#"through 'out': {"seen":"#) && told.contains("(its key: none)"),
+        "{told}"
+    );
+
+    // Every dependency checked for rustdoc: minutes on a busy machine.
+    let mut docs = Command::new(env!("CARGO_BIN_EXE_hubhost"));
+    common::without_test_run_env(&mut docs)
+        .arg("docs")
+        .current_dir(&project)
+        .env("CARGO_TARGET_DIR", super::shared_target());
+    let out = common::output_within(&mut docs, Duration::from_secs(1200));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for krate in ["hubhost_functions", "hubhost_testkit", "hubhost_rehearse"] {
+        let index = super::shared_target()
+            .join("doc")
+            .join(krate)
+            .join("index.html");
+        assert!(index.is_file(), "{} is missing: {stdout}", index.display());
+    }
+    assert!(stdout.contains("hubhost_functions/index.html"), "{stdout}");
 }

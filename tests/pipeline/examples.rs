@@ -51,8 +51,10 @@ fn app_copy(name: &str, dir: &Path, bin_dir: &Path) -> PathBuf {
     app
 }
 
-/// `hubhost emulate` on `app`, its checkpoints and blobs in `storage`: one instance of the
-/// pool harness the pool tests and `bench pool` use, killed on drop.
+/// `hubhost emulate` on `app` with `--storage` (as `HUBHOST_STORAGE`) naming `storage`, which
+/// stands for the app's storage: its checkpoints, what its `blob` outputs write and its `blob`
+/// inputs read are there. One instance of the pool harness the pool tests and `bench pool`
+/// use, killed on drop.
 struct Emulate {
     pool: EmulatePool,
     runtime: tokio::runtime::Runtime,
@@ -67,7 +69,7 @@ impl Emulate {
             Self::NAME,
             &[
                 ("EventHubConnection", hub.connection_string(KEY)),
-                ("AzureWebJobsStorage", storage.display().to_string()),
+                ("HUBHOST_STORAGE", storage.display().to_string()),
             ],
         )
         .expect("hubhost emulate starts");

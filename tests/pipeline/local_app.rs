@@ -93,3 +93,43 @@ async fn a_function_app_runs_from_a_test_and_its_outputs_are_read_back() {
 
     app.stop().await.expect("the host stops cleanly");
 }
+
+/// The forward-alarms handler under a function.json whose `eventHub` output is named `alarmz`:
+/// the handler sets `alarms`, which the Functions host would drop without a sign. Waiting for
+/// the events fails, naming the output and the declared ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_function_json_does_not_declare_fails_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let app_folder = dir.path().join("function_app");
+    hubhost_testkit::copy_dir(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/forward-alarms/function_app"
+        )
+        .as_ref(),
+        &app_folder,
+    );
+    let function_json = app_folder.join("ForwardAlarms/function.json");
+    let text = std::fs::read_to_string(&function_json).unwrap();
+    assert!(text.contains(r#""name": "alarms""#), "{text}");
+    std::fs::write(
+        &function_json,
+        text.replace(r#""name": "alarms""#, r#""name": "alarmz""#),
+    )
+    .unwrap();
+    let handler = build_examples(&["forward-alarms"]).join("forward-alarms");
+    let app = LocalApp::start(&app_folder, &handler).await.unwrap();
+    let alarm = json!({"homeId": "home-1", "sensorId": "door", "state": "alarm"});
+    app.send_json("sensors", &[alarm]).await.unwrap();
+    let waited = app
+        .wait_processed("ForwardAlarms", 1, Duration::from_secs(60))
+        .await;
+    let Err(hubhost_testkit::LocalAppError::UndeclaredOutput(said)) = waited else {
+        panic!("{waited:?}")
+    };
+    assert!(
+        said.contains(r#"set output "alarms""#) && said.contains("(declared: alarmz, poison)"),
+        "{said}"
+    );
+    app.stop().await.unwrap();
+}

@@ -388,7 +388,7 @@ fn reference_rehearsal(
     let rehearsal = Rehearsal::new(seed)
         .function("SensorAggregator")
         .inputs(readings)
-        .key_field("homeId")
+        .key("homeId")
         .expects_effect(|body| String::from_utf8_lossy(body).contains(r#""state":"alarm""#))
         .faults(&FaultKind::DEFAULT)
         .fault_count(faults)

@@ -41,7 +41,7 @@ pub fn run(options: &RehearseBenchOptions) -> Result<(), String> {
     let rehearsal = Rehearsal::new(0)
         .count(options.inputs)
         .fault_count(options.faults)
-        .key_field("id");
+        .key("id");
     let mut rates: [Vec<Rate>; 3] = Default::default();
     println!(
         "rehearsal of forward-once: {} inputs, {} faults a seed; {} seeds simulated and {} real per form and repetition, {} repetitions",

@@ -95,7 +95,16 @@ impl FunctionContext {
     /// writes to its log as the function's, and to this process's log (tracing, at info).
     pub fn log(&self, line: impl Into<String>) {
         let line = line.into();
-        tracing::info!(target: "hubhost::function", function = %self.function, invocation_id = %self.invocation_id, "{line}");
+        // Inside the server the invocation's span names the function and the invocation on the
+        // line; a context made by hand (a direct call in a test) names them itself.
+        let in_invocation = tracing::Span::current()
+            .metadata()
+            .is_some_and(|span| span.name() == "invocation");
+        if in_invocation {
+            tracing::info!(target: "hubhost::function", "{line}");
+        } else {
+            tracing::info!(target: "hubhost::function", function = %self.function, invocation_id = %self.invocation_id, "{line}");
+        }
         self.logs.lock().expect("not poisoned").push(line);
     }
 

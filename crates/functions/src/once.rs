@@ -35,7 +35,9 @@ use serde::{Deserialize, Serialize};
 use crate::batch::{EventRecord, TriggerBatch};
 use crate::context::FunctionContext;
 use crate::function::FunctionError;
-use hubhost_storage::{Condition, Metadata, SharedStore, StoreError};
+/// Where marks are kept: any blob store (`Once::for_instance`).
+pub use hubhost_storage::SharedStore;
+use hubhost_storage::{Condition, Metadata, StoreError};
 
 /// The container the marks are kept in.
 pub const CONTAINER: &str = "hubhost-once";
@@ -217,6 +219,20 @@ impl Once {
             store,
             instance: Some(instance.to_string()),
         }
+    }
+
+    /// Another instance's `Once` over the same marks: for a test of a partition moving
+    /// between instances, or of a frozen owner's late answer.
+    ///
+    /// ```
+    /// use hubhost_functions::once::Once;
+    ///
+    /// let first = Once::in_memory();
+    /// let second = first.as_instance("instance-2"); // the marks `first` keeps
+    /// # let _ = second;
+    /// ```
+    pub fn as_instance(&self, instance: &str) -> Once {
+        Once::for_instance(self.store.clone(), instance)
     }
 
     /// Marks kept in the app's storage, read as the host reads it: `AzureWebJobsStorage` (a

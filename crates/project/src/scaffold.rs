@@ -98,7 +98,16 @@ pub struct Scaffold {
     /// A Storage queue the function puts one message on per event (a `queue` output named
     /// `queue`), or none.
     pub queue_output: Option<String>,
+    /// An event hub the function forwards each event to (an `eventHub` output named `out`),
+    /// or none. At most one of the two outputs.
+    pub event_hub_output: Option<String>,
     pub framework: Framework,
+}
+
+/// The new function's output, if it has one.
+enum Output<'a> {
+    Queue(&'a str),
+    EventHub(&'a str),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +128,8 @@ pub enum ScaffoldError {
         "`{0}` is not a valid queue name (Azure's rule: 3 to 63 lowercase letters, digits and single hyphens, starting and ending with a letter or a digit)"
     )]
     QueueName(String),
+    #[error("a new function has one output: a queue output or an event hub output, not both")]
+    TwoOutputs,
     #[error("{0} exists and is not empty: pick a new folder")]
     NotEmpty(PathBuf),
     /// The lock compiled into this build cannot be read (a bug in hubhost's build).
@@ -147,6 +158,7 @@ impl Scaffold {
             cardinality: Cardinality::Many,
             data_type: DataType::String,
             queue_output: None,
+            event_hub_output: None,
             framework: Framework::default_for_this_build(),
         }
     }
@@ -167,16 +179,24 @@ impl Scaffold {
         }
     }
 
+    fn output(&self) -> Option<Output<'_>> {
+        match (&self.queue_output, &self.event_hub_output) {
+            (Some(queue), _) => Some(Output::Queue(queue)),
+            (None, Some(hub)) => Some(Output::EventHub(hub)),
+            (None, None) => None,
+        }
+    }
+
     /// hubhost-functions, with `once` for a function with an output.
     fn framework_dependency(&self) -> String {
-        match self.queue_output {
+        match self.output() {
             None => self.framework.dependency(),
             Some(_) => self.framework.dependency_with(&["once"]),
         }
     }
 
     fn imports(&self) -> &'static str {
-        match self.queue_output {
+        match self.output() {
             None => "",
             Some(_) => "use hubhost_functions::once::Once;",
         }
@@ -184,7 +204,7 @@ impl Scaffold {
 
     /// The function's type: a unit struct, or one holding its `Once`.
     fn struct_definition(&self) -> String {
-        match self.queue_output {
+        match self.output() {
             None => format!("/// The function.\npub struct {};", self.function),
             Some(_) => format!(
                 "/// The function. Its outputs once under redelivery: `once` says which events still\n/// owe theirs.\npub struct {} {{\n    pub once: Once,\n}}",
@@ -195,17 +215,17 @@ impl Scaffold {
 
     /// The function's value, with `once` for its `Once`.
     fn value(&self, once: &str) -> String {
-        match self.queue_output {
+        match self.output() {
             None => self.function.clone(),
             Some(_) => format!("{} {{ once: {once} }}", self.function),
         }
     }
 
-    /// What the function answers: nothing but its log, or one queue message per event.
+    /// What the function answers: nothing but its log, or one output per event.
     fn answer(&self) -> &'static str {
-        match self.queue_output {
+        match self.output() {
             None => "Ok(FunctionOutput::default())",
-            Some(_) => {
+            Some(Output::Queue(_)) => {
                 "// One message per event, its body as text, through the `queue` output; an event
         // delivered again (Event Hubs delivers at least once) owes none.
         let mut output = FunctionOutput::default();
@@ -214,29 +234,47 @@ impl Scaffold {
         }
         Ok(output)"
             }
+            Some(Output::EventHub(_)) => {
+                "// Each event forwarded, its body as text, through the `out` output; an event
+        // delivered again (Event Hubs delivers at least once) owes none.
+        let mut output = FunctionOutput::default();
+        for event in self.once.claim(&batch, context).await? {
+            output.send_event_text(\"out\", String::from_utf8_lossy(&event.body));
+        }
+        Ok(output)"
+            }
         }
     }
 
-    /// What the README says of the queue output.
-    fn queue_note(&self) -> String {
-        match &self.queue_output {
+    /// What the README says of the output.
+    fn output_note(&self) -> String {
+        match self.output() {
             None => String::new(),
-            Some(queue) => format!(
+            Some(Output::Queue(queue)) => format!(
                 "\n- The function puts one message per event on the queue `{queue}` (its `queue`\n  output): on the storage `AzureWebJobsStorage` names (Azurite's queue service for\n  `UseDevelopmentStorage=true`); with it unset, `hubhost emulate` keeps the messages in\n  `hubhost-data/outbox/{}/queue.jsonl` and says so at start.",
                 self.function
+            ),
+            Some(Output::EventHub(hub)) => format!(
+                "\n- The function forwards each event to the event hub `{hub}` (its `eventHub` output\n  `out`), on the same connection as its trigger; `hubhost hub` serves both."
             ),
         }
     }
 
     /// The unit test's check of the outputs.
     fn test_outputs(&self) -> &'static str {
-        match (&self.queue_output, self.cardinality) {
+        match (self.output(), self.cardinality) {
             (None, _) => "",
-            (Some(_), Cardinality::Many) => {
+            (Some(Output::Queue(_)), Cardinality::Many) => {
                 r#"assert_eq!(answer.queue_messages("queue"), ["hello", "world"]);"#
             }
-            (Some(_), Cardinality::One) => {
+            (Some(Output::Queue(_)), Cardinality::One) => {
                 r#"assert_eq!(answer.queue_messages("queue"), ["hello"]);"#
+            }
+            (Some(Output::EventHub(_)), Cardinality::Many) => {
+                r#"assert_eq!(answer.events_sent("out"), ["hello", "world"]);"#
+            }
+            (Some(Output::EventHub(_)), Cardinality::One) => {
+                r#"assert_eq!(answer.events_sent("out"), ["hello"]);"#
             }
         }
     }
@@ -273,6 +311,14 @@ impl Scaffold {
         {
             return Err(ScaffoldError::QueueName(queue.clone()));
         }
+        if let Some(hub) = &self.event_hub_output {
+            if self.queue_output.is_some() {
+                return Err(ScaffoldError::TwoOutputs);
+            }
+            if !hubhost_hub::config::is_valid_hub_name(hub) {
+                return Err(ScaffoldError::EntityName(hub.clone()));
+            }
+        }
         Ok(())
     }
 
@@ -289,7 +335,7 @@ impl Scaffold {
                 .replace("{{framework}}", &self.framework_dependency())
                 .replace("{{imports}}", self.imports())
                 .replace("{{struct}}", &self.struct_definition())
-                .replace("{{value}}", &self.value("Once::from_environment().expect(\"the app's storage setting (AzureWebJobsStorage)\")"))
+                .replace("{{value}}", &self.value("Once::from_environment()?"))
                 .replace("{{test_value}}", &self.value("Once::in_memory()"))
                 .replace(
                     "{{simulated_value}}",
@@ -299,7 +345,7 @@ impl Scaffold {
                 .replace("{{test_events}}", self.test_events())
                 .replace("{{test_log}}", self.test_log())
                 .replace("{{answer}}", self.answer())
-                .replace("{{queue_note}}", &self.queue_note())
+                .replace("{{output_note}}", &self.output_note())
                 .replace("{{test_outputs}}", self.test_outputs())
                 .replace("{{version}}", env!("CARGO_PKG_VERSION"))
         };
@@ -318,14 +364,22 @@ impl Scaffold {
             DataType::Unset => {}
         }
         let mut bindings = vec![trigger];
-        if let Some(queue) = &self.queue_output {
-            bindings.push(serde_json::json!({
+        match self.output() {
+            None => {}
+            Some(Output::Queue(queue)) => bindings.push(serde_json::json!({
                 "type": "queue",
                 "name": "queue",
                 "direction": "out",
                 "queueName": queue,
                 "connection": "AzureWebJobsStorage",
-            }));
+            })),
+            Some(Output::EventHub(hub)) => bindings.push(serde_json::json!({
+                "type": "eventHub",
+                "name": "out",
+                "direction": "out",
+                "eventHubName": hub,
+                "connection": "EventHubConnection",
+            })),
         }
         let function_json = serde_json::json!({
             "bindings": bindings,
@@ -509,16 +563,20 @@ use std::path::Path;
 
 use hubhost_functions::prelude::*;
 {{imports}}
-use hubhost_testkit::Rehearsal;
+use hubhost_testkit::{Rehearsal, read_event_bodies};
 use {{crate}}::{{function}};
 
+/// The inputs are made from events.json's samples, each with a `deviceId` of its own; each
+/// output is matched to its input by that member, so what the function writes must carry it.
 #[test]
 fn two_hundred_seeds_of_what_azure_does_to_it() {
-    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let samples = read_event_bodies(&root.join("events.json")).unwrap();
     let simulation = Rehearsal::new(0)
         .function("{{function}}")
-        .count(100)
-        .simulated(&app, |handler| {
+        .key("deviceId")
+        .inputs_like(samples, 100)
+        .simulated(&root.join("function_app"), |handler| {
             FunctionServer::builder()
                 .function("{{function}}", {{simulated_value}})
                 .build(Some(handler.app_folder))
@@ -571,7 +629,7 @@ hub `{{hub}}`, consumer group `{{group}}`), made by `hubhost new` ({{version}}).
 - `function_app/`: the script root the Functions host reads: `host.json` (starts the binary),
   `{{function}}/function.json` (the trigger and its retry policy), `local.settings.json` (the
   local event hub's connection; checkpoints go to `./hubhost-data` unless `AzureWebJobsStorage`
-  is set, e.g. to `UseDevelopmentStorage=true` for Azurite).{{queue_note}}
+  is set, e.g. to `UseDevelopmentStorage=true` for Azurite).{{output_note}}
 
 ## Test it
 
@@ -626,7 +684,7 @@ const LOCAL_APP_TEST_RS: &str = r#"//! {{function}} as Azure runs it: the emulat
 use std::path::Path;
 use std::time::Duration;
 
-use hubhost_testkit::{LocalApp, Rehearsal};
+use hubhost_testkit::{LocalApp, Rehearsal, read_event_bodies};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_event_sent_is_processed() {
@@ -649,15 +707,19 @@ async fn every_event_sent_is_processed() {
 /// ownership, output bindings failing, links detached, the checkpoint store down. Every event
 /// must be processed; once the function has outputs (events, blobs, queue messages, any other
 /// binding's values), each input's outputs must come out once (`hubhost_functions::once::Once`
-/// keeps them so). A failure prints the seed
-/// that reproduces it.
+/// keeps them so). The inputs are made from events.json's samples, each with a `deviceId` of
+/// its own, and an output names its input by that member. A failure prints the seed that
+/// reproduces it, and per missing input what was sent and what the outputs held.
 #[tokio::test(flavor = "multi_thread")]
 async fn rehearsal_of_what_azure_does_to_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let samples = read_event_bodies(&root.join("events.json")).unwrap();
     let report = Rehearsal::new(1)
         .function("{{function}}")
-        .count(100)
+        .key("deviceId")
+        .inputs_like(samples, 100)
         .run(
-            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/function_app")),
+            &root.join("function_app"),
             Path::new(env!("CARGO_BIN_EXE_{{package}}")),
         )
         .await
@@ -772,6 +834,36 @@ mod tests {
         let mut s = scaffold();
         s.queue_output = Some("Work".into());
         assert!(matches!(s.files(), Err(ScaffoldError::QueueName(_))));
+        let mut s = scaffold();
+        (s.queue_output, s.event_hub_output) = (Some("work".into()), Some("out".into()));
+        assert!(matches!(s.files(), Err(ScaffoldError::TwoOutputs)));
+    }
+
+    #[test]
+    fn an_event_hub_output_forwards_each_event_once_and_the_rehearsals_key_by_the_samples_member() {
+        let mut s = scaffold();
+        s.event_hub_output = Some("forwarded".into());
+        let files = s.files().unwrap();
+        let file = |name: &str| file_in(&files, name);
+        let function: serde_json::Value =
+            serde_json::from_str(&file("function_app/ProcessEvents/function.json")).unwrap();
+        let spec =
+            hubhost_functions::function_app::FunctionSpec::from_json("ProcessEvents", &function)
+                .unwrap();
+        let out = spec.bindings.iter().find(|b| b.is("eventHub")).unwrap();
+        assert_eq!(out.name, "out");
+        assert_eq!(out.event_hub_name(), Some("forwarded"));
+        assert!(file("src/lib.rs").contains(r#"output.send_event_text("out""#));
+        assert!(file("src/lib.rs").contains(r#"answer.events_sent("out")"#));
+        assert!(file("src/lib.rs").contains("self.once.claim(&batch, context)"));
+        // Both rehearsals make their inputs from events.json and match on its samples' member.
+        let samples = file("events.json");
+        assert!(samples.contains(r#""deviceId""#), "{samples}");
+        for test in ["tests/simulation.rs", "tests/local_app.rs"] {
+            let text = file(test);
+            assert!(text.contains(r#".key("deviceId")"#), "{test}");
+            assert!(text.contains(r#"root.join("events.json")"#), "{test}");
+        }
     }
 
     #[test]

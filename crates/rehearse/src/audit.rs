@@ -24,6 +24,8 @@ pub enum Semantics {
 pub struct Input {
     pub key: String,
     pub partition: String,
+    /// Its body, as [`preview`] shows it.
+    pub sent: String,
     /// Whether an effect is expected of it (an input the function filters out has none).
     pub expects_effect: bool,
 }
@@ -40,6 +42,8 @@ pub struct Effect {
     pub at_ms: Option<u64>,
     /// Where it is: `alarms/0#17` for an event, `container/name` for a blob.
     pub location: String,
+    /// What it holds, as [`preview`] shows it.
+    pub preview: String,
 }
 
 /// A fault as it happened.
@@ -57,6 +61,8 @@ pub struct FiredFault {
 pub struct Missing {
     pub key: String,
     pub partition: String,
+    /// The input's body, as [`preview`] shows it.
+    pub sent: String,
     /// Every fault fired during the run (when an effect that never came was due is unknown).
     pub faults_before: Vec<usize>,
 }
@@ -79,7 +85,17 @@ pub struct Findings {
     pub missing: Vec<Missing>,
     pub duplicated: Vec<Duplicated>,
     /// Effects that name no input (the key rule found none, or an unknown one).
-    pub unmatched: Vec<String>,
+    pub unmatched: Vec<Unmatched>,
+}
+
+/// An effect that names no input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unmatched {
+    pub output: String,
+    pub location: String,
+    /// What the key rule read from it: nothing, or a key no input has.
+    pub key: Option<String>,
+    pub preview: String,
 }
 
 impl Findings {
@@ -113,7 +129,12 @@ pub fn audit(inputs: &[Input], effects: &[Effect], faults: &[FiredFault]) -> Fin
                 .entry((key, effect.output.as_str()))
                 .or_default()
                 .push(effect),
-            None => unmatched.push(effect.location.clone()),
+            None => unmatched.push(Unmatched {
+                output: effect.output.clone(),
+                location: effect.location.clone(),
+                key: effect.key.clone(),
+                preview: effect.preview.clone(),
+            }),
         }
     }
     let missing = inputs
@@ -123,6 +144,7 @@ pub fn audit(inputs: &[Input], effects: &[Effect], faults: &[FiredFault]) -> Fin
         .map(|i| Missing {
             key: i.key.clone(),
             partition: i.partition.clone(),
+            sent: i.sent.clone(),
             faults_before: before(None),
         })
         .collect();
@@ -145,6 +167,27 @@ pub fn audit(inputs: &[Input], effects: &[Effect], faults: &[FiredFault]) -> Fin
         missing,
         duplicated,
         unmatched,
+    }
+}
+
+/// A body as a person reads it in a report: its text (or `<N bytes>` when it is not UTF-8), cut
+/// at 100 characters.
+///
+/// ```
+/// use hubhost_rehearse::audit::preview;
+///
+/// assert_eq!(preview(br#"{"id":1}"#), r#"{"id":1}"#);
+/// assert_eq!(preview(&[0xff, 0xfe]), "<2 bytes>");
+/// assert_eq!(preview("é".repeat(150).as_bytes()).chars().count(), 101);
+/// ```
+pub fn preview(body: &[u8]) -> String {
+    const SHOWN: usize = 100;
+    match std::str::from_utf8(body) {
+        Ok(text) if text.chars().count() > SHOWN => {
+            format!("{}…", text.chars().take(SHOWN).collect::<String>())
+        }
+        Ok(text) => text.to_string(),
+        Err(_) => format!("<{} bytes>", body.len()),
     }
 }
 
@@ -172,6 +215,7 @@ mod tests {
         Input {
             key: key.into(),
             partition: "0".into(),
+            sent: format!("{{\"id\":\"{key}\"}}"),
             expects_effect: true,
         }
     }
@@ -182,6 +226,7 @@ mod tests {
             key: Some(key.into()),
             at_ms: Some(at_ms),
             location: format!("{output}/{key}@{at_ms}"),
+            preview: format!("{{\"id\":\"{key}\"}}"),
         }
     }
 
@@ -230,6 +275,7 @@ mod tests {
         let findings = audit(&inputs, &[effect("out", "a", 1)], &[fault(Some(0))]);
         assert_eq!(findings.missing.len(), 1);
         assert_eq!(findings.missing[0].key, "b");
+        assert_eq!(findings.missing[0].sent, r#"{"id":"b"}"#);
         assert_eq!(findings.missing[0].faults_before, [0]);
         assert!(!findings.passed(Semantics::AtLeastOnce));
     }
@@ -242,7 +288,13 @@ mod tests {
         let effects = [effect("out", "a", 1), effect("log", "a", 2), stranger];
         let findings = audit(&inputs, &effects, &[]);
         assert!(findings.duplicated.is_empty());
-        assert_eq!(findings.unmatched, ["out/zz@3"]);
+        let [stranger] = &findings.unmatched[..] else {
+            panic!("{:?}", findings.unmatched)
+        };
+        assert_eq!(
+            (stranger.location.as_str(), stranger.key.as_deref()),
+            ("out/zz@3", Some("zz"))
+        );
     }
 
     #[test]

@@ -71,6 +71,10 @@ pub enum LocalAppError {
     /// Reading or writing the app's temporary copy, or its storage.
     #[error("{0}")]
     Io(String),
+    /// The function set an output its function.json does not declare (the message names it and
+    /// the declared ones): the Functions host drops it without a sign.
+    #[error("{0}")]
+    UndeclaredOutput(String),
     /// Sending to, or reading from, the hub.
     #[error("event hub: {0}")]
     EventHub(String),
@@ -92,8 +96,9 @@ pub struct LocalApp {
     events_handed_out: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// Per `Function/partition`, the last sequence number answered, across every instance.
     answered: hubhost_host::emulate::faults::Answered,
-    /// The batches given up after their failures, across every instance (on Azure, lost).
-    given_up: hubhost_host::emulate::faults::GivenUpLog,
+    /// The batches given up after their failures and the answers setting undeclared outputs,
+    /// across every instance (on Azure, lost).
+    verdicts: hubhost_host::emulate::faults::Verdicts,
     /// Set for a rehearsal: instances see each other's ownership expire within seconds.
     foreign_ownership_expiry: Option<Duration>,
     /// How long a stopping instance drains a batch under retry (a rehearsal: the function
@@ -258,7 +263,7 @@ impl LocalApp {
             instances: Vec::new(),
             events_handed_out: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             answered: Default::default(),
-            given_up: Default::default(),
+            verdicts: Default::default(),
             foreign_ownership_expiry: timings.foreign_ownership_expiry,
             drain: timings.drain,
             http: reqwest::Client::new(),
@@ -275,7 +280,7 @@ impl LocalApp {
         let faults = FaultSwitch::new(
             self.events_handed_out.clone(),
             self.answered.clone(),
-            self.given_up.clone(),
+            self.verdicts.clone(),
         );
         let options = EmulateOptions {
             handler_settings: Vec::new(),
@@ -351,7 +356,22 @@ impl LocalApp {
     /// The batches the instances gave up after their failures, the retry policy spent (or
     /// none): what Azure moves past, its events lost.
     pub fn given_up(&self) -> Vec<hubhost_host::emulate::faults::GivenUp> {
-        self.given_up.lock().expect("given-up lock").clone()
+        self.verdicts
+            .given_up
+            .lock()
+            .expect("given-up lock")
+            .clone()
+    }
+
+    /// What the instances said of answers that set outputs their function.json does not
+    /// declare (each names them and the declared ones): on Azure the host drops those outputs
+    /// without a sign. [`wait_processed`](Self::wait_processed) fails on the first.
+    pub fn undeclared_outputs(&self) -> Vec<String> {
+        self.verdicts
+            .undeclared_outputs
+            .lock()
+            .expect("undeclared lock")
+            .clone()
     }
 
     /// The app's copy the instances run (host.json, function folders, local.settings.json).
@@ -489,6 +509,9 @@ impl LocalApp {
     ) -> Result<(), LocalAppError> {
         let deadline = Instant::now() + within;
         loop {
+            if let Some(first) = self.undeclared_outputs().into_iter().next() {
+                return Err(LocalAppError::UndeclaredOutput(first));
+            }
             let done = self.processed(function).await?;
             if done >= count {
                 return Ok(());
@@ -926,6 +949,10 @@ impl crate::stage::Stage for LocalApp {
 
     fn given_up(&self) -> Vec<hubhost_host::emulate::faults::GivenUp> {
         LocalApp::given_up(self)
+    }
+
+    fn undeclared_outputs(&self) -> Vec<String> {
+        LocalApp::undeclared_outputs(self)
     }
 }
 

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semantics};
+use crate::audit::{self, Duplicated, Effect, FiredFault, Input, Missing, Semantics, Unmatched};
 use crate::local_app::{LocalApp, LocalAppError, PARTITIONS, Timings, copy_tree};
 use crate::plan::{self, Fault, FaultKind, OWNERSHIP_EXPIRY, Scheduled};
 use crate::stage::{CheckpointPastEnd, Sent, Stage};
@@ -65,6 +65,12 @@ pub struct Rehearsal {
     function: Option<String>,
     input_key: KeyOf,
     effect_key: EffectKeyOf,
+    /// How effects are matched to inputs, in words for the report.
+    key_rule: String,
+    /// The JSON member [`Rehearsal::key`] named, which inputs made from samples get unique.
+    key_member: Option<String>,
+    /// Sample events and how many inputs to make of them ([`Rehearsal::inputs_like`]).
+    samples: Option<(Vec<Vec<u8>>, usize)>,
     expects_effect: Expects,
     within: Duration,
     keep_storage: Option<std::path::PathBuf>,
@@ -85,7 +91,9 @@ pub struct Report {
     pub effects: usize,
     pub missing: Vec<Missing>,
     pub duplicated: Vec<Duplicated>,
-    pub unmatched: Vec<String>,
+    pub unmatched: Vec<Unmatched>,
+    /// How effects were matched to inputs, in words.
+    pub key_rule: String,
     /// Per output binding: its type, its effects and its duplicated inputs.
     pub outputs: Vec<OutputFindings>,
     pub faults: Vec<FiredFault>,
@@ -93,6 +101,9 @@ pub struct Report {
     /// none), and moved past: on Azure their events are never delivered again. A handler that
     /// died mid-invocation counts as a failed attempt here, as on Azure.
     pub lost_on_azure: Vec<GivenUp>,
+    /// Answers that set outputs function.json does not declare (each kind once): on Azure the
+    /// host drops those outputs without a sign. Any fails the rehearsal.
+    pub undeclared_outputs: Vec<String>,
     /// Checkpoints of the trigger's consumer group past their partition's end when the run
     /// ended (the event hub was recreated): on Azure the trigger reads none of those
     /// partitions until they pass their checkpoint, then skips what came before.
@@ -189,6 +200,9 @@ impl Report {
                 d.key, d.count, d.output, d.faults_before
             ));
         }
+        for undeclared in self.undeclared_outputs.iter().take(3) {
+            text.push_str(&format!("\n  {undeclared}"));
+        }
         for lost in self.lost_on_azure.iter().take(5) {
             text.push_str(&format!("\n  {}", lost.describe()));
         }
@@ -204,9 +218,28 @@ impl Report {
         }
         for m in self.missing.iter().take(5) {
             text.push_str(&format!(
-                "\n  missing: {} (partition {})",
-                m.key, m.partition
+                "\n  missing: {} (partition {}): sent {}; no effect names it by {}",
+                m.key, m.partition, m.sent, self.key_rule
             ));
+        }
+        if !self.missing.is_empty() {
+            text.push_str(&match self.unmatched.first() {
+                Some(u) => format!(
+                    "\n  {} effects name no input by {}, e.g. {} through '{}': {} (its key: {}){}",
+                    self.unmatched.len(),
+                    self.key_rule,
+                    u.location,
+                    u.output,
+                    u.preview,
+                    u.key.as_deref().unwrap_or("none"),
+                    if u.key.is_none() {
+                        "; carry the input's key into what the function writes, or match on a member the outputs do carry (Rehearsal::key, hubhost rehearse --key)"
+                    } else {
+                        ""
+                    }
+                ),
+                None => "\n  no effect names another input either: the function gave nothing for the missing ones".into(),
+            });
         }
         if let Some(shrunk) = &self.shrunk {
             text.push_str(&format!(
@@ -218,12 +251,16 @@ impl Report {
                 shrunk.missing,
                 shrunk.duplicated,
                 shrunk.lost_on_azure,
-                shrunk
-                    .plan
-                    .iter()
-                    .map(|s| format!("{} at event {}", fault_name(&s.fault), s.at_event))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                if shrunk.plan.is_empty() {
+                    "no fault at all".to_string()
+                } else {
+                    shrunk
+                        .plan
+                        .iter()
+                        .map(|s| format!("{} at event {}", fault_name(&s.fault), s.at_event))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
             ));
             text.push_str(&format!("\n  replay it: {}", shrunk.replay));
         }
@@ -250,6 +287,9 @@ impl Rehearsal {
             function: None,
             input_key: Arc::new(audit::default_key),
             effect_key: Arc::new(|_, body| audit::default_key(body)),
+            key_rule: "the member `id`, else the whole text".into(),
+            key_member: None,
+            samples: None,
             expects_effect: Arc::new(|_| true),
             within: Duration::from_secs(180),
             keep_storage: None,
@@ -268,13 +308,69 @@ impl Rehearsal {
     /// `n` generated inputs, `{"id":"input-00001","n":1}` and on.
     pub fn count(mut self, n: usize) -> Self {
         self.inputs = generated_inputs(n);
+        self.samples = None;
         self
     }
 
     /// These bodies as the inputs.
     pub fn inputs(mut self, bodies: impl IntoIterator<Item = Vec<u8>>) -> Self {
         self.inputs = bodies.into_iter().collect();
+        self.samples = None;
         self
+    }
+
+    /// `n` inputs made from the function's own sample events (e.g. `events.json`'s bodies), in
+    /// turn, each a copy whose key member ([`key`](Self::key), else `id`) is its own:
+    /// `{"deviceId":"d-1"}` gives `{"deviceId":"d-1-00001"}`, `{"deviceId":"d-1-00003"}`…; a
+    /// sample without the member gets it. Samples that are not JSON objects cannot carry a key
+    /// and are left out, unless no sample is one.
+    ///
+    /// ```
+    /// use hubhost_rehearse::Rehearsal;
+    ///
+    /// let samples = vec![br#"{"deviceId":"d-1","t":21.5}"#.to_vec(), b"plain text".to_vec()];
+    /// let rehearsal = Rehearsal::new(1).key("deviceId").inputs_like(samples, 3);
+    /// assert_eq!(rehearsal.input_bodies()[2], br#"{"deviceId":"d-1-00003","t":21.5}"#);
+    /// ```
+    pub fn inputs_like(mut self, samples: impl IntoIterator<Item = Vec<u8>>, n: usize) -> Self {
+        self.samples = Some((samples.into_iter().collect(), n));
+        self.make_inputs_from_samples();
+        self
+    }
+
+    /// The inputs' bodies, as they will be sent.
+    pub fn input_bodies(&self) -> &[Vec<u8>] {
+        &self.inputs
+    }
+
+    fn make_inputs_from_samples(&mut self) {
+        let Some((samples, n)) = &self.samples else {
+            return;
+        };
+        let member = self.key_member.as_deref().unwrap_or("id");
+        let objects: Vec<serde_json::Map<String, Value>> = samples
+            .iter()
+            .filter_map(|body| match serde_json::from_slice(body) {
+                Ok(Value::Object(object)) => Some(object),
+                _ => None,
+            })
+            .collect();
+        self.inputs = if objects.is_empty() {
+            samples.iter().cycle().take(*n).cloned().collect()
+        } else {
+            (1..=*n)
+                .map(|i| {
+                    let mut object = objects[(i - 1) % objects.len()].clone();
+                    let base = match object.get(member) {
+                        Some(Value::String(text)) => text.clone(),
+                        Some(Value::Number(number)) => number.to_string(),
+                        _ => "input".into(),
+                    };
+                    object.insert(member.into(), Value::from(format!("{base}-{i:05}")));
+                    serde_json::to_vec(&object).expect("JSON serializes")
+                })
+                .collect()
+        };
     }
 
     /// The kinds of fault to draw from.
@@ -306,6 +402,7 @@ impl Rehearsal {
         key: impl Fn(&[u8]) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         self.input_key = Arc::new(key);
+        self.key_rule = "the test's own key rule".into();
         self
     }
 
@@ -316,14 +413,22 @@ impl Rehearsal {
         key: impl Fn(&str, &[u8]) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         self.effect_key = Arc::new(key);
+        self.key_rule = "the test's own key rule".into();
         self
     }
 
-    /// The same JSON member as the key of inputs and effects.
-    pub fn key_field(self, field: &str) -> Self {
-        let (a, b) = (field.to_string(), field.to_string());
-        self.input_key(move |body| audit::key_field(body, &a))
-            .effect_key(move |_, body| audit::key_field(body, &b))
+    /// The JSON member that names an input, in the inputs and in what the outputs wrote
+    /// (`hubhost rehearse --key`): an output must carry its input's member for the audit to
+    /// match them [default: `id`, else the whole text].
+    pub fn key(mut self, member: &str) -> Self {
+        let (a, b) = (member.to_string(), member.to_string());
+        self = self
+            .input_key(move |body| audit::key_field(body, &a))
+            .effect_key(move |_, body| audit::key_field(body, &b));
+        self.key_rule = format!("the member `{member}`");
+        self.key_member = Some(member.to_string());
+        self.make_inputs_from_samples();
+        self
     }
 
     /// Which inputs should have an effect [default: all].
@@ -426,10 +531,14 @@ impl Rehearsal {
         let effects = collect_effects(stage, &run.outputs, started_wall, &*self.effect_key).await?;
         let findings = audit::audit(&run.inputs, &effects, &run.faults);
         let lost_on_azure = stage.given_up();
+        let mut undeclared_outputs = stage.undeclared_outputs();
+        undeclared_outputs.sort();
+        undeclared_outputs.dedup();
         let checkpoints_past_end = stage.checkpoints_past_end(&run.key).await?;
         let passed = run.completed
             && findings.passed(self.semantics)
             && lost_on_azure.is_empty()
+            && undeclared_outputs.is_empty()
             && checkpoints_past_end.is_empty();
         let outputs = run
             .outputs
@@ -455,9 +564,11 @@ impl Rehearsal {
             missing: findings.missing,
             duplicated: findings.duplicated,
             unmatched: findings.unmatched,
+            key_rule: self.key_rule.clone(),
             outputs,
             faults: run.faults,
             lost_on_azure,
+            undeclared_outputs,
             checkpoints_past_end,
             completed: run.completed,
             passed,
@@ -577,6 +688,7 @@ impl Rehearsal {
             .map(|(i, (body, partition))| Input {
                 key: (self.input_key)(body).unwrap_or_else(|| format!("input #{i}")),
                 partition: partition.to_string(),
+                sent: audit::preview(body),
                 expects_effect: !no_outputs && (self.expects_effect)(body),
             })
             .collect();
@@ -855,6 +967,7 @@ async fn collect_effects(
                             .enqueued_time
                             .map(|t| (t - started).num_milliseconds().max(0) as u64),
                         location: format!("{hub}/{partition}#{}", event.sequence_number),
+                        preview: audit::preview(&body),
                     });
                 }
             }
@@ -865,6 +978,7 @@ async fn collect_effects(
                         key: key_of(&output.name, &content),
                         at_ms: None,
                         location: format!("{container}/{name}"),
+                        preview: audit::preview(&content),
                     });
                 }
             }
@@ -887,6 +1001,7 @@ async fn collect_effects(
                                     .max(0) as u64
                             }),
                         location: format!("outbox/{function}/{}.jsonl:{}", output.name, index + 1),
+                        preview: audit::preview(&body),
                     };
                     match identity(*writes, &line["value"]) {
                         Some(id) => {

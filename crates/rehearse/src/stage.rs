@@ -81,6 +81,9 @@ pub(crate) trait Stage: Send + Sync {
 
     /// The batches given up after their failures (lost on Azure).
     fn given_up(&self) -> Vec<GivenUp>;
+
+    /// What the instances said of answers that set outputs function.json does not declare.
+    fn undeclared_outputs(&self) -> Vec<String>;
 }
 
 /// Where a rehearsal's inputs went.

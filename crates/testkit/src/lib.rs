@@ -20,7 +20,8 @@
 //!   `scripts/test.sh`);
 //! - [`requests`]: a host request built as the Functions host builds it;
 //! - [`OtlpReceiver`]: an OTLP receiver (HTTP and gRPC) printing what it received;
-//! - [`stats`]: median and range of repeated measurements.
+//! - [`stats`]: median and range of repeated measurements;
+//! - [`memory_store`]: a blob store in memory, e.g. for `Once::for_instance` in a unit test.
 
 pub mod azurite;
 pub mod hub;
@@ -38,7 +39,9 @@ pub use azurite::Azurite;
 pub use hub::{Hub, KEY};
 /// Rehearsals: plans, the audit, the report.
 pub use hubhost_rehearse as rehearse;
-pub use hubhost_rehearse::{FaultKind, InProcessHub, LocalApp, LocalAppError, Rehearsal};
+pub use hubhost_rehearse::{
+    FaultKind, InProcessHub, LocalApp, LocalAppError, Rehearsal, read_event_bodies,
+};
 pub use kafka::{KafkaCallError, KafkaConnection, gzip_record_batch, record_batch};
 pub use otlp::OtlpReceiver;
 
@@ -52,6 +55,17 @@ pub use python::{json_output, python_json, python_output};
 pub use requests::{host_request, partition_context};
 pub use serve::Server;
 pub use tools::{Tool, azurite_bin, js_sdk_node_modules, node_modules, python};
+
+/// A blob store in memory, empty: what a unit test gives `Once::for_instance` (two instances
+/// sharing one store see each other's marks), or anything else that keeps blobs.
+///
+/// ```
+/// let store = hubhost_testkit::memory_store();
+/// # let _ = store;
+/// ```
+pub fn memory_store() -> hubhost_storage::SharedStore {
+    std::sync::Arc::new(hubhost_storage::memory::MemoryStore::default())
+}
 
 /// The repository the test kit is built in: where `scripts/test.sh` installs the tools
 /// (`.tools/`) and where the Python peers live (`tests/python/`).

@@ -18,10 +18,7 @@ fn app() -> PathBuf {
 
 /// 300 inputs and 10 faults, every default kind.
 fn rehearsal(seed: u64) -> Rehearsal {
-    Rehearsal::new(seed)
-        .count(300)
-        .fault_count(10)
-        .key_field("id")
+    Rehearsal::new(seed).count(300).fault_count(10).key("id")
 }
 
 /// The `ForwardOnce` server of an instance, with the instance's own claims, as
@@ -238,5 +235,47 @@ fn a_recreated_event_hub_is_read_only_past_the_old_checkpoints_as_on_azure() {
     assert_eq!(
         serde_json::to_string(&again).unwrap(),
         serde_json::to_string(&report).unwrap()
+    );
+}
+
+/// Forwards each event through `forwarded_typo`, a name its function.json does not declare.
+struct Misnamed;
+
+#[hubhost_functions::prelude::async_trait]
+impl hubhost_functions::prelude::EventHubFunction for Misnamed {
+    async fn run(
+        &self,
+        batch: hubhost_functions::prelude::TriggerBatch,
+        _: &hubhost_functions::prelude::FunctionContext,
+    ) -> Result<hubhost_functions::prelude::FunctionOutput, hubhost_functions::prelude::FunctionError>
+    {
+        let mut output = hubhost_functions::prelude::FunctionOutput::default();
+        for event in &batch.events {
+            output.send_event_text("forwarded_typo", String::from_utf8_lossy(&event.body));
+        }
+        Ok(output)
+    }
+}
+
+#[test]
+fn an_output_function_json_does_not_declare_fails_the_rehearsal_naming_the_declared_ones() {
+    let report = rehearsal(3)
+        .faults(&[])
+        .simulated(&app(), |h| server(Misnamed, h.app_folder).unwrap())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert!(!report.passed, "{}", report.summary());
+    let [said] = &report.undeclared_outputs[..] else {
+        panic!("{:?}", report.undeclared_outputs)
+    };
+    assert!(
+        said.contains(r#""forwarded_typo""#) && said.contains("(declared: forwarded)"),
+        "{said}"
+    );
+    assert!(
+        report.summary().contains(said.as_str()),
+        "{}",
+        report.summary()
     );
 }

@@ -79,6 +79,11 @@ pub enum ServeError {
     /// Serving failed.
     #[error("server failed: {0}")]
     Server(std::io::Error),
+    /// A function's [`Once`](crate::once::Once) could not be set up (the app's storage
+    /// setting), so that `main` can use `?` on `Once::from_environment()`.
+    #[cfg(feature = "once")]
+    #[error(transparent)]
+    Once(#[from] crate::once::OnceError),
 }
 
 /// The trigger kind of a function registered by [`ServerBuilder::function`], whose declaration

@@ -41,12 +41,23 @@ pub struct FaultSwitch {
     frozen_until: Mutex<Option<Instant>>,
     geo_offsets: AtomicBool,
     kill_handler: Notify,
-    given_up: GivenUpLog,
+    verdicts: Verdicts,
 }
 
 /// The batches given up after their failures (shared by a rehearsal's instances, so that one
 /// that left still counts).
 pub type GivenUpLog = Arc<Mutex<Vec<GivenUp>>>;
+
+/// What a rehearsal's instances record for its verdict, shared by them all (an instance that
+/// left still counts).
+#[derive(Debug, Clone, Default)]
+pub struct Verdicts {
+    /// The batches given up after their failures: lost on Azure.
+    pub given_up: GivenUpLog,
+    /// Answers that set outputs function.json does not declare, as the emulated host says
+    /// them (naming the declared ones): dropped on Azure without a sign.
+    pub undeclared_outputs: Arc<Mutex<Vec<String>>>,
+}
 
 /// A batch the function failed, its retry policy spent (or none), that the host then moved
 /// past: on Azure its events are never delivered again.
@@ -105,7 +116,7 @@ impl FaultSwitch {
     pub fn new(
         events: Arc<watch::Sender<u64>>,
         answered: Answered,
-        given_up: GivenUpLog,
+        verdicts: Verdicts,
     ) -> Arc<Self> {
         Arc::new(FaultSwitch {
             events,
@@ -115,7 +126,7 @@ impl FaultSwitch {
             frozen_until: Mutex::default(),
             geo_offsets: AtomicBool::new(false),
             kill_handler: Notify::new(),
-            given_up,
+            verdicts,
         })
     }
 
@@ -153,7 +164,7 @@ impl FaultSwitch {
 
     /// The batches given up so far, by every instance sharing this log, in order.
     pub fn given_up(&self) -> Vec<GivenUp> {
-        self.given_up.lock().expect("not poisoned").clone()
+        self.verdicts.given_up.lock().expect("not poisoned").clone()
     }
 
     /// Records a batch the host moved past after its failures (see [`GivenUp`]): done with,
@@ -164,7 +175,21 @@ impl FaultSwitch {
             &given_up.partition,
             given_up.last_sequence,
         );
-        self.given_up.lock().expect("not poisoned").push(given_up);
+        self.verdicts
+            .given_up
+            .lock()
+            .expect("not poisoned")
+            .push(given_up);
+    }
+
+    /// Records an answer that set outputs its function.json does not declare (`message` names
+    /// them and the declared ones).
+    pub fn undeclared_output(&self, message: String) {
+        self.verdicts
+            .undeclared_outputs
+            .lock()
+            .expect("not poisoned")
+            .push(message);
     }
 
     /// Resolves when [`Self::kill_handler`] was called (the run loop waits on it).
@@ -327,7 +352,7 @@ mod tests {
         let faults = FaultSwitch::new(
             Arc::new(watch::channel(0).0),
             Answered::default(),
-            GivenUpLog::default(),
+            Verdicts::default(),
         );
         faults.fail_output_for("alarms", Duration::from_millis(200));
         assert!(faults.output_failing("alarms"));
@@ -349,7 +374,7 @@ mod tests {
         let faults = FaultSwitch::new(
             Arc::new(watch::channel(0).0),
             Answered::default(),
-            GivenUpLog::default(),
+            Verdicts::default(),
         );
         let store = FaultyStore::wrap(
             Arc::new(hubhost_storage::memory::MemoryStore::default()),

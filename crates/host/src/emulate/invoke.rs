@@ -232,6 +232,15 @@ pub fn parse_events(text: &str) -> Result<Vec<EventSpec>, String> {
         .collect()
 }
 
+/// The bodies of the events in `file` (read by [`parse_events`]), e.g. a project's
+/// `events.json`: what `hubhost rehearse --events` sends and a test's rehearsal makes its inputs
+/// from.
+pub fn read_event_bodies(file: &std::path::Path) -> Result<Vec<Vec<u8>>, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let events = parse_events(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(events.iter().map(EventSpec::body_bytes).collect())
+}
+
 fn event_spec(value: OrderedJson) -> Result<EventSpec, String> {
     let OrderedJson::Object(members) = value else {
         return Ok(EventSpec::body(value));

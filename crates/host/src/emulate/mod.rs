@@ -521,6 +521,40 @@ pub fn report_bindings(app_functions: &[FunctionSpec], kept: &[(String, KeptOutp
     }
 }
 
+/// `--storage` stands for the app's storage setting (`AzureWebJobsStorage`, or the one
+/// `HUBHOST_STORAGE_SETTING` names), as a deployed app's setting would: the checkpoints, the
+/// `blob` outputs and inputs on that connection, and the handler (`Once`'s marks) all use it.
+/// A folder is given as an absolute path, so that the handler, which runs in the app folder,
+/// finds the same one.
+fn storage_is_the_apps(settings: &mut AppSettings, storage: &str) -> Result<(), EmulateError> {
+    if storage.trim().is_empty() {
+        return Ok(());
+    }
+    let location = hubhost_storage::StorageLocation::parse(storage).map_err(|error| {
+        hubhost_storage::settings::SettingsError::Storage {
+            source_name: "--storage / HUBHOST_STORAGE".into(),
+            error,
+        }
+    })?;
+    let value = match location {
+        hubhost_storage::StorageLocation::Directory(dir) => std::path::absolute(&dir)
+            .unwrap_or(dir)
+            .display()
+            .to_string(),
+        _ => storage.to_string(),
+    };
+    let setting = settings
+        .get(hubhost_storage::settings::STORAGE_SETTING_VAR)
+        .or_else(|| std::env::var(hubhost_storage::settings::STORAGE_SETTING_VAR).ok())
+        .unwrap_or_else(|| hubhost_storage::settings::DEFAULT_STORAGE_SETTING.to_string());
+    // Keys are read in any case: the one the files spell, replaced.
+    settings
+        .values
+        .retain(|name, _| !name.eq_ignore_ascii_case(&setting));
+    settings.set(&setting, &value);
+    Ok(())
+}
+
 pub async fn run(
     opts: EmulateOptions,
     shutdown: impl std::future::Future<Output = ()>,
@@ -530,6 +564,9 @@ pub async fn run(
     let app = FunctionApp::load_with_settings(&opts.app, settings.values())?;
     for (name, value) in &opts.handler_settings {
         settings.values.insert(name.clone(), value.clone());
+    }
+    if let Some(storage) = &opts.storage {
+        storage_is_the_apps(&mut settings, storage)?;
     }
     let mut options = ProcessorOptions::from_host_json(&app.host_json)?;
     options.checkpoint_on_success = opts.checkpoint_on_success;

@@ -36,7 +36,7 @@ use hubhost_checkpoints::{CheckpointStore, ConsumerGroupKey, DEFAULT_CONTAINER};
 use hubhost_functions::function_app::{FunctionApp, FunctionSpec};
 use hubhost_functions::server::FunctionServer;
 use hubhost_host::emulate::HeldProcess;
-use hubhost_host::emulate::faults::{Answered, FaultSwitch, FaultyStore, GivenUp, GivenUpLog};
+use hubhost_host::emulate::faults::{Answered, FaultSwitch, FaultyStore, GivenUp, Verdicts};
 use hubhost_host::emulate::{
     self, AppSettings, Delivery, EventSender, FunctionTarget, InstanceTriggers, NoAnswerRule,
     Outbox, OutputSinks,
@@ -254,7 +254,7 @@ struct SimulatedApp {
     instances: Vec<SimulatedInstance>,
     handed_out: Arc<tokio::sync::watch::Sender<u64>>,
     answered: Answered,
-    given_up: GivenUpLog,
+    verdicts: Verdicts,
 }
 
 struct SimulatedInstance {
@@ -311,7 +311,7 @@ impl SimulatedApp {
             instances: Vec::new(),
             handed_out: Arc::new(tokio::sync::watch::channel(0).0),
             answered: Default::default(),
-            given_up: Default::default(),
+            verdicts: Default::default(),
         })
     }
 
@@ -373,7 +373,7 @@ impl Stage for SimulatedApp {
         let faults = FaultSwitch::new(
             self.handed_out.clone(),
             self.answered.clone(),
-            self.given_up.clone(),
+            self.verdicts.clone(),
         );
         let store = CheckpointStore::new(
             FaultyStore::wrap(self.store.clone(), faults.clone()),
@@ -583,7 +583,19 @@ impl Stage for SimulatedApp {
     }
 
     fn given_up(&self) -> Vec<GivenUp> {
-        self.given_up.lock().expect("given-up lock").clone()
+        self.verdicts
+            .given_up
+            .lock()
+            .expect("given-up lock")
+            .clone()
+    }
+
+    fn undeclared_outputs(&self) -> Vec<String> {
+        self.verdicts
+            .undeclared_outputs
+            .lock()
+            .expect("undeclared lock")
+            .clone()
     }
 }
 

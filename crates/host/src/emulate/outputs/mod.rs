@@ -461,8 +461,9 @@ impl OutputPlan {
     }
 
     /// The outputs `answer` sets that are not declared: dropped, as the host drops them, and
-    /// said as an error (the user's bug: data lost without a sign on Azure), and counted.
-    fn check_declared(&self, answer: &Value) {
+    /// said as an error (the user's bug: data lost without a sign on Azure), and counted; the
+    /// message, when there are any.
+    fn check_declared(&self, answer: &Value) -> Option<String> {
         let undeclared: Vec<String> = answer
             .get("Outputs")
             .and_then(Value::as_object)
@@ -472,15 +473,14 @@ impl OutputPlan {
             .cloned()
             .collect();
         if undeclared.is_empty() {
-            return;
+            return None;
         }
         self.undeclared.fetch_add(1, Ordering::Relaxed);
         let declared: Vec<&str> = self.outputs.iter().map(|o| o.name.as_str()).collect();
-        tracing::error!(
-            function = %self.function,
-            "{}",
-            hubhost_functions::testing::undeclared_message(&self.function, &undeclared, &declared)
-        );
+        let message =
+            hubhost_functions::testing::undeclared_message(&self.function, &undeclared, &declared);
+        tracing::error!(function = %self.function, "{message}");
+        Some(message)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -590,7 +590,11 @@ impl OutputPlan {
         trace_context: Option<&str>,
         faults: Option<&super::faults::FaultSwitch>,
     ) -> Result<OutputsDone, OutputError> {
-        self.check_declared(answer);
+        if let Some(message) = self.check_declared(answer)
+            && let Some(faults) = faults
+        {
+            faults.undeclared_output(message);
+        }
         let mut done = OutputsDone::default();
         for output in &self.outputs {
             let Some(value) = output.value_in(answer) else {
