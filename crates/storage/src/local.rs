@@ -1,23 +1,31 @@
 //! The local-directory blob store: the embedded default, no account needed.
 //!
 //! A blob `name` in `container` is the file `{root}/{container}/{name}`, so the directory tree
-//! mirrors the blob layout. Each file starts with a one-line magic, then one line of JSON
-//! (ETag, last-modified time, metadata), then the content. Several processes may share a
-//! directory safely:
+//! mirrors the blob layout, and the file holds exactly the blob's bytes (`cat`, `jq` and any
+//! tool read it as it is). Its properties — ETag, last-modified time, metadata, and the
+//! content's length and CRC-32 — are a one-line magic and one line of JSON in the file beside
+//! it, `.hubhost-head-{file name}`. A file without one is a blob too: put there by hand (its
+//! ETag and time from the file's own), or written by an earlier hubhost, whose files began with
+//! the magic `hubhost-blob 1` and that line (read as they are; a write rewrites them as now).
+//! Several processes may share a directory safely:
 //! - every write goes to a spare file beside the blob that then trades places with it in one
-//!   atomic `renameat2(RENAME_EXCHANGE)` (or a temporary file renamed over it, where that is
-//!   not supported), so a reader (or a restart after `kill -9`) sees the old or the new version,
-//!   never a torn one. Why a spare: renaming a new file over the blob frees an inode and
-//!   allocates one on every write, and on ext4 without a journal (this project's machines)
-//!   allocation scans past every inode freed in the last five minutes — at a hundred writes a
-//!   second that was half of the handler's time. Trading places reuses the two inodes forever,
-//!   and the spare keeps the previous version until the next write overwrites it in place (so
-//!   the store takes up to twice its blobs' size on disk, and a write frees no blocks).
-//!   The price: a reader that opened the blob just before a write may find its file becoming
-//!   the spare and rewritten under it, so each file's header carries its content's length
-//!   and CRC-32, and a read counts only if they match and the path still names the file read
-//!   (otherwise it reads again; a read that loses five times in a row to a blob rewritten back
-//!   to back is done once more holding the blob's lock);
+//!   atomic `renameat2(RENAME_EXCHANGE)` (renamed over it where that is not supported), so a
+//!   reader (or a restart after `kill -9`) sees the old or the new version, never a torn one.
+//!   Why a spare: renaming a new file over the blob frees an inode and allocates one on every
+//!   write, and on ext4 without a journal (this project's machines) allocation scans past
+//!   every inode freed in the last five minutes — at a hundred writes a second that was half
+//!   of the handler's time. Trading places reuses the two inodes forever, and the spare keeps
+//!   the previous version until the next write overwrites it in place (so the store takes up
+//!   to twice its blobs' size on disk, and a write frees no blocks). A write fills the
+//!   content's spare and the head's, then trades the content into place, then the head: the
+//!   head is the commit. The price: a reader that opened the blob just before a write may find
+//!   its file becoming the spare and rewritten under it, or the new content beside the old
+//!   head, so the head carries the content's length and CRC-32, and a read counts only if they
+//!   match and the paths still name the files read (otherwise it reads again; a read that
+//!   loses five times in a row to a blob rewritten back to back is done once more holding the
+//!   blob's lock). A writer killed between the two trades leaves the new content beside the
+//!   old head and the new head in the head's spare: a read holding the lock finds the spare
+//!   matching the content and trades it into place, finishing the write;
 //! - conditional writes hold an exclusive OS file lock (one of 4,096 lock files per container,
 //!   chosen by a hash of the blob name) between checking the ETag and renaming. A writer waits
 //!   for that lock at most `LOCK_WAIT` (2 s), then fails as `Unavailable`: a process stopped
@@ -54,7 +62,12 @@ use super::{
     validate_blob_name, validate_container_name, validate_metadata,
 };
 
-const MAGIC: &[u8] = b"hubhost-blob 1\n";
+/// The first line of a head file.
+const HEAD_MAGIC: &[u8] = b"hubhost-head 1\n";
+/// The first line of a blob file an earlier hubhost wrote, its header inside (read only).
+const INLINE_MAGIC: &[u8] = b"hubhost-blob 1\n";
+/// A blob's head is `{HEAD_PREFIX}{file name}` beside it.
+const HEAD_PREFIX: &str = ".hubhost-head-";
 /// Lock files per container.
 pub const LOCK_SHARDS: u64 = 4096;
 /// The longest a writer waits for a blob's lock; then the write fails as `Unavailable`.
@@ -407,15 +420,23 @@ impl Inner {
     /// places with the spare and be rewritten while it reads (see the module's notes). A read
     /// counts only if the content's length and CRC match the header and the path still names
     /// the file read; otherwise it is read again, and after [`READ_ATTEMPTS`] it is corrupt.
+    ///
+    /// Holding the blob's lock (`holding_lock`), no writer is under way: a blob that still does
+    /// not read whole is a writer's leftover, finished if its head's spare matches
+    /// ([`finish_write`]) and read again.
     fn read_file(
         &self,
         container: &str,
         name: &str,
         path: &Path,
         with_data: bool,
+        holding_lock: bool,
     ) -> Result<Option<(Header, Bytes, u64)>, StoreError> {
         let mut reason = String::new();
-        for _ in 0..READ_ATTEMPTS {
+        for attempt in 0..=READ_ATTEMPTS {
+            if attempt == READ_ATTEMPTS && !(holding_lock && finish_write(path)) {
+                break;
+            }
             match read_once(path, with_data) {
                 Ok(found) => return Ok(found),
                 Err(ReadFailure::Io(e)) if is_absent(&e) => return Ok(None),
@@ -441,9 +462,9 @@ impl Inner {
         path: &Path,
         with_data: bool,
     ) -> Result<Option<(Header, Bytes, u64)>, StoreError> {
-        match self.read_file(container, name, path, with_data) {
+        match self.read_file(container, name, path, with_data, false) {
             Err(StoreError::Corrupt { .. }) => self.locked_here(container, name, |s| {
-                s.read_file(container, name, path, with_data)
+                s.read_file(container, name, path, with_data, true)
             }),
             other => other,
         }
@@ -458,7 +479,7 @@ impl Inner {
     ) -> Result<Option<Blob>, StoreError> {
         let path = self.blob_path(container, name)?;
         let read = if holding_lock {
-            self.read_file(container, name, &path, true)?
+            self.read_file(container, name, &path, true, true)?
         } else {
             self.read_file_unlocked(container, name, &path, true)?
         };
@@ -509,51 +530,38 @@ impl Inner {
             length: Some(data.len() as u64),
             crc32: Some(crc32fast::hash(data)),
         };
-        let mut head = Vec::with_capacity(MAGIC.len() + 128);
-        head.extend_from_slice(MAGIC);
+        let mut head = Vec::with_capacity(HEAD_MAGIC.len() + 128);
+        head.extend_from_slice(HEAD_MAGIC);
         serde_json::to_writer(&mut head, &header).expect("headers serialize");
         head.push(b'\n');
         // Beside the target: a rename within one directory is atomic and does not serialise
         // all writers on one shared temporary directory.
         let parent = path.parent().unwrap_or(&self.root);
-        let spare = path
-            .file_name()
-            .map(|f| parent.join(format!("{SPARE_PREFIX}{}", f.to_string_lossy())));
+        let head_path = head_of(path);
         // Written over whatever the file held, then cut to length: a spare keeps the blocks of
         // the version before, so a write of about the same size allocates and frees none (on
         // this project's machines, ext4 mounted with `discard`, every freed block is a TRIM).
-        let fill = |file: &Path| -> std::io::Result<()> {
+        let fill = |file: &Path, bytes: &[u8]| -> std::io::Result<()> {
             let mut file = OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(false)
                 .open(file)?;
-            file.write_all(&head)?;
-            file.write_all(data)?;
-            file.set_len((head.len() + data.len()) as u64)?;
+            file.write_all(bytes)?;
+            file.set_len(bytes.len() as u64)?;
             if self.fsync {
                 file.sync_all()?;
             }
             Ok(())
         };
+        // Only this writer uses the spares: every write of a blob holds its lock. Both are
+        // filled before either trades places, so that a writer killed between the two trades
+        // leaves the new head in its spare, for a reader to finish with ([`finish_write`]).
         let result = fs::create_dir_all(parent).and_then(|()| {
-            // Only this writer uses the spare: every write of a blob holds its lock.
-            if let Some(spare) = &spare
-                && fill(spare).is_ok()
-            {
-                return match exchange(spare, path) {
-                    // The spare now holds the previous version, overwritten by the next write.
-                    Ok(()) => Ok(()),
-                    // A new blob (or a file system without exchange): the spare becomes it.
-                    Err(_) => fs::rename(spare, path),
-                };
-            }
-            let tmp = parent.join(format!("{TMP_PREFIX}{}", uuid::Uuid::new_v4().simple()));
-            let written = fill(&tmp).and_then(|()| fs::rename(&tmp, path));
-            if written.is_err() {
-                let _ = fs::remove_file(&tmp);
-            }
-            written
+            fill(&spare_of(path), data)?;
+            fill(&spare_of(&head_path), &head)?;
+            put_in_place(&spare_of(path), path)?;
+            put_in_place(&spare_of(&head_path), &head_path)
         });
         if let Err(e) = result {
             return Err(match e.kind() {
@@ -635,58 +643,224 @@ impl Inner {
     }
 }
 
-/// One attempt of [`LocalDirStore::read_file`].
+/// One attempt of [`LocalDirStore::read_file`]: the head, then the content it describes.
 fn read_once(path: &Path, with_data: bool) -> Result<Option<(Header, Bytes, u64)>, ReadFailure> {
+    let head_path = head_of(path);
+    let head_file = match File::open(&head_path) {
+        Ok(file) => file,
+        Err(e) if is_absent(&e) => return read_headless(path, with_data),
+        Err(e) => return Err(e.into()),
+    };
+    let head_opened = head_file.metadata()?;
+    let header = read_head(head_file)?;
+    let file = match File::open(path) {
+        Ok(file) => file,
+        // A head whose blob is gone: a delete killed between its two removals.
+        Err(e) if is_absent(&e) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let opened = file.metadata()?;
+    if opened.is_dir() {
+        return Ok(None);
+    }
+    let (data, size) = read_content(file, &opened, with_data)?;
+    check_content(&header, &data, size, with_data)?;
+    if !still_at(path, &opened) || !still_at(&head_path, &head_opened) {
+        return Err(ReadFailure::Torn(
+            "the file was replaced while it was read".into(),
+        ));
+    }
+    Ok(Some((header, data, size)))
+}
+
+/// A blob file without a head: a new blob whose write is under way (its head still in the
+/// spare), one an earlier hubhost wrote (its header inside), or one put there by hand.
+fn read_headless(
+    path: &Path,
+    with_data: bool,
+) -> Result<Option<(Header, Bytes, u64)>, ReadFailure> {
     let file = File::open(path)?;
     let opened = file.metadata()?;
     if opened.is_dir() {
         return Ok(None);
     }
+    if spare_of(&head_of(path)).exists() {
+        return Err(ReadFailure::Torn("its head is not in place yet".into()));
+    }
     let mut reader = BufReader::new(file);
-    let mut magic = vec![0u8; MAGIC.len()];
-    if reader.read_exact(&mut magic).is_err() || magic != MAGIC {
+    let mut start = vec![0u8; INLINE_MAGIC.len()];
+    let read = read_up_to(&mut reader, &mut start)?;
+    if read == INLINE_MAGIC.len() && start == INLINE_MAGIC {
+        let mut line = Vec::new();
+        reader.read_until(b'\n', &mut line)?;
+        let header = parse_header(&line)?;
+        let (data, size) = if with_data {
+            let mut data = Vec::new();
+            reader.read_to_end(&mut data)?;
+            let size = data.len() as u64;
+            (Bytes::from(data), size)
+        } else {
+            let size = opened
+                .len()
+                .saturating_sub((INLINE_MAGIC.len() + line.len()) as u64);
+            (Bytes::new(), size)
+        };
+        check_content(&header, &data, size, with_data)?;
+        if !still_at(path, &opened) {
+            return Err(ReadFailure::Torn(
+                "the file was replaced while it was read".into(),
+            ));
+        }
+        return Ok(Some((header, data, size)));
+    }
+    // Put there by hand: the file's own time and length stand for the ETag.
+    let (data, size) = if with_data {
+        let mut data = start[..read].to_vec();
+        reader.read_to_end(&mut data)?;
+        let size = data.len() as u64;
+        (Bytes::from(data), size)
+    } else {
+        (Bytes::new(), opened.len())
+    };
+    let now = fs::metadata(path)?;
+    if !still_at(path, &opened) || now.modified().ok() != opened.modified().ok() {
         return Err(ReadFailure::Torn(
-            "not a hubhost blob file (bad first line)".into(),
+            "the file changed while it was read".into(),
+        ));
+    }
+    let modified = opened.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    let nanos = modified
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    let header = Header {
+        etag: format!("0x{nanos:016X}{:08X}", opened.len() as u32),
+        last_modified: DateTime::<Utc>::from(modified),
+        metadata: Metadata::new(),
+        length: None,
+        crc32: None,
+    };
+    Ok(Some((header, data, size)))
+}
+
+/// Reads into `buffer` until it is full or the file ends; how much was read.
+fn read_up_to(reader: &mut impl Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match reader.read(&mut buffer[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+/// A head file's header.
+fn read_head(file: File) -> Result<Header, ReadFailure> {
+    let mut reader = BufReader::new(file);
+    let mut magic = vec![0u8; HEAD_MAGIC.len()];
+    if reader.read_exact(&mut magic).is_err() || magic != HEAD_MAGIC {
+        return Err(ReadFailure::Torn(
+            "not a hubhost head file (bad first line)".into(),
         ));
     }
     let mut line = Vec::new();
     reader.read_until(b'\n', &mut line)?;
+    parse_header(&line)
+}
+
+fn parse_header(line: &[u8]) -> Result<Header, ReadFailure> {
     if line.last() != Some(&b'\n') {
         return Err(ReadFailure::Torn("header line is not terminated".into()));
     }
-    let header: Header = serde_json::from_slice(&line)
-        .map_err(|e| ReadFailure::Torn(format!("bad header line: {e}")))?;
-    let (data, size) = if with_data {
-        let mut data = Vec::new();
-        reader.read_to_end(&mut data)?;
-        if header
-            .crc32
-            .is_some_and(|crc| crc != crc32fast::hash(&data))
-        {
-            return Err(ReadFailure::Torn(
-                "the content does not match its checksum".into(),
-            ));
-        }
-        let size = data.len() as u64;
-        (Bytes::from(data), size)
-    } else {
-        let size = opened
-            .len()
-            .saturating_sub((MAGIC.len() + line.len()) as u64);
-        (Bytes::new(), size)
-    };
+    serde_json::from_slice(line).map_err(|e| ReadFailure::Torn(format!("bad header line: {e}")))
+}
+
+/// The content of `file` (when `with_data`) and its size.
+fn read_content(
+    file: File,
+    opened: &fs::Metadata,
+    with_data: bool,
+) -> Result<(Bytes, u64), ReadFailure> {
+    if !with_data {
+        return Ok((Bytes::new(), opened.len()));
+    }
+    let mut data = Vec::with_capacity(opened.len() as usize);
+    BufReader::new(file).read_to_end(&mut data)?;
+    let size = data.len() as u64;
+    Ok((Bytes::from(data), size))
+}
+
+/// Whether the content read is the one `header` describes: its length, and its CRC-32 when it
+/// was read.
+fn check_content(
+    header: &Header,
+    data: &[u8],
+    size: u64,
+    with_data: bool,
+) -> Result<(), ReadFailure> {
     if header.length.is_some_and(|length| length != size) {
         return Err(ReadFailure::Torn(format!(
             "{size} bytes of content where the header says {}",
             header.length.unwrap_or_default()
         )));
     }
-    if !still_at(path, &opened) {
+    if with_data && header.crc32.is_some_and(|crc| crc != crc32fast::hash(data)) {
         return Err(ReadFailure::Torn(
-            "the file was replaced while it was read".into(),
+            "the content does not match its checksum".into(),
         ));
     }
-    Ok(Some((header, data, size)))
+    Ok(())
+}
+
+/// `.hubhost-head-{file name}` beside the blob file at `path`.
+fn head_of(path: &Path) -> PathBuf {
+    beside(path, HEAD_PREFIX)
+}
+
+/// `.hubhost-spare-{file name}` beside the file at `path`.
+fn spare_of(path: &Path) -> PathBuf {
+    beside(path, SPARE_PREFIX)
+}
+
+fn beside(path: &Path, prefix: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!("{prefix}{name}"))
+}
+
+/// Puts the filled `spare` at `target`: trading places with the version there, or renamed
+/// there for a new file (or a file system without exchange).
+fn put_in_place(spare: &Path, target: &Path) -> std::io::Result<()> {
+    match exchange(spare, target) {
+        Ok(()) => Ok(()),
+        Err(_) => fs::rename(spare, target),
+    }
+}
+
+/// Finishes the write of a writer killed between trading the blob's content into place and
+/// its head (called holding the blob's lock): when the head's spare describes the content now
+/// in place, it becomes the head. Whether it did.
+fn finish_write(path: &Path) -> bool {
+    let head_path = head_of(path);
+    let spare = spare_of(&head_path);
+    let Ok(header) = File::open(&spare)
+        .map_err(ReadFailure::from)
+        .and_then(read_head)
+    else {
+        return false;
+    };
+    let Ok(data) = fs::read(path) else {
+        return false;
+    };
+    let size = data.len() as u64;
+    if header.length.is_none() || check_content(&header, &data, size, true).is_err() {
+        return false;
+    }
+    tracing::warn!(blob = %path.display(), "a write was cut short between its content and its head: finished");
+    put_in_place(&spare, &head_path).is_ok()
 }
 
 /// Atomically swaps the files at `a` and `b`; fails if either is missing or the file system
@@ -765,7 +939,7 @@ impl BlobStore for LocalDirStore {
         let (c, n) = (container.to_string(), name.to_string());
         self.locked(container, name, move |s| {
             if condition != Condition::Always {
-                let current = match s.read_file(&c, &n, &path, false) {
+                let current = match s.read_file(&c, &n, &path, false, true) {
                     Ok(h) => h.map(|(h, _, _)| h.etag),
                     // A corrupt file exists: it can only be replaced unconditionally.
                     Err(StoreError::Corrupt { .. }) => Some(String::new()),
@@ -829,16 +1003,18 @@ impl BlobStore for LocalDirStore {
     async fn delete(&self, container: &str, name: &str) -> Result<(), StoreError> {
         let path = self.inner.blob_path(container, name)?;
         self.locked(container, name, move |_| {
-            if let (Some(parent), Some(file)) = (path.parent(), path.file_name()) {
-                let _ = fs::remove_file(
-                    parent.join(format!("{SPARE_PREFIX}{}", file.to_string_lossy())),
-                );
-            }
+            // The content first: a delete killed after it leaves a head without a blob, which
+            // reads as absent.
             match fs::remove_file(&path) {
-                Ok(()) => Ok(()),
-                Err(e) if is_absent(&e) => Ok(()),
-                Err(e) => Err(io_error(&path, e)),
+                Ok(()) => {}
+                Err(e) if is_absent(&e) => {}
+                Err(e) => return Err(io_error(&path, e)),
             }
+            let head = head_of(&path);
+            for file in [spare_of(&path), head.clone(), spare_of(&head)] {
+                let _ = fs::remove_file(file);
+            }
+            Ok(())
         })
         .await
     }

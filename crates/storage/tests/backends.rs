@@ -401,3 +401,157 @@ async fn local_reads_racing_rewrites_see_whole_versions() {
     let last = store.get(C, "hot").await.unwrap().unwrap();
     assert_eq!(last.data, version(200));
 }
+
+/// A local blob's file holds exactly its bytes, for any tool to read; its properties are in
+/// the head file beside it, which no listing shows. A file put there by hand is a blob too,
+/// with an ETag that changes when the file does, and a file an earlier hubhost wrote (its
+/// header inside) reads as it did.
+#[tokio::test]
+async fn a_local_blob_file_holds_its_bytes_and_files_put_there_by_hand_are_blobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StorageLocation::Directory(dir.path().to_path_buf())
+        .open()
+        .unwrap();
+    store.ensure_container(C).await.unwrap();
+    let content = br#"{"homeId":"home-1","count":3}"#;
+    let written = store
+        .put(
+            C,
+            "windows/home-1.json",
+            Bytes::from_static(content),
+            &meta(&[("kind", "window")]),
+            &Condition::Always,
+        )
+        .await
+        .unwrap();
+    let folder = dir.path().join(C).join("windows");
+    assert_eq!(std::fs::read(folder.join("home-1.json")).unwrap(), content);
+    let head = std::fs::read_to_string(folder.join(".hubhost-head-home-1.json")).unwrap();
+    assert!(
+        head.starts_with("hubhost-head 1\n") && head.contains(written.etag.as_str()),
+        "{head}"
+    );
+    let blob = store.get(C, "windows/home-1.json").await.unwrap().unwrap();
+    assert_eq!(blob.properties.metadata, meta(&[("kind", "window")]));
+
+    // By hand: read as it is; its ETag holds until the file changes.
+    std::fs::write(folder.join("by-hand.json"), b"{\"limit\": 30}").unwrap();
+    let first = store.get(C, "windows/by-hand.json").await.unwrap().unwrap();
+    assert_eq!(&first.data[..], b"{\"limit\": 30}");
+    let again = store.get(C, "windows/by-hand.json").await.unwrap().unwrap();
+    assert_eq!(first.properties.etag, again.properties.etag);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(folder.join("by-hand.json"), b"{\"limit\": 40}").unwrap();
+    let changed = store.get(C, "windows/by-hand.json").await.unwrap().unwrap();
+    assert_ne!(changed.properties.etag, first.properties.etag);
+    // A conditional write on the hand-made file's ETag takes it over.
+    store
+        .put(
+            C,
+            "windows/by-hand.json",
+            Bytes::from_static(b"{\"limit\": 50}"),
+            &Metadata::new(),
+            &Condition::IfMatch(changed.properties.etag.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(folder.join("by-hand.json")).unwrap(),
+        b"{\"limit\": 50}"
+    );
+
+    // An earlier hubhost's file: the header inside, then the content.
+    std::fs::write(
+        folder.join("old.json"),
+        "hubhost-blob 1\n{\"etag\":\"0xOLD\",\"lastModified\":\"2026-11-01T00:00:00Z\",\"metadata\":{\"a\":\"b\"},\"length\":2}\n{}",
+    )
+    .unwrap();
+    let old = store.get(C, "windows/old.json").await.unwrap().unwrap();
+    assert_eq!(
+        (&old.data[..], old.properties.etag.as_str()),
+        (&b"{}"[..], "0xOLD")
+    );
+    assert_eq!(old.properties.metadata, meta(&[("a", "b")]));
+
+    let listed: Vec<(String, u64)> = store
+        .list(C, "windows/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| (b.name, b.size))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("windows/by-hand.json".to_string(), 13),
+            ("windows/home-1.json".to_string(), content.len() as u64),
+            ("windows/old.json".to_string(), 2),
+        ]
+    );
+}
+
+/// A writer killed between trading a blob's new content into place and its new head leaves
+/// the new content beside the old head, the new head in the head's spare. The next read holds
+/// the lock, finds the spare matching the content, and finishes the write: the new version,
+/// whole, with the ETag its writer was about to return.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_local_write_cut_between_content_and_head_is_finished_by_the_next_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StorageLocation::Directory(dir.path().to_path_buf())
+        .open()
+        .unwrap();
+    store.ensure_container(C).await.unwrap();
+    let put = |data: &'static [u8]| {
+        let store = store.clone();
+        async move {
+            store
+                .put(
+                    C,
+                    "owner",
+                    Bytes::from_static(data),
+                    &Metadata::new(),
+                    &Condition::Always,
+                )
+                .await
+                .unwrap()
+        }
+    };
+    put(b"version 1").await;
+    let second = put(b"version 2, longer").await;
+    // Undo the last trade: the old head back in place, the new one in the spare.
+    let folder = dir.path().join(C);
+    let (head, spare, aside) = (
+        folder.join(".hubhost-head-owner"),
+        folder.join(".hubhost-spare-.hubhost-head-owner"),
+        folder.join("aside"),
+    );
+    std::fs::rename(&head, &aside).unwrap();
+    std::fs::rename(&spare, &head).unwrap();
+    std::fs::rename(&aside, &spare).unwrap();
+    assert!(
+        std::fs::read_to_string(&head)
+            .unwrap()
+            .contains("\"length\":9"),
+        "the old head is in place"
+    );
+
+    let blob = store.get(C, "owner").await.unwrap().unwrap();
+    assert_eq!(&blob.data[..], b"version 2, longer");
+    assert_eq!(blob.properties.etag, second.etag);
+    // Finished for good: the next conditional write on that ETag succeeds.
+    store
+        .put(
+            C,
+            "owner",
+            Bytes::from_static(b"version 3"),
+            &Metadata::new(),
+            &Condition::IfMatch(second.etag.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        &store.get(C, "owner").await.unwrap().unwrap().data[..],
+        b"version 3"
+    );
+}
