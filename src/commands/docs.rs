@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-/// Build the API docs of the hubhost crates a project uses, test kit included
+/// Build the API docs of the hubhost crates a project uses
 ///
 /// Every hubhost crate the project depends on, as a dependency or a dev-dependency, documented
 /// into its target/doc with the versions its Cargo.lock holds. `cargo doc -p hubhost-testkit`

@@ -14,8 +14,9 @@ pub struct Args {
     /// Function app folder (host.json, */function.json, local.settings.json).
     #[arg(long, default_value = "function_app")]
     pub app: PathBuf,
-    /// Checkpoint store: a connection string or a directory
-    /// [default: the AzureWebJobsStorage setting, else ./hubhost-data].
+    /// The app's storage, in place of its AzureWebJobsStorage setting: a connection string or
+    /// a directory, for the checkpoints, the blob outputs and inputs on that connection, and
+    /// the handler [default: the AzureWebJobsStorage setting, else ./hubhost-data].
     #[arg(long, env = "HUBHOST_STORAGE", hide_env_values = true)]
     pub storage: Option<String>,
     /// Checkpoint a batch only when its invocation succeeded, delivering a failed batch again

@@ -107,9 +107,30 @@ impl Emulate {
         Emulate::start_writing("emulate.out", app, args, env)
     }
 
+    /// [`Emulate::start_with`] on the storage the app's own `AzureWebJobsStorage` names (no
+    /// `--storage`, which would stand for it): its bindings and checkpoints there.
+    pub(crate) fn start_on_the_apps_storage(
+        app: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Emulate {
+        Emulate::start_writing_on("emulate.out", None, app, args, env)
+    }
+
     /// [`Emulate::start_with`], its output in `out` in the app folder (one per instance).
     pub(crate) fn start_writing(
         out: &str,
+        app: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Emulate {
+        Emulate::start_writing_on(out, Some("storage"), app, args, env)
+    }
+
+    /// `hubhost emulate` with `--storage` naming `storage`, if any.
+    fn start_writing_on(
+        out: &str,
+        storage: Option<&str>,
         app: &Path,
         args: &[&str],
         env: &[(&str, &str)],
@@ -118,8 +139,11 @@ impl Emulate {
         // One file for both streams, written at one offset.
         let file = std::fs::File::create(&out).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_hubhost"));
-        kit::without_test_run_env(&mut command)
-            .args(["emulate", "--app", ".", "--storage", "storage"])
+        kit::without_test_run_env(&mut command).args(["emulate", "--app", "."]);
+        if let Some(storage) = storage {
+            command.args(["--storage", storage]);
+        }
+        command
             .args(args)
             .current_dir(app)
             .env_remove("AzureWebJobsStorage")

@@ -372,7 +372,12 @@ fn queue_and_table_outputs_are_carried_out_on_azurite_and_read_back_by_the_sdks(
         }),
     );
     let env = [("OUTPUT_PER_EVENT", "q,t,docs"), ("OUTPUT_ROW_KEY", "1")];
-    let mut emulate = Emulate::start_with(root, &["--metrics-port", "0", "--http-port", "0"], &env);
+    // The app's storage is Azurite: its checkpoints, queues and tables there.
+    let mut emulate = Emulate::start_on_the_apps_storage(
+        root,
+        &["--metrics-port", "0", "--http-port", "0"],
+        &env,
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while outbox_lines(root, "Fan", "docs").len() < 10 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
@@ -540,7 +545,7 @@ fn a_blob_input_named_by_the_partition_key_gives_each_invocation_that_blobs_cont
     );
     std::fs::remove_file(root.join("record")).unwrap();
 
-    let mut emulate = Emulate::start_with(root, &["--http-port", "0"], &[]);
+    let mut emulate = Emulate::start_on_the_apps_storage(root, &["--http-port", "0"], &[]);
     wait_records(root, &emulate, "Look gets the 4 events", |r| {
         events_of(r, "Look") >= 4
     });

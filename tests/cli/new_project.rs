@@ -18,7 +18,7 @@ use std::time::Duration;
 /// (with the lock `hubhost new` wrote, in the target folder the tests' new projects share, so the
 /// dependencies are compiled once).
 fn scaffold_and_test(args: &[&str]) {
-    let (_dir, project) = scaffold(args);
+    let (_dir, project) = scaffold("my-function", args);
     // A second function, as `func new` adds one: on a consumer group of its own, registered
     // beside the first; the project's tests below run both.
     let (code, stdout, stderr) = common::hubhost(
@@ -51,10 +51,12 @@ fn scaffold_and_test(args: &[&str]) {
     }
 }
 
-/// `hubhost new` with `args` into a new folder: the folder (removed on drop) and the project.
-fn scaffold(args: &[&str]) -> (tempfile::TempDir, std::path::PathBuf) {
+/// `hubhost new` with `args` into a new folder named `package`: the folder holding it (removed
+/// on drop) and the project. Each test's package has a name of its own: the projects share a
+/// target folder, where two packages of one name would build over each other.
+fn scaffold(package: &str, args: &[&str]) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let project = dir.path().join("my-function");
+    let project = dir.path().join(package);
     let framework = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/functions");
     let mut all = vec!["new", project.to_str().unwrap(), "--framework", framework];
     all.extend_from_slice(args);
@@ -157,7 +159,7 @@ fn a_new_project_with_a_single_event_binary_trigger_on_its_own_consumer_group_an
 /// rehearsals, which `cargo doc` cannot (they are dev-dependencies).
 #[test]
 fn a_new_forwarder_rehearses_its_own_events_once_and_says_per_input_what_went_wrong_without_once() {
-    let (_dir, project) = scaffold(&["--event-hub-output", "forwarded"]);
+    let (_dir, project) = scaffold("my-forwarder", &["--event-hub-output", "forwarded"]);
     check_formatted(&project);
     let out = cargo_test(&project, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);

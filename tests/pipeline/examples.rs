@@ -195,7 +195,19 @@ fn forward_alarms_sends_each_alarm_to_the_alarms_hub() {
     let mut emulate = Emulate::start(&app, &hub, &storage, dir.path());
     emulate.wait_processed("ForwardAlarms", 21.0);
 
-    // The event that is not a reading was set aside through the `poison` blob output.
+    // The event that is not a reading was set aside through the `poison` blob output, in the
+    // folder --storage names, its file exactly the blob's bytes: JSON, as any tool reads it.
+    let folder = storage.join("deadletter");
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    let [file] = &files[..] else {
+        panic!("{files:?} in {}", folder.display())
+    };
+    let records: Vec<Value> = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    assert_eq!(records[0]["body"], "not json", "{records:?}");
     let store = StorageLocation::Directory(storage).open().unwrap();
     let poison: Vec<Value> = tokio::runtime::Runtime::new().unwrap().block_on(async {
         let mut records = Vec::new();

@@ -380,7 +380,8 @@ impl Chain {
             .find(|l| l.contains("batch processed") && l.contains("SensorAggregator"))
             .unwrap_or_else(|| panic!("{log}"));
         assert!(
-            line.contains(&format!("invocation{{trace_id=\"{trace_id}\"}}")),
+            line.contains("invocation{function=SensorAggregator invocation_id=")
+                && line.contains(&format!("trace_id=\"{trace_id}\"}}")),
             "{line}"
         );
         assert!(!line.contains("messaging.system"), "{line}");

@@ -41,7 +41,8 @@ pub mod server;
 pub mod testing;
 pub mod timer;
 
-/// What a function needs, in one import: `use hubhost_functions::prelude::*;`.
+/// What a function, its `main` and its tests need, in one import:
+/// `use hubhost_functions::prelude::*;`.
 pub mod prelude {
     pub use crate::batch::{EventRecord, PartitionContext, RetryContext, TriggerBatch};
     pub use crate::context::FunctionContext;
@@ -49,7 +50,8 @@ pub mod prelude {
     pub use crate::function::{EventHubFunction, FunctionError};
     pub use crate::http::{HttpFunction, HttpRequest, HttpResponse};
     pub use crate::output::FunctionOutput;
-    pub use crate::server::{FunctionServer, ServeError};
+    pub use crate::server::{FunctionServer, ServeError, ServerBuilder};
+    pub use crate::testing::{HostAnswer, HostHarness};
     pub use crate::timer::{TimerFunction, TimerInfo};
     pub use async_trait::async_trait;
 }

@@ -649,6 +649,11 @@ hub `{{hub}}`, consumer group `{{group}}`), made by `hubhost new` ({{version}}).
   time, a failing one shrunk to the fewest faults that fail it (`hubhost rehearse --simulate
   --seeds 200` does it with the built handler).
 
+Both rehearsals make their inputs from `events.json`'s samples, each with a `deviceId` of its
+own, and match each output to its input by that member: give the samples your function's own
+events, and keep the member in what the function writes (or name another with `.key(…)`).
+
+`hubhost docs --open` documents the hubhost crates this project uses, the test kit included.
 `Cargo.lock` holds the dependency versions this release of hubhost was tested with; `cargo
 update` moves to newer ones when you choose to.
 
