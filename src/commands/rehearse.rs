@@ -107,8 +107,10 @@ pub async fn run(args: Args) -> Result<(), String> {
             Semantics::ExactlyOnce
         });
     rehearsal = match (&args.events, args.count) {
-        (Some(file), Some(n)) => rehearsal.inputs_like(read_event_bodies(file)?, n),
-        (Some(file), None) => rehearsal.inputs(read_event_bodies(file)?),
+        (Some(file), Some(n)) => {
+            rehearsal.inputs_like(read_event_bodies(file).map_err(|e| e.to_string())?, n)
+        }
+        (Some(file), None) => rehearsal.inputs(read_event_bodies(file).map_err(|e| e.to_string())?),
         (None, Some(n)) => rehearsal.count(n),
         (None, None) => rehearsal,
     };

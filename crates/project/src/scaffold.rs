@@ -752,6 +752,21 @@ mod tests {
             .unwrap_or_else(|| panic!("no {name}"))
     }
 
+    /// The binding of type `kind` the new project's function.json declares, read as the host
+    /// reads it.
+    fn declared_output(
+        files: &[(PathBuf, String)],
+        kind: &str,
+    ) -> hubhost_functions::function_app::BindingSpec {
+        let function: serde_json::Value =
+            serde_json::from_str(&file_in(files, "function_app/ProcessEvents/function.json"))
+                .unwrap();
+        let spec =
+            hubhost_functions::function_app::FunctionSpec::from_json("ProcessEvents", &function)
+                .unwrap();
+        spec.bindings.into_iter().find(|b| b.is(kind)).unwrap()
+    }
+
     fn scaffold() -> Scaffold {
         let mut s = Scaffold::for_dir(Path::new("/tmp/orders-counter"));
         s.framework = Framework::Version("0.1".into());
@@ -850,12 +865,7 @@ mod tests {
         s.event_hub_output = Some("forwarded".into());
         let files = s.files().unwrap();
         let file = |name: &str| file_in(&files, name);
-        let function: serde_json::Value =
-            serde_json::from_str(&file("function_app/ProcessEvents/function.json")).unwrap();
-        let spec =
-            hubhost_functions::function_app::FunctionSpec::from_json("ProcessEvents", &function)
-                .unwrap();
-        let out = spec.bindings.iter().find(|b| b.is("eventHub")).unwrap();
+        let out = declared_output(&files, "eventHub");
         assert_eq!(out.name, "out");
         assert_eq!(out.event_hub_name(), Some("forwarded"));
         assert!(file("src/lib.rs").contains(r#"output.send_event_text("out""#));
@@ -877,12 +887,7 @@ mod tests {
         s.queue_output = Some("work-items".into());
         let files = s.files().unwrap();
         let file = |name: &str| file_in(&files, name);
-        let function: serde_json::Value =
-            serde_json::from_str(&file("function_app/ProcessEvents/function.json")).unwrap();
-        let spec =
-            hubhost_functions::function_app::FunctionSpec::from_json("ProcessEvents", &function)
-                .unwrap();
-        let queue = spec.bindings.iter().find(|b| b.is("queue")).unwrap();
+        let queue = declared_output(&files, "queue");
         assert_eq!(queue.name, "queue");
         assert_eq!(queue.setting("queueName"), Some("work-items"));
         assert!(file("src/lib.rs").contains(r#"output.put_queue_message("queue""#));

@@ -18,7 +18,7 @@ pub mod simulation;
 mod stage;
 
 pub use audit::{Effect, Findings, Input, Semantics};
-pub use hubhost_host::emulate::invoke::read_event_bodies;
+pub use hubhost_host::emulate::invoke::{EventsFileError, read_event_bodies};
 pub use in_process_hub::{InProcessHub, KEY};
 pub use local_app::{LocalApp, LocalAppError, PARTITIONS};
 pub use plan::{Fault, FaultKind};

@@ -40,7 +40,7 @@ pub use hub::{Hub, KEY};
 /// Rehearsals: plans, the audit, the report.
 pub use hubhost_rehearse as rehearse;
 pub use hubhost_rehearse::{
-    FaultKind, InProcessHub, LocalApp, LocalAppError, Rehearsal, read_event_bodies,
+    EventsFileError, FaultKind, InProcessHub, LocalApp, LocalAppError, Rehearsal, read_event_bodies,
 };
 pub use kafka::{KafkaCallError, KafkaConnection, gzip_record_batch, record_batch};
 pub use otlp::OtlpReceiver;

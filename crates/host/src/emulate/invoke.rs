@@ -128,7 +128,7 @@ impl EnqueuedTime {
     /// assert!(matches!(EnqueuedTime::parse("2026-12-07T09:30:00Z"), Ok(EnqueuedTime::At(_))));
     /// assert!(EnqueuedTime::parse("yesterday").is_err());
     /// ```
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, EnqueuedTimeError> {
         if let Some(age) = text.strip_prefix('-') {
             let unit = age.chars().last().unwrap_or(' ');
             let amount: i64 = age[..age.len() - unit.len_utf8().min(age.len())]
@@ -157,10 +157,27 @@ impl EnqueuedTime {
     }
 }
 
-fn age_error(text: &str) -> String {
-    format!(
-        "enqueuedTime {text:?} is neither an RFC 3339 time (2026-12-07T09:30:00Z) nor an age (-30m, -45s, -2h, -1d)"
-    )
+fn age_error(text: &str) -> EnqueuedTimeError {
+    EnqueuedTimeError(text.to_string())
+}
+
+/// An `enqueuedTime` that is neither a time nor an age.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "enqueuedTime {0:?} is neither an RFC 3339 time (2026-12-07T09:30:00Z) nor an age (-30m, -45s, -2h, -1d)"
+)]
+pub struct EnqueuedTimeError(pub String);
+
+/// Why an events file gave no events.
+#[derive(Debug, thiserror::Error)]
+pub enum EventsFileError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {problem}")]
+    Parse { path: PathBuf, problem: String },
 }
 
 impl EventSpec {
@@ -235,9 +252,15 @@ pub fn parse_events(text: &str) -> Result<Vec<EventSpec>, String> {
 /// The bodies of the events in `file` (read by [`parse_events`]), e.g. a project's
 /// `events.json`: what `hubhost rehearse --events` sends and a test's rehearsal makes its inputs
 /// from.
-pub fn read_event_bodies(file: &std::path::Path) -> Result<Vec<Vec<u8>>, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let events = parse_events(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+pub fn read_event_bodies(file: &std::path::Path) -> Result<Vec<Vec<u8>>, EventsFileError> {
+    let text = std::fs::read_to_string(file).map_err(|source| EventsFileError::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let events = parse_events(&text).map_err(|problem| EventsFileError::Parse {
+        path: file.to_path_buf(),
+        problem,
+    })?;
     Ok(events.iter().map(EventSpec::body_bytes).collect())
 }
 
@@ -261,7 +284,8 @@ fn event_spec(value: OrderedJson) -> Result<EventSpec, String> {
     let system_properties = optional_object(&mut fields, "systemProperties")?;
     let enqueued_time = optional_string(&mut fields, "enqueuedTime")?
         .map(|text| EnqueuedTime::parse(&text))
-        .transpose()?;
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let sequence_number = match fields.remove("sequenceNumber") {
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n >= 0) => n.as_i64(),
