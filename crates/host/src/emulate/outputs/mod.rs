@@ -205,6 +205,9 @@ pub struct OutputPlan {
     /// The function's name, for what is said of it.
     function: String,
     outputs: Vec<PlannedOutput>,
+    /// Every output function.json declares, by name: the planned ones and an HTTP function's
+    /// `http` response, which its trigger carries out.
+    declared: Vec<String>,
     /// Successful answers that set an output function.json does not declare: the host drops
     /// it and counts a success.
     undeclared: AtomicU64,
@@ -451,6 +454,7 @@ impl OutputPlan {
         Ok(OutputPlan {
             function: spec.name.clone(),
             outputs,
+            declared: spec.outputs().map(|b| b.name.clone()).collect(),
             undeclared: AtomicU64::new(0),
         })
     }
@@ -469,14 +473,14 @@ impl OutputPlan {
             .and_then(Value::as_object)
             .into_iter()
             .flat_map(|outputs| outputs.keys())
-            .filter(|name| !self.outputs.iter().any(|o| &o.name == *name))
+            .filter(|name| !self.declared.contains(name))
             .cloned()
             .collect();
         if undeclared.is_empty() {
             return None;
         }
         self.undeclared.fetch_add(1, Ordering::Relaxed);
-        let declared: Vec<&str> = self.outputs.iter().map(|o| o.name.as_str()).collect();
+        let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
         let message =
             hubhost_functions::testing::undeclared_message(&self.function, &undeclared, &declared);
         tracing::error!(function = %self.function, "{message}");
@@ -1001,5 +1005,33 @@ mod tests {
         assert_eq!(done.values_kept, 1);
         assert_eq!(plan.undeclared_count(), 1);
         assert_eq!(read(&kept[0].file).len(), 3);
+    }
+
+    /// An HTTP function's `http` output is its response, which the trigger carries out: an
+    /// answer setting it sets nothing undeclared.
+    #[tokio::test]
+    async fn an_http_functions_response_is_a_declared_output() {
+        let sinks = OutputSinks::start(None, &json!({}));
+        let spec = FunctionSpec::from_json(
+            "Hello",
+            &json!({ "bindings": [
+                {"type": "httpTrigger", "direction": "in", "name": "req"},
+                {"type": "http", "direction": "out", "name": "res"},
+            ]}),
+        )
+        .unwrap();
+        let plan = OutputPlan::resolve(&spec, &AppSettings::from_pairs([]), &sinks).unwrap();
+        let origin = InvocationOrigin {
+            function: "Hello",
+            invocation_id: "i",
+            partition_id: "",
+            sequence_numbers: None,
+        };
+        let answer = json!({"Outputs": {"res": {"statusCode": 200, "body": "hi"}}});
+        plan.carry_out(&answer, &origin, None, None).await.unwrap();
+        assert_eq!(plan.undeclared_count(), 0);
+        let typo = json!({"Outputs": {"resp": {"statusCode": 200}}});
+        plan.carry_out(&typo, &origin, None, None).await.unwrap();
+        assert_eq!(plan.undeclared_count(), 1);
     }
 }
