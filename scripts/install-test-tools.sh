@@ -2,7 +2,8 @@
 # Installs what the tests use beyond Rust, under .tools/ (nothing global but Debian packages):
 # Node's npm (Debian) for Azurite and playwright-core; Debian's chromium; openssl, unshare and ip;
 # a Python virtualenv with the official Azure Event Hubs SDK packages; cargo-zigbuild and Zig for
-# `hubhost package`. Each step is skipped when its tool is already there. scripts/test.sh runs it.
+# `hubhost package`; the Java Event Hubs SDK and Apache Kafka's Java client from Maven Central;
+# the Go Event Hubs SDK's modules from the Go module proxy. Each step is skipped when its tool is already there. scripts/test.sh runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -72,4 +73,47 @@ if [ ! -x .tools/zig-venv/bin/cargo-zigbuild ] ||
   python3 -m venv .tools/zig-venv
   .tools/zig-venv/bin/pip install -q --disable-pip-version-check \
     "cargo-zigbuild==${ZIGBUILD_VERSION}" "ziglang==${ZIG_VERSION}"
+fi
+
+# The official Java Event Hubs SDK with its blob checkpoint store, and Apache Kafka's own Java
+# client at each version the tests run (the test kit's KAFKA_JAVA_VERSIONS), as peers of the
+# hub: each set of jars copied from Maven Central into .tools/java/NAME, Maven's own downloads
+# kept in .tools/java/m2. The tests run their programs (tests/java/*.java) from source with
+# these jars; a `.complete` file marks a copy that finished, and a changed pom makes it again.
+KAFKA_JAVA_VERSIONS=(3.9.2 4.4.0)
+if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
+  echo "== installing a JDK and Maven (Debian packages)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null
+fi
+java_jars() {
+  local name=$1 pom=$2
+  shift 2
+  local into=.tools/java/$name
+  if [ ! -f "$into/.complete" ] || [ "$pom" -nt "$into/.complete" ]; then
+    echo "== copying the jars of $pom $* from Maven Central into $into"
+    rm -rf "$into"
+    mvn -q -B -f "$pom" -Dmaven.repo.local="$PWD/.tools/java/m2" "$@" \
+      org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+      -DoutputDirectory="$PWD/$into" >/dev/null
+    touch "$into/.complete"
+  fi
+}
+java_jars eventhubs tests/java/eventhubs-pom.xml
+for version in "${KAFKA_JAVA_VERSIONS[@]}"; do
+  java_jars "kafka-clients-$version" tests/java/kafka-pom.xml "-Dkafka.version=$version"
+done
+
+# The official Go Event Hubs SDK (azeventhubs, with azblob for its checkpoint store), as a peer
+# of the hub: the modules tests/go/go.sum names, from the Go module proxy into .tools/go, and the
+# peer built once there so that the tests' own builds find everything in Go's cache.
+if ! command -v go >/dev/null 2>&1; then
+  echo "== installing Go (Debian package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null
+fi
+if [ ! -f .tools/go/.complete ] || [ tests/go/go.sum -nt .tools/go/.complete ]; then
+  echo "== downloading the Go modules of tests/go into .tools/go and building the Go peer"
+  mkdir -p .tools/go
+  (cd tests/go && GOMODCACHE="$PWD/../../.tools/go/mod" GOCACHE="$PWD/../../.tools/go/cache" \
+    GOFLAGS=-mod=readonly go build -o ../../.tools/go/bin/eventhubs-peer .)
+  touch .tools/go/.complete
 fi

@@ -556,3 +556,88 @@ fn mixed_load_loses_and_duplicates_no_acknowledged_record_through_kill_9() {
     let amqp_twice = verified["amqp_duplicated"].as_array().unwrap().len();
     assert!(amqp_twice <= 100, "{verified}");
 }
+
+/// ListGroups and DescribeGroups, as the admin clients send them: a group with commits only is
+/// `Empty`, an unknown one `Dead`, and a connection string scoped to another hub neither lists
+/// nor describes the group (kafka-clients' admin client is tested against them in
+/// `tests/clients/kafka_java.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_are_listed_and_described_only_to_clients_that_reach_their_hubs() {
+    use kafka_protocol::messages::{
+        DescribeGroupsRequest, GroupId, ListGroupsRequest, OffsetCommitRequest, TopicName,
+        offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic},
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let data = tempfile::tempdir().unwrap();
+    let (port, kafka) = (free_port(), free_port());
+    let hub = Hub::start_serving(
+        port,
+        Some(data.path()),
+        &["sensors:2", "alarms:2"],
+        &["--kafka-port", &kafka.to_string()],
+    );
+    wait_for_port(kafka, "the Kafka endpoint");
+    let address: std::net::SocketAddr = ([127, 0, 0, 1], kafka).into();
+    let root = hub.connection_string(KEY);
+    let mut client = common::KafkaConnection::open(address, &root).await.unwrap();
+    // A commit without membership (a consumer that assigns its partitions itself).
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("sensor-readers")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("sensors")))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(0),
+                ]),
+        ]);
+    let committed = client.call(&commit, 8).await.unwrap();
+    assert_eq!(committed.topics[0].partitions[0].error_code, 0);
+
+    let listed = client.call(&ListGroupsRequest::default(), 5).await.unwrap();
+    assert_eq!(listed.error_code, 0);
+    let names: Vec<&str> = listed
+        .groups
+        .iter()
+        .map(|g| g.group_id.0.as_str())
+        .collect();
+    assert_eq!(names, ["sensor-readers"]);
+    assert_eq!(listed.groups[0].group_state.as_str(), "Empty");
+    assert_eq!(listed.groups[0].protocol_type.as_str(), "consumer");
+    let only_stable =
+        ListGroupsRequest::default().with_states_filter(vec![StrBytes::from_static_str("Stable")]);
+    assert!(
+        client
+            .call(&only_stable, 5)
+            .await
+            .unwrap()
+            .groups
+            .is_empty()
+    );
+
+    let describe = DescribeGroupsRequest::default().with_groups(vec![
+        GroupId(StrBytes::from_static_str("sensor-readers")),
+        GroupId(StrBytes::from_static_str("never-seen")),
+    ]);
+    let described = client.call(&describe, 5).await.unwrap();
+    assert_eq!(described.groups[0].error_code, 0);
+    assert_eq!(described.groups[0].group_state.as_str(), "Empty");
+    assert!(described.groups[0].members.is_empty());
+    assert_eq!(described.groups[1].error_code, 0);
+    assert_eq!(described.groups[1].group_state.as_str(), "Dead");
+
+    // A connection string for the alarms hub only: the sensors group is none of its business.
+    let scoped = format!("{root}EntityPath=alarms");
+    let mut other = common::KafkaConnection::open(address, &scoped)
+        .await
+        .unwrap();
+    let listed = other.call(&ListGroupsRequest::default(), 5).await.unwrap();
+    assert!(listed.groups.is_empty(), "{listed:?}");
+    let described = other.call(&describe, 5).await.unwrap();
+    assert_eq!(
+        described.groups[0].error_code,
+        kafka_protocol::error::ResponseError::GroupAuthorizationFailed.code()
+    );
+}

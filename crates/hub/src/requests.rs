@@ -140,6 +140,10 @@ pub fn management(
                         .collect::<Vec<_>>(),
                 )),
             );
+            // How many regions hold the hub: 1, without geo-replication. The Go SDK (v2)
+            // refuses a hub's properties without it ("invalid value for
+            // georeplication_factor"), and turns to string offsets when it is above 1.
+            put("georeplication_factor", Value::Int(1));
         }
         "com.microsoft:partition" => {
             let id = property(request, "partition").unwrap_or_default();

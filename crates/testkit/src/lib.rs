@@ -54,7 +54,10 @@ pub use process::{
 pub use python::{json_output, python_json, python_output};
 pub use requests::{host_request, partition_context};
 pub use serve::Server;
-pub use tools::{Tool, azurite_bin, js_sdk_node_modules, node_modules, python};
+pub use tools::{
+    KAFKA_JAVA_VERSIONS, Tool, azurite_bin, java_libraries, js_sdk_node_modules, node_modules,
+    python,
+};
 
 /// A blob store in memory, empty: what a unit test gives `Once::for_instance` (two instances
 /// sharing one store see each other's marks), or anything else that keeps blobs.

@@ -32,6 +32,15 @@ pub enum Tool {
     OpenTelemetry,
     /// `cargo-zigbuild` and Zig, to build for glibc 2.28.
     Zigbuild,
+    /// A JDK with the official Java Event Hubs SDK and its blob checkpoint store (Maven
+    /// Central), in `.tools/java/eventhubs`.
+    JavaSdk,
+    /// A JDK with Apache Kafka's own Java client, each version of [`KAFKA_JAVA_VERSIONS`] in
+    /// `.tools/java/kafka-clients-VERSION`.
+    KafkaJava,
+    /// Go with the official Go Event Hubs SDK's modules (the Go module proxy), in
+    /// `.tools/go`.
+    GoSdk,
     /// `openssl`, `unshare` and `ip`: certificates, keys and network namespaces.
     SystemTools,
 }
@@ -47,6 +56,9 @@ impl Tool {
             Tool::KafkaClients => "confluent-kafka and kafka-python",
             Tool::OpenTelemetry => "the Python OpenTelemetry SDK, opentelemetry-proto and grpcio",
             Tool::Zigbuild => "cargo-zigbuild and Zig",
+            Tool::JavaSdk => "a JDK with the official Java Event Hubs SDK",
+            Tool::KafkaJava => "a JDK with Apache Kafka's Java client (kafka-clients)",
+            Tool::GoSdk => "Go with the official Go Event Hubs SDK (azeventhubs)",
             Tool::SystemTools => "openssl, unshare and ip",
         }
     }
@@ -78,11 +90,36 @@ impl Tool {
                 tools.join("zig-venv/bin/cargo-zigbuild").exists()
                     && tools.join("zig-venv/bin/python").exists()
             }
+            Tool::JavaSdk => {
+                on_path("java").is_some() && java_libraries("eventhubs").join(".complete").exists()
+            }
+            Tool::KafkaJava => {
+                on_path("java").is_some()
+                    && KAFKA_JAVA_VERSIONS.iter().all(|version| {
+                        java_libraries(&format!("kafka-clients-{version}"))
+                            .join(".complete")
+                            .exists()
+                    })
+            }
+            Tool::GoSdk => {
+                on_path("go").is_some() && repository().join(".tools/go/.complete").exists()
+            }
             Tool::SystemTools => ["openssl", "unshare", "ip"]
                 .into_iter()
                 .all(|program| on_path(program).is_some()),
         }
     }
+}
+
+/// The versions of Apache Kafka's Java client the tests run, newest 3.x and newest 4.x:
+/// `scripts/install-test-tools.sh` installs each.
+pub const KAFKA_JAVA_VERSIONS: [&str; 2] = ["3.9.2", "4.4.0"];
+
+/// The folder of jars `scripts/install-test-tools.sh` copied from Maven Central for one Java
+/// peer (`eventhubs`, `kafka-clients-VERSION`): the classpath `DIR/*` of a program in
+/// `tests/java/`.
+pub fn java_libraries(name: &str) -> PathBuf {
+    repository().join(".tools/java").join(name)
 }
 
 /// Release-profile settings that build in a fraction of the time, for the tests that run the

@@ -49,6 +49,18 @@ pub struct GroupView {
     pub members: Vec<String>,
 }
 
+/// A group as DescribeGroups gives it.
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    /// Kafka's names: `Empty`, `PreparingRebalance`, `CompletingRebalance`, `Stable`.
+    pub state: String,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<super::groups::DescribedMember>,
+    /// The hubs (lowercased) its members subscribe to.
+    pub subscribed: Vec<String>,
+}
+
 impl Default for Coordinator {
     fn default() -> Self {
         Coordinator {
@@ -209,6 +221,32 @@ impl Coordinator {
     pub fn has_members(&self, group: &str) -> bool {
         let state = self.state.lock().expect("groups lock");
         state.groups.get(group).is_some_and(Group::has_members)
+    }
+
+    /// A group as DescribeGroups gives it, when the coordinator knows it: its state, protocol
+    /// type, protocol and members (a group forgotten once idle is `Empty`, with none).
+    pub fn describe(&self, group: &str) -> Option<GroupDescription> {
+        let state = self.state.lock().expect("groups lock");
+        if let Some(g) = state.groups.get(group) {
+            return Some(GroupDescription {
+                state: format!("{:?}", g.state()),
+                protocol_type: g.protocol_type().unwrap_or("consumer").to_string(),
+                protocol: g.protocol().unwrap_or_default().to_string(),
+                members: g.described_members(),
+                subscribed: g.subscribed_hubs(),
+            });
+        }
+        state
+            .forgotten
+            .iter()
+            .any(|(name, _)| name == group)
+            .then(|| GroupDescription {
+                state: "Empty".into(),
+                protocol_type: "consumer".into(),
+                protocol: String::new(),
+                members: Vec::new(),
+                subscribed: Vec::new(),
+            })
     }
 
     pub fn views(&self) -> Vec<(String, GroupView)> {

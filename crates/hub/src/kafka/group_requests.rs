@@ -430,6 +430,124 @@ pub(super) fn subscribed_hubs<'a>(
     Ok(hubs)
 }
 
+/// The group-describing APIs the admin clients use (`kafka-consumer-groups.sh --list` and
+/// `--describe`, `Admin::listGroups`, `Admin::describeConsumerGroups`): ListGroups and
+/// DescribeGroups. A client sees a group only when its credentials reach every hub the group
+/// subscribes to or committed for, so a client scoped to one hub learns nothing of the groups
+/// of another.
+impl Kafka {
+    fn group_visible(&self, session: &Session, group: &str, subscribed: &[String]) -> bool {
+        let access = Self::access(session);
+        let mut hubs = self.offsets.hubs_of(group);
+        hubs.extend(subscribed.iter().cloned());
+        if hubs.is_empty() {
+            return access.hub.is_none();
+        }
+        hubs.iter().all(|hub| access.covers(hub))
+    }
+
+    pub(super) fn describe_groups(
+        &self,
+        session: &Session,
+        r: DescribeGroupsRequest,
+        version: i16,
+    ) -> Outcome {
+        let groups = r
+            .groups
+            .iter()
+            .map(|id| {
+                let described = describe_groups_response::DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    // Not asked for, or not computed: Kafka's "unknown" value.
+                    .with_authorized_operations(i32::MIN);
+                let known = self.coordinator.describe(&id.0).or_else(|| {
+                    // A group with commits but no member since the hub started: Empty.
+                    (!self.offsets.hubs_of(&id.0).is_empty()).then(|| {
+                        coordinator::GroupDescription {
+                            state: "Empty".into(),
+                            protocol_type: "consumer".into(),
+                            protocol: String::new(),
+                            members: Vec::new(),
+                            subscribed: Vec::new(),
+                        }
+                    })
+                });
+                let Some(group) = known else {
+                    // Kafka's answer for a group it does not know: Dead, no error.
+                    return described.with_group_state(text("Dead"));
+                };
+                if !self.group_visible(session, &id.0, &group.subscribed) {
+                    return described
+                        .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+                }
+                described
+                    .with_group_state(text(&group.state))
+                    .with_protocol_type(text(&group.protocol_type))
+                    .with_protocol_data(text(&group.protocol))
+                    .with_members(
+                        group
+                            .members
+                            .into_iter()
+                            .map(|m| {
+                                describe_groups_response::DescribedGroupMember::default()
+                                    .with_member_id(text(&m.member_id))
+                                    .with_client_id(text(&m.client_id))
+                                    .with_client_host(text(&format!("/{}", session.local.ip())))
+                                    .with_member_metadata(m.metadata)
+                                    .with_member_assignment(m.assignment)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        respond(
+            &DescribeGroupsResponse::default().with_groups(groups),
+            version,
+        )
+    }
+
+    pub(super) fn list_groups(
+        &self,
+        session: &Session,
+        r: ListGroupsRequest,
+        version: i16,
+    ) -> Outcome {
+        let mut names: Vec<String> = self.offsets.all().into_keys().collect();
+        names.extend(self.coordinator.views().into_iter().map(|(name, _)| name));
+        names.sort();
+        names.dedup();
+        let wanted = |filter: &[StrBytes], value: &str| {
+            filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
+        };
+        let groups = names
+            .into_iter()
+            .filter_map(|name| {
+                let group = self.coordinator.describe(&name);
+                let subscribed = group.as_ref().map(|g| g.subscribed.clone());
+                if !self.group_visible(session, &name, &subscribed.unwrap_or_default()) {
+                    return None;
+                }
+                let state = group.as_ref().map_or("Empty", |g| g.state.as_str());
+                let protocol_type = group
+                    .as_ref()
+                    .map_or("consumer", |g| g.protocol_type.as_str());
+                // Every group here is a classic one (KIP-848's groups are not served).
+                if !wanted(&r.states_filter, state) || !wanted(&r.types_filter, "classic") {
+                    return None;
+                }
+                Some(
+                    list_groups_response::ListedGroup::default()
+                        .with_group_id(GroupId(text(&name)))
+                        .with_protocol_type(text(protocol_type))
+                        .with_group_state(text(state))
+                        .with_group_type(text("classic")),
+                )
+            })
+            .collect();
+        respond(&ListGroupsResponse::default().with_groups(groups), version)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

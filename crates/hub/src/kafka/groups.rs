@@ -103,6 +103,17 @@ pub enum SyncOutcome {
     Failed(Code),
 }
 
+/// One member, as DescribeGroups (and so the admin clients) show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedMember {
+    pub member_id: String,
+    pub client_id: String,
+    /// Its metadata for the group's protocol (a consumer's subscription).
+    pub metadata: Bytes,
+    /// What the leader assigned it.
+    pub assignment: Bytes,
+}
+
 /// An answer now, or later through an `Effect`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply<T> {
@@ -125,6 +136,7 @@ pub enum Effect {
 
 #[derive(Debug, Clone)]
 struct Member {
+    client_id: String,
     session_timeout_ms: u64,
     rebalance_timeout_ms: u64,
     protocols: Vec<(String, Bytes)>,
@@ -192,6 +204,42 @@ impl Group {
 
     pub fn protocol(&self) -> Option<&str> {
         self.protocol.as_deref()
+    }
+
+    /// The protocol type its members joined with (`consumer` for consumer groups).
+    pub fn protocol_type(&self) -> Option<&str> {
+        self.protocol_type.as_deref()
+    }
+
+    /// The hubs (lowercased) its members' subscriptions name.
+    pub fn subscribed_hubs(&self) -> Vec<String> {
+        let mut hubs: Vec<String> = self
+            .members
+            .values()
+            .flat_map(|m| m.subscribed.iter().cloned())
+            .collect();
+        hubs.sort();
+        hubs.dedup();
+        hubs
+    }
+
+    /// Each member as DescribeGroups gives it: its metadata for the group's protocol, and the
+    /// assignment the leader gave it (empty before the first sync).
+    pub fn described_members(&self) -> Vec<DescribedMember> {
+        self.members
+            .iter()
+            .map(|(id, m)| DescribedMember {
+                member_id: id.clone(),
+                client_id: m.client_id.clone(),
+                metadata: self
+                    .protocol
+                    .as_deref()
+                    .and_then(|chosen| m.protocols.iter().find(|(name, _)| name == chosen))
+                    .map(|(_, metadata)| metadata.clone())
+                    .unwrap_or_default(),
+                assignment: self.assignments.get(id).cloned().unwrap_or_default(),
+            })
+            .collect()
     }
 
     /// Whether the group holds nothing worth keeping: no member, no member id handed out, no
@@ -301,6 +349,7 @@ impl Group {
         self.members.insert(
             member_id.clone(),
             Member {
+                client_id: request.client_id,
                 session_timeout_ms: request.session_timeout_ms,
                 rebalance_timeout_ms: request.rebalance_timeout_ms,
                 protocols: request.protocols,

@@ -301,6 +301,8 @@ impl Kafka {
             RequestKind::LeaveGroup(r) => self.leave_group(r, version),
             RequestKind::OffsetCommit(r) => self.offset_commit(session, r, version),
             RequestKind::OffsetFetch(r) => self.offset_fetch(session, r, version),
+            RequestKind::DescribeGroups(r) => self.describe_groups(session, r, version),
+            RequestKind::ListGroups(r) => self.list_groups(session, r, version),
             other => Outcome {
                 response: None,
                 header_version: 0,

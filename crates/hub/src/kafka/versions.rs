@@ -18,6 +18,8 @@ pub(super) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::SaslAuthenticate, 0, 2),
