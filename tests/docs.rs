@@ -118,6 +118,14 @@ const NOT_RUN: &[(&str, &str)] = &[
         "a thousand seeds of a long form (about four minutes); the suite runs the same test with 8 seeds",
     ),
     (
+        "scripts/bench-brokers.sh",
+        "a side-by-side of about 12 minutes with two JVM servers; its short form runs in tests/clients/side_by_side.rs",
+    ),
+    (
+        "REPS=1 RECORDS=300000 scripts/bench-brokers.sh",
+        "the same side-by-side, longer; its short form runs in tests/clients/side_by_side.rs",
+    ),
+    (
         "./target/release/hubhost bench rehearse",
         "a benchmark of minutes; crates/bench/tests/bench_rehearse.rs runs its short form",
     ),

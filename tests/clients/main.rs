@@ -4,11 +4,13 @@
 //! (`kafka_java`), and the Go Event Hubs SDK with its blob checkpoint store (`go_eventhubs`).
 //! Each peer program lives in `tests/java/` or `tests/go/`, does one thing a user's program
 //! does, and prints what its client saw as JSON; the tests check that against what the hub, the
-//! other SDKs and `hubhost checkpoints` see.
+//! other SDKs and `hubhost checkpoints` see. `side_by_side` runs the short form of
+//! `scripts/bench-brokers.sh`, the hub beside Apache Kafka's broker and ActiveMQ Artemis.
 
 mod go_eventhubs;
 mod java_eventhubs;
 mod kafka_java;
+mod side_by_side;
 
 use std::collections::BTreeSet;
 use std::fs::File;
