@@ -229,6 +229,9 @@ pub struct Invoker {
     /// (`AllowAutoRedirect = !EnableForwardingHttpRequest`), so the client gets the handler's.
     forwarding: Arc<std::sync::OnceLock<reqwest::Client>>,
     base: std::sync::Arc<std::sync::RwLock<String>>,
+    /// Whether invocations go out now (false while the host restarts the handler): shared by
+    /// every clone.
+    accepting: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Invoker {
@@ -241,7 +244,28 @@ impl Invoker {
             base: std::sync::Arc::new(std::sync::RwLock::new(
                 base.trim_end_matches('/').to_string(),
             )),
+            accepting: Arc::new(tokio::sync::watch::channel(true).0),
         }
+    }
+
+    /// Holds the invocations that wait in [`Invoker::accepting`] until [`Invoker::accept`]:
+    /// while the host restarts the handler after a function timeout, an invocation (a retry,
+    /// another partition's batch) waits for the new handler, as the Functions host waits for its
+    /// new worker, instead of failing against a handler that is not listening yet.
+    pub fn hold(&self) {
+        self.accepting.send_replace(false);
+    }
+
+    /// Lets held invocations go (see [`Invoker::hold`]).
+    pub fn accept(&self) {
+        self.accepting.send_replace(true);
+    }
+
+    /// Returns once invocations go out (at once unless [`Invoker::hold`] holds them).
+    pub async fn accepting(&self) {
+        let mut open = self.accepting.subscribe();
+        // The sender lives as long as this invoker: the wait ends with `accept`.
+        let _ = open.wait_for(|accepting| *accepting).await;
     }
 
     fn http(&self) -> &reqwest::Client {
@@ -564,5 +588,29 @@ impl InProcess {
                 answer
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn held_invocations_wait_for_accept_on_every_clone() {
+        let invoker = Invoker::new("http://127.0.0.1:1");
+        let clone = invoker.clone();
+        // Open: no wait.
+        tokio::time::timeout(Duration::from_millis(100), clone.accepting())
+            .await
+            .expect("accepting at first");
+        invoker.hold();
+        let waiting = tokio::spawn(async move { clone.accepting().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "a held invocation waits");
+        invoker.accept();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("released by accept")
+            .unwrap();
     }
 }

@@ -252,6 +252,8 @@ impl FunctionDispatch {
             .map_err(|e| InvocationFailure::Function(HostFailure::other(e.to_string())))?;
         let parent = hubhost_telemetry::traceparent_of(span);
         let invocation_id = hubhost_clock::uuid().to_string();
+        // Not while the handler restarts after a timeout: the wait is not the function's time.
+        self.invoker.accepting().await;
         let invocation = self
             .invoker
             .invoke_as(&self.function, &invocation_id, body, parent);

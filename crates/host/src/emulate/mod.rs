@@ -802,8 +802,13 @@ pub async fn run(
                 // The host restarts the worker after a function timeout; the other batches it
                 // was running fail with it and are delivered again.
                 tracing::error!(?function_timeout, "an invocation exceeded functionTimeout; restarting the custom handler, as the host does");
+                // New invocations (the timed-out batch's retry among them) wait for the new
+                // handler, as the host's wait for its new worker.
+                invoker.hold();
                 process.stop(&mut child).await;
-                child = match start_handler(&process, &invoker).await {
+                let started = start_handler(&process, &invoker).await;
+                invoker.accept();
+                child = match started {
                     Ok(c) => c,
                     Err(e) => break Err(e),
                 };
