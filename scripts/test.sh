@@ -10,7 +10,10 @@
 # - "timed": the binaries that time themselves and mostly wait (a soak in real time, pools at
 #   the SDKs' 30 s cycles, the chaos rig, the hub beside the SDKs, attacks under latency
 #   bounds, the short benchmarks with their handoff and latency bounds), at normal priority,
-#   so their processes get the CPU when they ask for it;
+#   so their processes get the CPU when they ask for it; and the official clients of other
+#   languages (`clients`: JVMs, processors, the hub beside Kafka's broker and Artemis at full
+#   load), which here run one binary at a time with the others instead of beside them, where
+#   their load would take the CPU the others' bounds need;
 # - "rest": everything else (the pipeline, the peers, the page, each crate's tests, the
 #   examples in the documentation), under `nice -n 5`: busy, but with no bound on time that
 #   the CPU it yields could break;
@@ -34,7 +37,7 @@ if [ $# -gt 0 ]; then
   exit 0
 fi
 
-timed=(hostile_clients hub pool scale bench_soak chaos bench_pool bench_latency_cost)
+timed=(hostile_clients hub pool scale bench_soak chaos bench_pool bench_latency_cost clients)
 builds=(docs cli)
 # The modules of the cli tests that build; the rest lane runs the cli's others.
 cli_builds=(new_project:: dev_loop:: package::)
