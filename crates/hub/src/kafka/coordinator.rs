@@ -61,6 +61,19 @@ pub struct GroupDescription {
     pub subscribed: Vec<String>,
 }
 
+impl GroupDescription {
+    /// A consumer group without members: one forgotten once idle, or one with commits only.
+    pub fn empty() -> Self {
+        GroupDescription {
+            state: "Empty".into(),
+            protocol_type: "consumer".into(),
+            protocol: String::new(),
+            members: Vec::new(),
+            subscribed: Vec::new(),
+        }
+    }
+}
+
 impl Default for Coordinator {
     fn default() -> Self {
         Coordinator {
@@ -240,13 +253,7 @@ impl Coordinator {
             .forgotten
             .iter()
             .any(|(name, _)| name == group)
-            .then(|| GroupDescription {
-                state: "Empty".into(),
-                protocol_type: "consumer".into(),
-                protocol: String::new(),
-                members: Vec::new(),
-                subscribed: Vec::new(),
-            })
+            .then(GroupDescription::empty)
     }
 
     pub fn views(&self) -> Vec<(String, GroupView)> {

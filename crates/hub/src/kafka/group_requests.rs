@@ -462,15 +462,8 @@ impl Kafka {
                     .with_authorized_operations(i32::MIN);
                 let known = self.coordinator.describe(&id.0).or_else(|| {
                     // A group with commits but no member since the hub started: Empty.
-                    (!self.offsets.hubs_of(&id.0).is_empty()).then(|| {
-                        coordinator::GroupDescription {
-                            state: "Empty".into(),
-                            protocol_type: "consumer".into(),
-                            protocol: String::new(),
-                            members: Vec::new(),
-                            subscribed: Vec::new(),
-                        }
-                    })
+                    (!self.offsets.hubs_of(&id.0).is_empty())
+                        .then(coordinator::GroupDescription::empty)
                 });
                 let Some(group) = known else {
                     // Kafka's answer for a group it does not know: Dead, no error.
@@ -522,15 +515,16 @@ impl Kafka {
         let groups = names
             .into_iter()
             .filter_map(|name| {
-                let group = self.coordinator.describe(&name);
-                let subscribed = group.as_ref().map(|g| g.subscribed.clone());
-                if !self.group_visible(session, &name, &subscribed.unwrap_or_default()) {
+                // A group with commits only (the names come from the commits and the
+                // coordinator): Empty.
+                let group = self
+                    .coordinator
+                    .describe(&name)
+                    .unwrap_or_else(coordinator::GroupDescription::empty);
+                if !self.group_visible(session, &name, &group.subscribed) {
                     return None;
                 }
-                let state = group.as_ref().map_or("Empty", |g| g.state.as_str());
-                let protocol_type = group
-                    .as_ref()
-                    .map_or("consumer", |g| g.protocol_type.as_str());
+                let (state, protocol_type) = (group.state.as_str(), group.protocol_type.as_str());
                 // Every group here is a classic one (KIP-848's groups are not served).
                 if !wanted(&r.states_filter, state) || !wanted(&r.types_filter, "classic") {
                     return None;
